@@ -1,0 +1,149 @@
+"""Assertions over a ScenarioResult: completion, step status, outputs, isolation, counts, memory.
+
+Each raises AssertionError with the evidence a runtime engineer needs: the step, the runtime's
+own message and log lines, and the QNN trace facts behind the verdict.
+"""
+
+from __future__ import annotations
+
+import re
+
+from harness.reference import predict
+from harness.result import ScenarioResult, log_tail
+
+_RUNTIME_ERROR_LINE = re.compile(r"error|fail|deleted|abort|invalid", re.IGNORECASE)
+
+
+def assert_completed(result: ScenarioResult) -> None:
+    """The runner neither crashed nor hung."""
+    if result.crashed:
+        raise AssertionError(f"scenario {result.scenario.name}: {result.crash_report()}")
+
+
+def runtime_log(result: ScenarioResult, limit: int = 12) -> str:
+    """The runtime's own error lines from the runner's stderr."""
+    lines = [l for l in result.output.stderr.splitlines() if _RUNTIME_ERROR_LINE.search(l)]
+    return "\n".join("    " + l for l in lines[-limit:])
+
+
+def assert_steps_ok(result: ScenarioResult) -> None:
+    """Every step succeeded; otherwise name the first failing step with the runtime's words."""
+    assert_completed(result)
+    bad = [(i, s) for i, s in enumerate(result.steps) if not s.ok]
+    if bad:
+        index, step = bad[0]
+        raise AssertionError(
+            f"scenario {result.scenario.name}: step {index} {step.describe()}\n"
+            f"runtime log:\n{runtime_log(result)}\nall steps:\n{result.summary()}")
+
+
+def assert_outputs_consistent(result: ScenarioResult) -> None:
+    """Every execute of the same program's method gave identical outputs across modules."""
+    seen: dict[tuple[str, str], tuple[int, list]] = {}
+    for i, s in enumerate(result.steps):
+        if s.step.op != "execute" or not s.ok:
+            continue
+        key = (str(result.scenario.models[s.step.module].pte), s.step.method or "")
+        digests = [o["sha256"] for o in s.event["outputs"]]
+        if key in seen and seen[key][1] != digests:
+            raise AssertionError(
+                f"scenario {result.scenario.name}: step {i} {s.step.describe()} gave different "
+                f"outputs than step {seen[key][0]} for the same program and inputs")
+        seen.setdefault(key, (i, digests))
+
+
+def context_owners(result: ScenarioResult) -> dict[str, str]:
+    """Context identity -> module, by which module's step created it."""
+    owners: dict[str, str] = {}
+    before: set[str] = set()
+    for s in result.steps:
+        now = set(s.trace["contexts"])
+        for ctx in now - before:
+            if s.step.module:
+                owners[ctx] = s.step.module
+        before = now
+    return owners
+
+
+def assert_isolation(result: ScenarioResult) -> None:
+    """Modules never share a context, executes use the executing module's context, a destroy
+    frees only that module's contexts, and nothing runs on a freed context."""
+    assert_completed(result)
+    name = result.scenario.name
+    problems: list[str] = []
+    violations = result.final_trace()["violations"]
+    problems += [f"QNN trace: {v}" for v in violations]
+    owners = context_owners(result)
+    expected = predict(result.scenario)
+    before: set[str] = set()
+    executes_before: dict[str, int] = {}
+    for i, (s, exp) in enumerate(zip(result.steps, expected)):
+        now = set(s.trace["contexts"])
+        holders = {m for m in exp.context_holders()
+                   if result.scenario.models[m].backend == "qnn"}
+        owned = {m: {c for c in now if owners.get(c) == m} for m in holders}
+        for module in sorted(holders):
+            if not owned[module] and s.ok:
+                others = sorted({owners.get(c, "?") for c in now})
+                problems.append(
+                    f"step {i} {s.step.describe()}: module {module} has loaded methods but owns no "
+                    f"live QNN context (live contexts belong to {', '.join(others) or 'nobody'}): "
+                    "it is using another module's cached context")
+        if s.step.op == "destroy_module":
+            freed = before - now
+            foreign = sorted(c for c in freed if owners.get(c) != s.step.module)
+            if foreign:
+                problems.append(
+                    f"step {i} {s.step.describe()}: destroying {s.step.module} freed contexts of "
+                    f"{', '.join(sorted({owners.get(c, '?') for c in foreign}))} ({', '.join(foreign)})")
+        if s.step.op == "execute":
+            for ctx, count in s.trace["executes"].items():
+                if count > executes_before.get(ctx, 0) and owners.get(ctx) != s.step.module:
+                    problems.append(
+                        f"step {i} {s.step.describe()}: executed on {ctx}, which belongs to "
+                        f"module {owners.get(ctx, '?')}")
+        before = now
+        executes_before = dict(s.trace["executes"])
+    if problems:
+        raise AssertionError(f"scenario {name}: handle isolation violated:\n  " +
+                             "\n  ".join(dict.fromkeys(problems)) + f"\nsteps:\n{result.summary()}")
+
+
+def assert_live_counts(result: ScenarioResult) -> None:
+    """Live QNN contexts after each step equal the reference model's; backends and devices
+    exist exactly while a context does."""
+    assert_completed(result)
+    problems = []
+    for i, (s, exp) in enumerate(zip(result.steps, predict(result.scenario))):
+        live = s.live
+        if live["context"] != exp.contexts:
+            problems.append(f"step {i} {s.step.describe()}: {live['context']} live contexts, "
+                            f"expected {exp.contexts}")
+        for kind in ("backend", "device"):
+            if (live[kind] == 0) != (exp.contexts == 0):
+                problems.append(f"step {i} {s.step.describe()}: {live[kind]} live {kind}s with "
+                                f"{exp.contexts} expected contexts")
+    if problems:
+        raise AssertionError(f"scenario {result.scenario.name}: live QNN counts differ from the "
+                             "reference model:\n  " + "\n  ".join(problems) +
+                             f"\nruntime log:\n{runtime_log(result)}")
+
+
+def memory_growth_kb(result: ScenarioResult, first: int, second: int, field: str = "Rss") -> int:
+    a = result.steps[first].memory.get("rollup", {}).get(field)
+    b = result.steps[second].memory.get("rollup", {}).get(field)
+    if a is None or b is None:
+        raise AssertionError(f"scenario {result.scenario.name}: no {field} reading at steps "
+                             f"{first} and {second}")
+    return b - a
+
+
+def assert_memory_within(result: ScenarioResult, first: int, second: int, tolerance_kb: int,
+                         field: str = "Rss") -> None:
+    """Process memory at `second` is at most `tolerance_kb` above `first` (no leak)."""
+    growth = memory_growth_kb(result, first, second, field)
+    if growth > tolerance_kb:
+        raise AssertionError(
+            f"scenario {result.scenario.name}: {field} grew {growth} kB between step {first} "
+            f"({result.steps[first].step.describe()}) and step {second} "
+            f"({result.steps[second].step.describe()}); tolerance {tolerance_kb} kB")

@@ -1,0 +1,104 @@
+"""Child-process entry that lowers one model to a `.pte` and writes its CPU reference.
+
+Runs in its own process because the QNN libraries must be on LD_LIBRARY_PATH before the
+process starts (see harness.qnn.sdk). Usage (called by harness.compile, not by hand):
+
+    python -m harness.compile_worker <model.py> <soc> <precision> <out_dir>
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+
+def load_model_module(path: Path):
+    spec = importlib.util.spec_from_file_location(f"harness_model_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _quantize(module, inputs):
+    import torch
+    from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    graph = torch.export.export(module, inputs, strict=True).module()
+    prepared = prepare_pt2e(graph, QnnQuantizer())
+    prepared(*inputs)  # calibration on the example inputs
+    return convert_pt2e(prepared)
+
+
+def lower_qnn(methods: dict, soc: str, precision: str) -> bytes:
+    from executorch.backends.qualcomm.utils.utils import (
+        generate_htp_compiler_spec,
+        generate_qnn_executorch_compiler_spec,
+        get_soc_to_chipset_map,
+        to_edge_transform_and_lower_to_qnn,
+    )
+
+    chipsets = get_soc_to_chipset_map()
+    if soc not in chipsets:
+        raise SystemExit(f"unknown SoC {soc!r} for the QNN compiler; known: {', '.join(sorted(chipsets))}")
+    specs = generate_qnn_executorch_compiler_spec(
+        soc_model=chipsets[soc],
+        backend_options=generate_htp_compiler_spec(use_fp16=precision == "fp16"),
+    )
+    modules = {name: (_quantize(m, x) if precision == "int8" else m) for name, (m, x) in methods.items()}
+    inputs = {name: x for name, (_, x) in methods.items()}
+    if list(methods) == ["forward"]:
+        edge = to_edge_transform_and_lower_to_qnn(modules["forward"], inputs["forward"], specs)
+    else:
+        edge = to_edge_transform_and_lower_to_qnn(modules, inputs, specs)
+    return edge.to_executorch().buffer
+
+
+def lower_xnnpack(methods: dict) -> bytes:
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    programs = {name: torch.export.export(m, x, strict=True) for name, (m, x) in methods.items()}
+    edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
+    return edge.to_executorch().buffer
+
+
+def main(argv: list[str]) -> int:
+    model_path, soc, precision, out_dir = Path(argv[0]), argv[1], argv[2], Path(argv[3])
+    import torch
+
+    from harness.tensors import save_tensor
+
+    model = load_model_module(model_path)
+    methods = model.build()
+    if model.BACKEND == "qnn":
+        buffer = lower_qnn(methods, soc, precision)
+    elif model.BACKEND == "xnnpack":
+        buffer = lower_xnnpack(methods)
+    else:
+        raise SystemExit(f"model {model.NAME}: unknown BACKEND {model.BACKEND!r}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "model.pte").write_bytes(buffer)
+    reference: dict[str, dict] = {}
+    with torch.no_grad():
+        for name, (module, inputs) in methods.items():
+            outputs = module(*inputs)
+            outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+            reference[name] = {
+                "inputs": [save_tensor(t, out_dir / "ref" / f"{name}_in{i}.bin").to_json(out_dir)
+                           for i, t in enumerate(inputs)],
+                "expected": [save_tensor(t, out_dir / "ref" / f"{name}_out{i}.bin").to_json(out_dir)
+                             for i, t in enumerate(outputs)],
+            }
+    atol, rtol = model.TOLERANCE.get(precision, (1e-3, 1e-3))
+    meta = {"name": model.NAME, "backend": model.BACKEND, "soc": soc, "precision": precision,
+            "methods": reference, "atol": atol, "rtol": rtol, "pte_bytes": len(buffer)}
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,50 @@
+"""The device interface every target implements."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from pathlib import Path
+
+from harness.result import RunOutput
+from harness.scenario import Scenario
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    """Identity of a device, shown in the session header and kept in artifacts."""
+
+    serial: str
+    kind: str  # "simulator" or "adb"
+    soc: str
+    abi: str
+    android: str = ""
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def header(self) -> str:
+        parts = [f"{self.kind} {self.serial}", f"soc={self.soc}", f"abi={self.abi}"]
+        if self.android:
+            parts.append(f"android={self.android}")
+        parts += [f"{k}={v}" for k, v in self.details.items()]
+        return " ".join(parts)
+
+
+class Device(abc.ABC):
+    """A place to run scenarios. One instance per device per session."""
+
+    info: DeviceInfo
+
+    @abc.abstractmethod
+    def run(self, scenario: Scenario, artifacts: Path, timeout: float, runner: str) -> RunOutput:
+        """Run `scenario` in a fresh runner process and return what it produced.
+
+        `runner` is "native" or "python". A hang is killed after `timeout` seconds and reported
+        in the output (`timed_out`), never raised: the session goes on.
+        """
+
+    def preflight(self) -> list[str]:
+        """Problems that make this device unusable, as sentences; empty when it is fine."""
+        return []
+
+    def close(self) -> None:
+        """Release the device (workspace, connections)."""

@@ -1,0 +1,58 @@
+"""The scenario driver a test author uses: run a scenario on the session's device, get a result.
+
+It stages the scenario, runs it through the device with the session's runner and timeout,
+joins events with the QNN trace, keeps the artifacts (scenario, events, stderr, trace, device
+logs) in the test's artifacts directory, and turns a crash or hang into a test failure that
+names the signal, the last completed step and the log tail.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.assertions import assert_completed
+from harness.devices.base import Device
+from harness.errors import ModelError
+from harness.qnn.trace import parse_trace
+from harness.result import ScenarioResult
+from harness.scenario import Scenario
+
+
+class ScenarioDriver:
+    def __init__(self, device: Device, artifacts: Path, timeout: float, runner: str) -> None:
+        self.device = device
+        self.artifacts = artifacts
+        self.timeout = timeout
+        self.runner = runner
+        self.results: list[ScenarioResult] = []
+
+    def run(self, scenario: Scenario, allow_crash: bool = False,
+            timeout: float | None = None) -> ScenarioResult:
+        for path in scenario.files():
+            if not path.is_file():
+                raise ModelError(f"scenario {scenario.name}: file {path} does not exist "
+                                 "(a deleted compile cache entry? rerun to recompile)")
+        out_dir = self.artifacts / scenario.name
+        output = self.device.run(scenario, out_dir, timeout or self.timeout, self.runner)
+        result = ScenarioResult.build(scenario, output, parse_trace(output.trace_text), out_dir)
+        self._keep(result, out_dir)
+        self.results.append(result)
+        if not allow_crash:
+            assert_completed(result)
+        return result
+
+    @staticmethod
+    def _keep(result: ScenarioResult, out_dir: Path) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        out = result.output
+        (out_dir / "runner.stdout").write_text(out.stdout)
+        (out_dir / "runner.stderr").write_text(out.stderr)
+        (out_dir / "qnn_trace.txt").write_text(out.trace_text)
+        for name, text in out.logs.items():
+            (out_dir / f"{name}.txt").write_text(text)
+        steps = [{"step": s.step.describe(), "status": s.status, "event": s.event, "trace": s.trace}
+                 for s in result.steps]
+        summary = {"runner": out.runner, "returncode": out.returncode, "timed_out": out.timed_out,
+                   "pushes": out.pushes, "steps": steps}
+        (out_dir / "result.json").write_text(json.dumps(summary, indent=1))

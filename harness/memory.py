@@ -1,0 +1,67 @@
+"""Process memory readings: `/proc/<pid>/smaps_rollup`, per-file mappings and dma-buf fds.
+
+The same parsers serve the Python runner (reading its own /proc/self) and the adb device
+(reading a phone's /proc/<pid> through `adb shell cat`), so readings mean the same everywhere.
+Values are kB as the kernel prints them, except dma-buf sizes, which are bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+_FIELD = re.compile(r"^([A-Za-z_]+):\s+(\d+) kB")
+_MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+\s+\S+\s+\S+\s+\S+\s+\d+\s*(.*)$")
+
+
+def parse_rollup(text: str) -> dict[str, int]:
+    """`Rss`, `Pss`, `Anonymous`, `Private_Dirty`, ... from smaps_rollup text."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        match = _FIELD.match(line)
+        if match:
+            out[match.group(1)] = int(match.group(2))
+    return out
+
+
+def parse_mappings(text: str, paths: list[str]) -> dict[str, dict[str, int]]:
+    """Sum smaps fields over every mapping whose path is one of `paths`."""
+    sums: dict[str, dict[str, int]] = {p: {} for p in paths}
+    current: dict[str, int] | None = None
+    for line in text.splitlines():
+        header = _MAPPING.match(line)
+        if header:
+            path = header.group(1).strip()
+            current = sums.get(path)
+            continue
+        if current is not None:
+            match = _FIELD.match(line)
+            if match:
+                current[match.group(1)] = current.get(match.group(1), 0) + int(match.group(2))
+    return sums
+
+
+def parse_fdinfo(texts: list[str]) -> dict[str, int]:
+    """Count and total size of dma-buf fds (fdinfo entries that carry `exp_name`)."""
+    count = total = 0
+    for text in texts:
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if "exp_name" in fields:
+            count += 1
+            total += int(fields.get("size", "0").strip() or 0)
+    return {"count": count, "bytes": total}
+
+
+def read_self(watch: list[str]) -> dict:
+    """Memory of the calling process, in the runner protocol's `memory` shape."""
+    proc = Path("/proc/self")
+    rollup = parse_rollup((proc / "smaps_rollup").read_text())
+    mappings = parse_mappings((proc / "smaps").read_text(), watch) if watch else {}
+    infos = []
+    for entry in os.scandir(proc / "fdinfo"):
+        try:
+            infos.append(Path(entry.path).read_text())
+        except OSError:
+            pass
+    return {"rollup": rollup, "mappings": mappings, "dmabuf": parse_fdinfo(infos)}

@@ -1,0 +1,1 @@
+"""QNN SDK discovery, the libQnnHtp.so interposer (ABI bridge + call tracer) and its trace."""

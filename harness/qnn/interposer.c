@@ -1,0 +1,284 @@
+/*
+ * libQnnHtp.so interposer: ABI bridge and QNN call tracer.
+ *
+ * Placed earlier on the library path than the real libQnnHtp.so, it exports
+ * QnnInterface_getProviders, forwards to the real library and patches each provider's
+ * function table in place:
+ *
+ *  - ABI bridge: executorch 1.5.1 was compiled against QAIRT 2.37 headers, where the union in
+ *    QnnHtpDevice_CustomConfig_t sits at byte 4. Newer QAIRT put it at byte 8. deviceCreate is
+ *    wrapped to re-lay every custom device config so newer libraries read what was meant.
+ *  - Tracer: backend/device/context create and free, graph create/retrieve/execute are written
+ *    as one text line each to $HARNESS_QNN_TRACE. The harness reads it as the ground truth for
+ *    handle isolation and live counts.
+ *
+ * Linked with -z nodelete: ExecuTorch dlcloses libQnnHtp.so when the last backend goes, and the
+ * patched table (owned by the real library, which is never closed) would otherwise point into
+ * unmapped code.
+ *
+ * Environment:
+ *   HARNESS_QNN_REAL_HTP      path of the real libQnnHtp.so (required)
+ *   HARNESS_QNN_TRACE         trace file (optional; no tracing without it)
+ *   HARNESS_QNN_ABI_BRIDGE    "1" force on, "0" force off, "auto"/unset: on when the library's
+ *                             core API version is newer than HARNESS_QNN_BRIDGE_ABOVE ("2.x")
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef uint64_t qnn_err_t; /* Qnn_ErrorHandle_t */
+typedef void *qnn_handle_t;
+
+typedef struct { uint32_t major, minor, patch; } qnn_version_t;
+
+/* Leading part of QnnInterface_t: backendId, providerName, apiVersion, then the v2 table. */
+typedef struct {
+  uint32_t backend_id;
+  const char *provider_name;
+  qnn_version_t core_api;
+  qnn_version_t backend_api;
+  void *table[]; /* QNN_INTERFACE_VER_TYPE, one function pointer per entry */
+} qnn_interface_t;
+
+enum { /* indices into the function table (QnnInterface.h order) */
+  FN_BACKEND_CREATE = 1,
+  FN_BACKEND_FREE = 8,
+  FN_CONTEXT_CREATE = 9,
+  FN_CONTEXT_CREATE_FROM_BINARY = 13,
+  FN_CONTEXT_FREE = 14,
+  FN_GRAPH_CREATE = 15,
+  FN_GRAPH_RETRIEVE = 20,
+  FN_GRAPH_EXECUTE = 21,
+  FN_DEVICE_CREATE = 40,
+  FN_DEVICE_FREE = 43,
+  FN_COUNT = 44
+};
+
+typedef qnn_err_t (*get_providers_fn)(const qnn_interface_t ***, uint32_t *);
+typedef qnn_err_t (*backend_create_fn)(qnn_handle_t, const void **, qnn_handle_t *);
+typedef qnn_err_t (*free1_fn)(qnn_handle_t);
+typedef qnn_err_t (*device_create_fn)(qnn_handle_t, const void **, qnn_handle_t *);
+typedef qnn_err_t (*context_create_fn)(qnn_handle_t, qnn_handle_t, const void **, qnn_handle_t *);
+typedef qnn_err_t (*context_from_binary_fn)(qnn_handle_t, qnn_handle_t, const void **,
+                                            const void *, uint64_t, qnn_handle_t *, qnn_handle_t);
+typedef qnn_err_t (*context_free_fn)(qnn_handle_t, qnn_handle_t);
+typedef qnn_err_t (*graph_create_fn)(qnn_handle_t, const char *, const void **, qnn_handle_t *);
+typedef qnn_err_t (*graph_retrieve_fn)(qnn_handle_t, const char *, qnn_handle_t *);
+typedef qnn_err_t (*graph_execute_fn)(qnn_handle_t, const void *, uint32_t, void *, uint32_t,
+                                      qnn_handle_t, qnn_handle_t);
+
+static void *real_table[FN_COUNT];
+static int bridge_on = 0;
+static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t trace_seq = 0;
+
+static void trace(const char *fmt, ...) {
+  const char *path = getenv("HARNESS_QNN_TRACE");
+  if (!path || !*path) return;
+  char line[512];
+  uint64_t seq = __atomic_add_fetch(&trace_seq, 1, __ATOMIC_SEQ_CST);
+  int n = snprintf(line, sizeof line, "%" PRIu64 " ", seq);
+  va_list ap;
+  va_start(ap, fmt);
+  n += vsnprintf(line + n, sizeof line - (size_t)n - 2, fmt, ap);
+  va_end(ap);
+  if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ssize_t ignored = write(fd, line, (size_t)n); /* one write: lines never interleave */
+  (void)ignored;
+  close(fd);
+}
+
+#define H(p) ((uintptr_t)(p))
+#define OUT(pp) ((pp) ? H(*(pp)) : 0)
+
+static qnn_err_t w_backend_create(qnn_handle_t log, const void **cfg, qnn_handle_t *out) {
+  qnn_err_t rc = ((backend_create_fn)real_table[FN_BACKEND_CREATE])(log, cfg, out);
+  trace("backend_create rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, rc ? 0 : OUT(out));
+  return rc;
+}
+
+static qnn_err_t w_backend_free(qnn_handle_t h) {
+  qnn_err_t rc = ((free1_fn)real_table[FN_BACKEND_FREE])(h);
+  trace("backend_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
+  return rc;
+}
+
+/* QnnDevice_Config_t: {uint32 option; pad; void *payload}; option 0 is CUSTOM, whose payload
+ * points at a QnnHtpDevice_CustomConfig_t {uint32 option; union} with the union at byte 4
+ * (old headers) or byte 8 (new). The old union holds only 4-byte-aligned members of at most
+ * 8 bytes, so 8 bytes are moved. */
+typedef struct { uint32_t option; void *payload; } device_config_t;
+
+static qnn_err_t w_device_create(qnn_handle_t log, const void **cfg, qnn_handle_t *out) {
+  size_t n = 0, relaid = 0;
+  while (cfg && cfg[n]) n++;
+  const void **fixed = NULL;
+  device_config_t *copies = NULL;
+  unsigned char *customs = NULL;
+  if (bridge_on && n) {
+    fixed = calloc(n + 1, sizeof *fixed);
+    copies = calloc(n, sizeof *copies);
+    customs = calloc(n, 32);
+  }
+  if (fixed && copies && customs) {
+    for (size_t i = 0; i < n; i++) {
+      const device_config_t *c = cfg[i];
+      copies[i] = *c;
+      if (c->option == 0 && c->payload) {
+        unsigned char *dst = customs + 32 * i;
+        memcpy(dst, c->payload, 4);                       /* option */
+        memcpy(dst + 8, (const char *)c->payload + 4, 8); /* union, moved to byte 8 */
+        copies[i].payload = dst;
+        relaid++;
+      }
+      fixed[i] = &copies[i];
+    }
+    cfg = fixed;
+  }
+  qnn_err_t rc = ((device_create_fn)real_table[FN_DEVICE_CREATE])(log, cfg, out);
+  trace("device_create rc=%" PRIu64 " handle=0x%" PRIxPTR " bridged=%zu", rc,
+        rc ? 0 : OUT(out), relaid);
+  free(customs);
+  free(copies);
+  free(fixed);
+  return rc;
+}
+
+static qnn_err_t w_device_free(qnn_handle_t h) {
+  qnn_err_t rc = ((free1_fn)real_table[FN_DEVICE_FREE])(h);
+  trace("device_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
+  return rc;
+}
+
+static qnn_err_t w_context_create(qnn_handle_t b, qnn_handle_t d, const void **cfg,
+                                  qnn_handle_t *out) {
+  qnn_err_t rc = ((context_create_fn)real_table[FN_CONTEXT_CREATE])(b, d, cfg, out);
+  trace("context_create rc=%" PRIu64 " handle=0x%" PRIxPTR " backend=0x%" PRIxPTR
+        " device=0x%" PRIxPTR, rc, rc ? 0 : OUT(out), H(b), H(d));
+  return rc;
+}
+
+static qnn_err_t w_context_from_binary(qnn_handle_t b, qnn_handle_t d, const void **cfg,
+                                       const void *buf, uint64_t size, qnn_handle_t *out,
+                                       qnn_handle_t prof) {
+  qnn_err_t rc = ((context_from_binary_fn)real_table[FN_CONTEXT_CREATE_FROM_BINARY])(
+      b, d, cfg, buf, size, out, prof);
+  trace("context_create rc=%" PRIu64 " handle=0x%" PRIxPTR " backend=0x%" PRIxPTR
+        " device=0x%" PRIxPTR " binary=%" PRIu64, rc, rc ? 0 : OUT(out), H(b), H(d), size);
+  return rc;
+}
+
+static qnn_err_t w_context_free(qnn_handle_t h, qnn_handle_t prof) {
+  qnn_err_t rc = ((context_free_fn)real_table[FN_CONTEXT_FREE])(h, prof);
+  trace("context_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
+  return rc;
+}
+
+static qnn_err_t w_graph_create(qnn_handle_t ctx, const char *name, const void **cfg,
+                                qnn_handle_t *out) {
+  qnn_err_t rc = ((graph_create_fn)real_table[FN_GRAPH_CREATE])(ctx, name, cfg, out);
+  trace("graph_create rc=%" PRIu64 " handle=0x%" PRIxPTR " context=0x%" PRIxPTR " name=%s", rc,
+        rc ? 0 : OUT(out), H(ctx), name ? name : "");
+  return rc;
+}
+
+static qnn_err_t w_graph_retrieve(qnn_handle_t ctx, const char *name, qnn_handle_t *out) {
+  qnn_err_t rc = ((graph_retrieve_fn)real_table[FN_GRAPH_RETRIEVE])(ctx, name, out);
+  trace("graph_retrieve rc=%" PRIu64 " handle=0x%" PRIxPTR " context=0x%" PRIxPTR " name=%s",
+        rc, rc ? 0 : OUT(out), H(ctx), name ? name : "");
+  return rc;
+}
+
+static qnn_err_t w_graph_execute(qnn_handle_t g, const void *in, uint32_t nin, void *out,
+                                 uint32_t nout, qnn_handle_t prof, qnn_handle_t sig) {
+  qnn_err_t rc = ((graph_execute_fn)real_table[FN_GRAPH_EXECUTE])(g, in, nin, out, nout, prof, sig);
+  trace("graph_execute rc=%" PRIu64 " graph=0x%" PRIxPTR, rc, H(g));
+  return rc;
+}
+
+static void *const wrappers[FN_COUNT] = {
+    [FN_BACKEND_CREATE] = (void *)w_backend_create,
+    [FN_BACKEND_FREE] = (void *)w_backend_free,
+    [FN_CONTEXT_CREATE] = (void *)w_context_create,
+    [FN_CONTEXT_CREATE_FROM_BINARY] = (void *)w_context_from_binary,
+    [FN_CONTEXT_FREE] = (void *)w_context_free,
+    [FN_GRAPH_CREATE] = (void *)w_graph_create,
+    [FN_GRAPH_RETRIEVE] = (void *)w_graph_retrieve,
+    [FN_GRAPH_EXECUTE] = (void *)w_graph_execute,
+    [FN_DEVICE_CREATE] = (void *)w_device_create,
+    [FN_DEVICE_FREE] = (void *)w_device_free,
+};
+
+static int decide_bridge(const qnn_interface_t *p) {
+  const char *force = getenv("HARNESS_QNN_ABI_BRIDGE");
+  if (force && strcmp(force, "1") == 0) return 1;
+  if (force && strcmp(force, "0") == 0) return 0;
+  unsigned maj = 0, min = 0;
+  const char *above = getenv("HARNESS_QNN_BRIDGE_ABOVE");
+  if (!above || sscanf(above, "%u.%u", &maj, &min) != 2) return 0;
+  return p->core_api.major > maj || (p->core_api.major == maj && p->core_api.minor > min);
+}
+
+static int patch_provider(qnn_interface_t *p) {
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t start = (uintptr_t)&p->table[0] & ~(page - 1);
+  uintptr_t end = (uintptr_t)&p->table[FN_COUNT];
+  if (mprotect((void *)start, end - start, PROT_READ | PROT_WRITE) != 0) {
+    trace("error mprotect errno=%d", errno);
+    return -1;
+  }
+  for (int i = 0; i < FN_COUNT; i++) {
+    if (!wrappers[i] || p->table[i] == wrappers[i]) continue;
+    if (!real_table[i]) real_table[i] = p->table[i];
+    if (p->table[i] == real_table[i]) p->table[i] = wrappers[i];
+  }
+  return 0;
+}
+
+qnn_err_t QnnInterface_getProviders(const qnn_interface_t ***providers, uint32_t *count) {
+  static get_providers_fn real_get = NULL;
+  pthread_mutex_lock(&patch_lock);
+  if (!real_get) {
+    const char *path = getenv("HARNESS_QNN_REAL_HTP");
+    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) : NULL;
+    if (!lib) {
+      fprintf(stderr, "[harness interposer] cannot load real libQnnHtp.so from "
+                      "HARNESS_QNN_REAL_HTP=%s: %s\n", path ? path : "(unset)", dlerror());
+      pthread_mutex_unlock(&patch_lock);
+      return 1; /* QNN_COMMON_ERROR_GENERAL-like nonzero */
+    }
+    real_get = (get_providers_fn)dlsym(lib, "QnnInterface_getProviders");
+    if (!real_get) {
+      pthread_mutex_unlock(&patch_lock);
+      return 1;
+    }
+  }
+  qnn_err_t rc = real_get(providers, count);
+  if (rc == 0 && providers && *providers && count) {
+    for (uint32_t i = 0; i < *count; i++) {
+      qnn_interface_t *p = (qnn_interface_t *)(*providers)[i];
+      if (i == 0) {
+        bridge_on = decide_bridge(p);
+        trace("api core=%u.%u.%u backend=%u.%u.%u provider=%s bridge=%d", p->core_api.major,
+              p->core_api.minor, p->core_api.patch, p->backend_api.major, p->backend_api.minor,
+              p->backend_api.patch, p->provider_name ? p->provider_name : "", bridge_on);
+      }
+      patch_provider(p);
+    }
+  }
+  pthread_mutex_unlock(&patch_lock);
+  return rc;
+}

@@ -1,0 +1,47 @@
+"""Builds the libQnnHtp.so interposer from `interposer.c` with gcc, once per source hash.
+
+Built on first use rather than shipped, because it must match the host's libc and is tiny;
+gcc is on every supported host. `-z nodelete` keeps it mapped after ExecuTorch dlcloses
+libQnnHtp.so (see the C file's header).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from harness.cache import cache_root, digest, file_lock
+from harness.errors import SdkError
+
+SOURCE = Path(__file__).with_name("interposer.c")
+LIB_NAME = "libQnnHtp.so"
+
+
+def interposer_command(output: Path, compiler: str = "gcc") -> list[str]:
+    """The compile line; also used to cross-build with an NDK clang (`compiler=`)."""
+    return [compiler, "-O2", "-Wall", "-shared", "-fPIC", "-Wl,-z,nodelete",
+            "-o", str(output), str(SOURCE), "-ldl", "-lpthread"]
+
+
+def build_interposer(force: bool = False) -> Path:
+    """Return the path of a built interposer, building it if this source was never built."""
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise SdkError(
+            "gcc is needed to build the QNN interposer (libQnnHtp.so shim): "
+            "install it with `apt-get install gcc`."
+        )
+    key = digest([SOURCE.read_bytes(), compiler])
+    out_dir = cache_root() / "interposer" / key
+    output = out_dir / LIB_NAME
+    with file_lock(out_dir.parent / f"{key}.lock"):
+        if output.exists() and not force:
+            return output
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = out_dir / (LIB_NAME + ".tmp")
+        proc = subprocess.run(interposer_command(tmp, compiler), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SdkError(f"building the QNN interposer failed:\n{proc.stderr[-2000:]}")
+        tmp.replace(output)
+    return output

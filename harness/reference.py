@@ -1,0 +1,48 @@
+"""The reference model: what must hold after each step of a scenario on a correct runtime.
+
+It tracks which modules are alive and which of their methods are loaded, and from that predicts
+the live QNN context count: every live module with at least one loaded method of a QNN program
+holds its own context (the methods of one program share one), and nothing else holds any.
+Backends and devices exist exactly while some context does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.scenario import Scenario
+
+
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """Predicted state after one step."""
+
+    loaded: dict[str, frozenset[str]]  # live module -> loaded methods
+    contexts: int
+    step_ok: bool = True
+
+    def context_holders(self) -> set[str]:
+        return {m for m, methods in self.loaded.items() if methods}
+
+
+def predict(scenario: Scenario) -> list[Expected]:
+    loaded: dict[str, set[str]] = {}
+    out: list[Expected] = []
+    for step in scenario.steps:
+        ok = True
+        if step.op == "load_module":
+            ok = step.module not in loaded
+            loaded.setdefault(step.module, set())
+        elif step.op in ("load_method", "execute"):
+            ok = step.module in loaded and (step.op == "execute" or step.method not in loaded[step.module])
+            if step.module in loaded:
+                loaded[step.module].add(step.method)
+        elif step.op == "unload_method":
+            ok = step.method in loaded.get(step.module, set())
+            loaded.get(step.module, set()).discard(step.method)
+        elif step.op == "destroy_module":
+            ok = loaded.pop(step.module, None) is not None
+        qnn = {m for m, methods in loaded.items()
+               if methods and scenario.models[m].backend == "qnn"}
+        out.append(Expected({m: frozenset(v) for m, v in loaded.items()}, len(qnn), ok))
+    return out

@@ -1,0 +1,140 @@
+"""What one scenario run produced: the runner's events, joined with the QNN trace replay.
+
+`ScenarioResult` is what tests and assertions look at; it never needs to know which device or
+runner produced it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal as signal_module
+from pathlib import Path
+
+from harness.qnn.trace import TraceRecord, replay, replay_by_offsets
+from harness.runner.python_runner import EVENT_PREFIX
+from harness.scenario import Scenario, Step
+
+
+@dataclasses.dataclass
+class RunOutput:
+    """Raw outcome of running a runner process, whatever the device."""
+
+    returncode: int | None  # None when killed for a timeout
+    stdout: str
+    stderr: str
+    trace_text: str = ""
+    timed_out: bool = False
+    runner: str = ""
+    logs: dict[str, str] = dataclasses.field(default_factory=dict)  # logcat, tombstone, ...
+    pushes: dict[str, int] = dataclasses.field(default_factory=dict)  # pushed/skipped counts
+
+
+def parse_events(stdout: str) -> list[dict]:
+    events = []
+    for line in stdout.splitlines():
+        if line.startswith(EVENT_PREFIX):
+            try:
+                events.append(json.loads(line[len(EVENT_PREFIX):]))
+            except json.JSONDecodeError:
+                pass  # a line torn by a crash
+    return events
+
+
+@dataclasses.dataclass
+class StepResult:
+    step: Step
+    event: dict | None  # None when the runner never reported this step
+    trace: dict  # TraceState.snapshot() after the step
+
+    @property
+    def status(self) -> str:
+        return self.event["status"] if self.event else "not-run"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def live(self) -> dict[str, int]:
+        return self.trace["live"]
+
+    @property
+    def memory(self) -> dict:
+        return (self.event or {}).get("memory") or {}
+
+    def describe(self) -> str:
+        e = self.event or {}
+        msg = f" [{e.get('error_code')}] {e.get('message')}" if e.get("message") else ""
+        return f"{self.step.describe()}: {self.status}{msg}"
+
+
+@dataclasses.dataclass
+class ScenarioResult:
+    scenario: Scenario
+    output: RunOutput
+    steps: list[StepResult]
+    trace: list[TraceRecord]
+    artifacts: Path | None = None
+
+    @classmethod
+    def build(cls, scenario: Scenario, output: RunOutput, trace: list[TraceRecord],
+              artifacts: Path | None = None) -> "ScenarioResult":
+        events = [e for e in parse_events(output.stdout) if e.get("event") == "step"]
+        by_index = {e["index"]: e for e in events}
+        offsets = [by_index[i]["trace_offset"] if i in by_index else -1
+                   for i in range(len(scenario.steps))]
+        # Steps the runner never reached see the whole trace (what happened until it died).
+        end = trace[-1].offset if trace else 0
+        states = replay_by_offsets(trace, [o if o >= 0 else end for o in offsets])
+        steps = [StepResult(s, by_index.get(i), states[i]) for i, s in enumerate(scenario.steps)]
+        return cls(scenario, output, steps, trace, artifacts)
+
+    @property
+    def crashed(self) -> bool:
+        rc = self.output.returncode
+        return self.output.timed_out or rc is None or rc < 0 or rc not in (0, 1, 2)
+
+    @property
+    def last_completed(self) -> StepResult | None:
+        done = [s for s in self.steps if s.event is not None]
+        return done[-1] if done else None
+
+    def crash_report(self) -> str:
+        """Signal, last completed step and the log tail: what a user needs to start on a crash."""
+        out = self.output
+        if out.timed_out:
+            head = f"runner hung: killed after timeout"
+        elif out.returncode is not None and out.returncode < 0:
+            head = f"runner crashed with signal {_signal_name(-out.returncode)}"
+        else:
+            head = f"runner exited with code {out.returncode}"
+        last = self.last_completed
+        lines = [head, f"last completed step: {last.step.describe() if last else '(none)'}"]
+        nxt = next((s for s in self.steps if s.event is None), None)
+        if nxt is not None:
+            lines.append(f"step in progress: {nxt.step.describe()}")
+        lines.append("log tail:\n" + log_tail(out.stderr + out.stdout, 20))
+        for name, text in out.logs.items():
+            lines.append(f"{name} tail:\n" + log_tail(text, 20))
+        if self.artifacts:
+            lines.append(f"artifacts: {self.artifacts}")
+        return "\n".join(lines)
+
+    def final_trace(self) -> dict:
+        return replay(self.trace).snapshot()
+
+    def summary(self) -> str:
+        return "\n".join(f"  {i}: {s.describe()} live={s.live}" for i, s in enumerate(self.steps))
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal_module.Signals(num).name
+    except ValueError:
+        return str(num)
+
+
+def log_tail(text: str, lines: int) -> str:
+    kept = [l for l in text.splitlines() if not l.startswith(EVENT_PREFIX)]
+    return "\n".join("    " + l for l in kept[-lines:])

@@ -1,0 +1,4 @@
+"""Lifecycle runners: processes that execute one scenario and stream one event per step.
+
+The contract is docs/runner-protocol.md; `python_runner` and the native runner implement it.
+"""

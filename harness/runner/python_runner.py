@@ -1,0 +1,206 @@
+"""The Python lifecycle runner: executes a scenario through ExecuTorch's pybindings.
+
+It imports `executorch.extension.pybindings._C` directly: the public `portable_lib` wrapper
+imports all of `exir` (seconds per process, and every scenario is a fresh process). Modules
+are `_load_program` objects and methods are the method objects the runner holds itself, because
+`executorch.runtime.Program.load_method` caches methods for the program's lifetime and so
+cannot unload one. Contract: docs/runner-protocol.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+EVENT_PREFIX = "HARNESS_EVENT "
+EXIT_OK, EXIT_STEP_FAILED, EXIT_BAD_SCENARIO = 0, 1, 2
+
+
+def emit(event: dict) -> None:
+    sys.stdout.write(EVENT_PREFIX + json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+class Runner:
+    def __init__(self, scenario: dict, base: Path) -> None:
+        import torch  # noqa: F401  (tensors cross the pybindings as torch tensors)
+        from executorch.extension.pybindings import _C
+
+        self.C = _C
+        self.scenario = scenario
+        self.base = base
+        self.modules: dict[str, object] = {}
+        self.methods: dict[str, dict[str, object]] = {}
+        self.watch = [str(self.path(p)) for p in scenario.get("watch_mappings", [])]
+        self.trace = os.environ.get("HARNESS_QNN_TRACE")
+
+    def path(self, value: str) -> Path:
+        p = Path(value)
+        return p if p.is_absolute() else self.base / p
+
+    def tensor(self, desc: dict):
+        import numpy as np
+        import torch
+
+        dtype = np.dtype(desc["dtype"]).newbyteorder("<")
+        array = np.fromfile(self.path(desc["file"]), dtype=dtype).reshape(desc["shape"])
+        return torch.from_numpy(array.astype(array.dtype.newbyteorder("=")))
+
+    # Steps ---------------------------------------------------------------------------------
+    def load_module(self, step: dict) -> dict:
+        name = step["module"]
+        if name in self.modules:
+            raise StepError(f"module {name} is already loaded")
+        if step.get("backend_options"):
+            raise StepError("backend_options are not supported by the Python runner: the "
+                            "executorch pybindings cannot pass a LoadBackendOptionsMap; use the "
+                            "native runner (--runner=native)")
+        pte = self.path(step["pte"])
+        if not pte.is_file():
+            raise StepError(f"program file {pte} does not exist")
+        self.modules[name] = self.C._load_program(str(pte))
+        self.methods[name] = {}
+        return {}
+
+    def _module(self, step: dict):
+        name = step["module"]
+        if name not in self.modules:
+            raise StepError(f"module {name} is not loaded")
+        return self.modules[name]
+
+    def load_method(self, step: dict) -> dict:
+        module = self._module(step)
+        method = step["method"]
+        if method in self.methods[step["module"]]:
+            raise StepError(f"method {method} of module {step['module']} is already loaded")
+        self.methods[step["module"]][method] = module.load_method(method)
+        return {}
+
+    def unload_method(self, step: dict) -> dict:
+        self._module(step)
+        if self.methods[step["module"]].pop(step["method"], None) is None:
+            raise StepError(f"method {step['method']} of module {step['module']} is not loaded")
+        return {}
+
+    def destroy_module(self, step: dict) -> dict:
+        self._module(step)
+        self.methods.pop(step["module"]).clear()
+        del self.modules[step["module"]]
+        return {}
+
+    def execute(self, step: dict) -> dict:
+        import numpy as np
+
+        module = self._module(step)
+        loaded = self.methods[step["module"]]
+        if step["method"] not in loaded:
+            loaded[step["method"]] = module.load_method(step["method"])
+        outputs = loaded[step["method"]].call([self.tensor(t) for t in step.get("inputs", [])])
+        report = []
+        worst = 0.0
+        mismatch = False
+        expected = step.get("expected", [])
+        for i, out in enumerate(outputs):
+            array = out.detach().contiguous().numpy()
+            report.append({"dtype": str(array.dtype), "shape": list(array.shape),
+                           "sha256": hashlib.sha256(array.tobytes()).hexdigest()})
+            if i < len(expected):
+                ref = self.tensor(expected[i]).numpy().astype(np.float64)
+                got = array.astype(np.float64)
+                if got.shape != ref.shape:
+                    mismatch = True
+                    continue
+                diff = np.abs(got - ref)
+                worst = max(worst, float(diff.max()) if diff.size else 0.0)
+                if not np.all(diff <= step.get("atol", 0.0) + step.get("rtol", 0.0) * np.abs(ref)):
+                    mismatch = True
+        if expected and len(outputs) != len(expected):
+            mismatch = True
+        return {"outputs": report, "max_abs_diff": worst, "status": "mismatch" if mismatch else "ok"}
+
+    def snapshot(self, step: dict) -> dict:
+        return {}
+
+    def get_option(self, step: dict) -> dict:
+        return {"option": {"backend": step["backend"], "key": step["key"], "value": None,
+                           "supported": False},
+                "status": "error", "message": "the executorch pybindings expose no backend options"}
+
+    set_option = get_option
+
+    # Loop ----------------------------------------------------------------------------------
+    def run(self) -> int:
+        from harness.memory import read_self
+
+        emit({"event": "start", "runner": "python", "pid": os.getpid(),
+              "scenario": self.scenario.get("name", "")})
+        failed = 0
+        steps = self.scenario["steps"]
+        for index, step in enumerate(steps):
+            op = step["op"]
+            event = {"event": "step", "index": index, "op": op, "module": step.get("module"),
+                     "method": step.get("method"), "status": "ok", "error_code": 0, "message": "",
+                     "outputs": [], "max_abs_diff": None, "option": None}
+            started = time.perf_counter()
+            try:
+                handler = getattr(self, op, None)
+                if handler is None or op.startswith("_") or op == "run":
+                    raise StepError(f"unknown op {op!r}")
+                event.update(handler(step))
+            except StepError as exc:
+                event.update(status="error", error_code=-1, message=str(exc))
+            except RuntimeError as exc:  # the runtime's own error
+                event.update(status="error", error_code=_error_code(str(exc)), message=str(exc))
+            event["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            event["trace_offset"] = _size(self.trace)
+            event["memory"] = read_self(self.watch)
+            failed += event["status"] != "ok"
+            emit(event)
+        emit({"event": "end", "status": "ok" if not failed else "failed", "steps": len(steps),
+              "failed_steps": failed})
+        return EXIT_OK if not failed else EXIT_STEP_FAILED
+
+
+class StepError(Exception):
+    """A step the runner refuses (wrong order, missing file): reported, not raised further."""
+
+
+def _error_code(message: str) -> int:
+    # pybindings say "method->execute() failed with error 0x1"
+    marker = "error 0x"
+    if marker in message:
+        try:
+            return int(message.split(marker, 1)[1].split()[0], 16)
+        except ValueError:
+            pass
+    return -1
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.stat(path).st_size if path else 0
+    except OSError:
+        return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m harness.runner.python_runner <scenario.json>", file=sys.stderr)
+        return EXIT_BAD_SCENARIO
+    path = Path(argv[0])
+    try:
+        scenario = json.loads(path.read_text())
+        if not isinstance(scenario.get("steps"), list):
+            raise ValueError("'steps' must be a list")
+    except (OSError, ValueError) as exc:
+        print(f"cannot read scenario {path}: {exc}", file=sys.stderr)
+        return EXIT_BAD_SCENARIO
+    return Runner(scenario, path.resolve().parent).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

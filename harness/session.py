@@ -1,0 +1,151 @@
+"""Per-session state of the plugin: options, the device, the runner, configs, compiled models.
+
+Created lazily, so a run that collects no HIL test (the framework's own tests) never builds a
+runner or touches the QNN libraries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from harness.compile import CompiledModel, compile_model
+from harness.config import SocConfig, load_soc, simulator_config, soc_config
+from harness.devices.base import Device
+from harness.errors import HarnessError
+from harness.models import get_model
+from harness.qnn.sdk import QnnSdk, discover, executorch_version
+from harness.runner.select import RunnerChoice, choose_runner
+
+
+@dataclasses.dataclass
+class Options:
+    devices: list[str]
+    simulator: bool
+    soc: str | None
+    device_config: Path | None
+    artifacts_dir: Path
+    keep_artifacts: bool
+    runner: str
+    runner_timeout: float | None
+    abi_bridge: str
+    adb_server: str | None
+    keep_workspace: bool
+    worker: str  # pytest-xdist worker id, "master" without xdist
+    worker_count: int
+
+
+class HilSession:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._device: Device | None = None
+        self._sdk: QnnSdk | None = None
+        self._runners: dict[str, RunnerChoice] = {}
+        self._models: dict[tuple[str, str], CompiledModel] = {}
+        self.notices: list[str] = []
+
+    # Pieces --------------------------------------------------------------------------------
+    @property
+    def sdk(self) -> QnnSdk:
+        if self._sdk is None:
+            self._sdk = discover()
+        return self._sdk
+
+    def runner_for(self, kind: str) -> RunnerChoice:
+        """The runner a device uses when asked for `kind` ("native" or "python")."""
+        if kind == "python":
+            return self.runner("python")
+        return self.runner("native" if self.options.runner == "native" else "auto")
+
+    def runner(self, kind: str) -> RunnerChoice:
+        if kind not in self._runners:
+            choice = choose_runner(kind)
+            if choice.notice:
+                self.notices.append(choice.notice)
+            self._runners[kind] = choice
+        return self._runners[kind]
+
+    @property
+    def device_serial(self) -> str | None:
+        """The device of this worker: worker N of an xdist run takes the Nth --device."""
+        devices = self.options.devices
+        if not devices or self.options.simulator:
+            return None
+        index = int(self.options.worker[2:]) if self.options.worker.startswith("gw") else 0
+        return devices[index % len(devices)]
+
+    @property
+    def device(self) -> Device:
+        if self._device is None:
+            self._device = self._make_device()
+        return self._device
+
+    def _make_device(self) -> Device:
+        serial = self.device_serial
+        if serial is None:
+            from harness.devices.simulator import SimulatorDevice
+
+            soc = self.options.soc or simulator_config().default_soc
+            self.soc_config  # validate the SoC before any work
+            return SimulatorDevice(self.sdk, soc, self.runner_for, self.options.abi_bridge)
+        from harness.devices.adb import AdbDevice
+
+        return AdbDevice.connect(serial, self)
+
+    @property
+    def soc(self) -> str:
+        if self._device is not None:
+            return self._device.info.soc
+        return self.options.soc or simulator_config().default_soc
+
+    @property
+    def soc_config(self) -> SocConfig:
+        if self.options.device_config is not None:
+            return load_soc(self.options.device_config)
+        return soc_config(self.soc)
+
+    @property
+    def runner_kind(self) -> str:
+        """What `Device.run` is asked for: "python" when requested, else "native"."""
+        return "python" if self.options.runner == "python" else "native"
+
+    @property
+    def timeout(self) -> float:
+        if self.options.runner_timeout:
+            return self.options.runner_timeout
+        if self.device_serial is None:
+            return simulator_config().runner_timeout_s
+        return self.soc_config.runner_timeout_s
+
+    @property
+    def rss_leak_kb(self) -> int:
+        if self.device_serial is None and self.options.device_config is None:
+            return simulator_config().rss_leak_kb
+        return self.soc_config.rss_leak_kb
+
+    def model(self, name: str, precision: str = "fp16") -> CompiledModel:
+        key = (name, precision)
+        if key not in self._models:
+            self._models[key] = compile_model(get_model(name), self.soc, precision, self.sdk,
+                                              self.options.artifacts_dir / "compile-logs")
+        return self._models[key]
+
+    def header(self) -> list[str]:
+        lines = [f"executorch {executorch_version()}; runner requested: {self.options.runner}"]
+        try:
+            lines.append(f"device: {self.device.info.header()}")
+            lines.append(f"runner: {self.runner_for(self.runner_kind).kind}")
+        except HarnessError as exc:
+            lines.append(f"device unavailable: {exc}")
+        lines += [f"notice: {n}" for n in self.notices]
+        return lines
+
+    def close(self) -> None:
+        if self._device is not None:
+            self._device.close()
+
+
+def worker_info() -> tuple[str, int]:
+    return (os.environ.get("PYTEST_XDIST_WORKER", "master"),
+            int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
