@@ -22,8 +22,11 @@ class RunnerChoice:
     kind: str  # "native" or "python"
     binary: Path | None  # the native runner binary
     notice: str = ""  # one line for the session header when we fell back
+    argv: tuple[str, ...] = ()  # an explicit command prefix (tests use it for stand-ins)
 
     def command(self, scenario: str) -> list[str]:
+        if self.argv:
+            return [*self.argv, scenario]
         if self.kind == "native":
             return [str(self.binary), scenario]
         return [sys.executable, "-m", "harness.runner.python_runner", scenario]

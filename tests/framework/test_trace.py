@@ -1,0 +1,53 @@
+"""QNN call trace parsing and replay: identities across handle reuse, violations."""
+
+import pytest
+
+from harness.qnn.trace import TraceFormatError, parse_trace, replay, replay_by_offsets
+
+TRACE = """1 api core=2.40.0 backend=5.51.0 provider=HTP_QTI_AISW bridge=1
+2 backend_create rc=0 handle=0x1
+3 device_create rc=0 handle=0x1 bridged=1
+4 context_create rc=0 handle=0x1 backend=0x1 device=0x1 binary=49152
+5 graph_retrieve rc=0 handle=0x1 context=0x1 name=forward
+6 graph_execute rc=0 graph=0x1
+7 context_free rc=0 handle=0x1
+8 context_create rc=0 handle=0x1 backend=0x1 device=0x1 binary=49152
+9 graph_execute rc=0 graph=0x1
+"""
+
+
+def test_parse_fields_and_offsets():
+    records = parse_trace(TRACE)
+    assert [r.kind for r in records][:3] == ["api", "backend_create", "device_create"]
+    assert records[3].fields["binary"] == "49152"
+    assert records[-1].offset == len(TRACE.encode())
+
+
+def test_handle_reuse_gets_new_identity_and_execute_on_freed_context_is_a_violation():
+    state = replay(parse_trace(TRACE))
+    assert state.counts() == {"backend": 1, "context": 1, "device": 1}
+    assert state.live_contexts() == {"context#2"}
+    assert state.executes == {"context#1": 1}
+    # graph 0x1 belonged to context#1, which was freed: executing it again is a violation
+    assert any("graph_execute on graph 0x1" in v for v in state.violations)
+
+
+def test_failed_create_and_unknown_free():
+    state = replay(parse_trace("1 context_create rc=5000 handle=0x0 backend=0x1 device=0x1\n"
+                               "2 context_free rc=0 handle=0x9\n"))
+    assert state.counts()["context"] == 0
+    assert state.violations == ["seq 2: context_free of unknown handle 0x9"]
+
+
+def test_replay_by_offsets_cuts_at_step_boundaries():
+    records = parse_trace(TRACE)
+    snaps = replay_by_offsets(records, [0, records[3].offset, records[6].offset])
+    assert [s["live"]["context"] for s in snaps] == [0, 1, 0]
+
+
+def test_torn_last_line_is_ignored_and_garbage_is_an_error():
+    assert len(parse_trace(TRACE + "10 context_fr")) == 9
+    with pytest.raises(TraceFormatError):
+        parse_trace("hello world\n")
+    with pytest.raises(TraceFormatError):
+        parse_trace("3 context_free handle\n")
