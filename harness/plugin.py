@@ -63,6 +63,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "127.0.0.1:5037)")
     group.addoption("--keep-workspace", action="store_true",
                     help="leave the on-device workspace in place at the end of the session")
+    group.addoption("--device-workspace", default=None, metavar="PATH",
+                    help="on-device workspace directory (default: a new one per session and "
+                         "worker under /data/local/tmp); reuse one to skip pushes across runs")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,7 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
         keep_artifacts=config.getoption("keep_artifacts"), runner=config.getoption("runner"),
         runner_timeout=config.getoption("runner_timeout"),
         abi_bridge=config.getoption("qnn_abi_bridge"), adb_server=config.getoption("adb_server"),
-        keep_workspace=config.getoption("keep_workspace"), worker=worker, worker_count=count)
+        keep_workspace=config.getoption("keep_workspace"),
+        device_workspace=config.getoption("device_workspace"), worker=worker, worker_count=count)
     config.stash[_SESSION_KEY] = HilSession(opts)
     config.stash[_REPORTS_KEY] = {}
 
@@ -99,7 +103,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if issue is not None:
             item.stash[_ISSUE_KEY] = issue
             item.add_marker(pytest.mark.xfail(raises=AssertionError,
-                strict=True, reason=f"known issue {issue.id} on executorch {version}: {issue.reason}"))
+                strict=True, reason=f"known issue {issue.id} on executorch {version}: "
+                       f"{issue.reason.split('. ')[0]}"))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -32,6 +32,7 @@ class Options:
     abi_bridge: str
     adb_server: str | None
     keep_workspace: bool
+    device_workspace: str | None
     worker: str  # pytest-xdist worker id, "master" without xdist
     worker_count: int
 

@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="device property (repeatable), overrides the SM8650 defaults")
     p.add_argument("--env", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment for device shell commands (repeatable)")
+    p.add_argument("--no-simulator-env", action="store_true",
+                   help="do not give shell commands the HTP simulator's environment (by default "
+                        "the device runs pushed QNN programs on the host's HTP simulator)")
     p.add_argument("--no-connect", action="store_true", help="do not `adb connect` the device")
     p.add_argument("--adb", default="adb", help="adb client binary (default: adb on PATH)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging to stderr")
@@ -59,12 +62,23 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    env = {}
+    if not args.no_simulator_env:
+        from harness.errors import HarnessError
+        from harness.qnn.sdk import discover
+
+        try:
+            env.update(discover().device_environment())
+        except HarnessError as exc:
+            print(f"loopback: {exc}", file=sys.stderr)
+            return 1
+    env.update(dict(args.env))
     device = LoopbackDevice(
         sandbox=args.sandbox,
         properties=dict(args.prop),
         host=args.host,
         port=args.port,
-        extra_env=dict(args.env) or None,
+        extra_env=env or None,
     ).start()
     connected = False
     try:

@@ -67,6 +67,15 @@ class QnnSdk:
         return env
 
 
+    def device_environment(self, bridge: str = "auto") -> dict[str, str]:
+        """What an x86_64 stand-in phone (the loopback device) provides to its processes: the
+        real libraries' directories, but not the interposer, which the harness pushes."""
+        env = self.environment(None, bridge)
+        env["LD_LIBRARY_PATH"] = ":".join(
+            [str(self.real_lib_dir), *map(str, self.extra_lib_dirs)])
+        return env
+
+
 def executorch_version() -> str:
     try:
         return importlib.metadata.version("executorch")

@@ -1,0 +1,67 @@
+"""Command line: `python -m harness <command>`.
+
+  build-runner ...   build the native lifecycle runner (host, or Android with an NDK)
+  doctor             check the QNN libraries, build the interposer and the runner, show the choice
+  validate-configs   load every file under device_configs/ and report the first error
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def doctor() -> int:
+    from harness.errors import HarnessError
+    from harness.qnn.sdk import built_against_core_api, discover, executorch_version
+    from harness.runner.select import choose_runner
+
+    try:
+        sdk = discover()
+        print(f"executorch {executorch_version()} (built against QNN core API {built_against_core_api()})")
+        print(f"QNN libraries: {sdk.source} at {sdk.real_lib_dir}")
+        print(f"QNN_SDK_ROOT for children: {sdk.root}")
+        choice = choose_runner("auto")
+        print(f"runner: {choice.kind} {choice.binary or ''}".rstrip())
+        if choice.notice:
+            print(f"notice: {choice.notice}")
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def validate_configs() -> int:
+    from harness.config import validate_all
+    from harness.errors import ConfigError
+    from harness.known_issues import load_known_issues
+
+    try:
+        checked = validate_all()
+        issues = load_known_issues()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"ok: {', '.join(checked)}; {len(issues)} known issue(s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "build-runner":
+        from harness.runner.native_build import main as build_main
+
+        return build_main(rest)
+    if command == "doctor":
+        return doctor()
+    if command == "validate-configs":
+        return validate_configs()
+    print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
