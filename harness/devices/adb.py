@@ -74,6 +74,7 @@ class AdbDevice(Device):
         self.session = session
         self.adb = client.device(serial)
         self.lost: str | None = None
+        self.reacquire_s = REACQUIRE_S
         self.stats = PushStats()
         self._remote_sha: dict[str, str] = {}  # remote path -> sha256 known to be there
         self._runs = 0
@@ -339,10 +340,10 @@ class AdbDevice(Device):
         why = f" ({exc})" if exc else ""
         if self._online():
             return DeviceError(f"{self.serial}: {what} failed{why}")
-        back = _reacquire(self.client, self.serial, REACQUIRE_S)
+        back = _reacquire(self.client, self.serial, self.reacquire_s)
         if not back:
             self.lost = (f"{self.serial} went offline during {what}{why} and did not come back "
-                         f"within {REACQUIRE_S:.0f} s")
+                         f"within {self.reacquire_s:.0f} s")
             return DeviceError(self.lost)
         return DeviceError(f"{self.serial} went offline during {what}{why}; it is back, the "
                            "session goes on")

@@ -1,0 +1,232 @@
+#include "memory.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace harness {
+namespace {
+
+// Parses "Name:   123 kB". Returns false for any other line shape (mapping
+// headers, VmFlags, THPeligible, ...).
+bool parse_kb_line(const char* line, std::string& name, int64_t& kb) {
+  const char* colon = std::strchr(line, ':');
+  if (colon == nullptr || colon == line) {
+    return false;
+  }
+  for (const char* p = line; p < colon; ++p) {
+    if (*p == ' ' || *p == '\t') {
+      return false;
+    }
+  }
+  char* end = nullptr;
+  long long v = std::strtoll(colon + 1, &end, 10);
+  if (end == colon + 1) {
+    return false;
+  }
+  while (*end == ' ' || *end == '\t') {
+    ++end;
+  }
+  if (std::strncmp(end, "kB", 2) != 0) {
+    return false;
+  }
+  name.assign(line, colon);
+  kb = v;
+  return true;
+}
+
+// A smaps mapping header: "start-end perms offset dev inode [path]".
+// Sets `path` (possibly empty) and returns true when the line is a header.
+bool parse_mapping_header(const char* line, std::string& path) {
+  unsigned long start = 0, end = 0, offset = 0, inode = 0;
+  char perms[8];
+  char dev[16];
+  int consumed = 0;
+  if (std::sscanf(
+          line,
+          "%lx-%lx %7s %lx %15s %lu%n",
+          &start,
+          &end,
+          perms,
+          &offset,
+          dev,
+          &inode,
+          &consumed) < 6) {
+    return false;
+  }
+  const char* p = line + consumed;
+  while (*p == ' ' || *p == '\t') {
+    ++p;
+  }
+  path.assign(p);
+  while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) {
+    path.pop_back();
+  }
+  return true;
+}
+
+json::Value read_rollup() {
+  json::Value rollup = json::Value::object();
+  FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) {
+    return rollup;
+  }
+  char line[512];
+  std::string name;
+  int64_t kb = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (parse_kb_line(line, name, kb)) {
+      rollup.set(name, json::Value::integer(kb));
+    }
+  }
+  std::fclose(f);
+  return rollup;
+}
+
+json::Value read_mappings(const std::vector<WatchedPath>& watched) {
+  // Field order: the fields every watched entry reports even when the path is
+  // not mapped, then whatever else smaps prints, in the kernel's order.
+  static const char* kBaseFields[] = {
+      "Size",
+      "Rss",
+      "Pss",
+      "Shared_Clean",
+      "Shared_Dirty",
+      "Private_Clean",
+      "Private_Dirty",
+      "Anonymous",
+      "Swap",
+      "Locked"};
+  std::vector<std::vector<std::pair<std::string, int64_t>>> sums(
+      watched.size());
+  for (auto& s : sums) {
+    for (const char* field : kBaseFields) {
+      s.emplace_back(field, 0);
+    }
+  }
+  if (!watched.empty()) {
+    FILE* f = std::fopen("/proc/self/smaps", "r");
+    if (f != nullptr) {
+      char line[4096];
+      std::string name;
+      std::string path;
+      int64_t kb = 0;
+      int current = -1;  // index into watched, -1 when not watched
+      while (std::fgets(line, sizeof(line), f) != nullptr) {
+        if (parse_kb_line(line, name, kb)) {
+          if (current >= 0) {
+            auto& s = sums[current];
+            bool found = false;
+            for (auto& kv : s) {
+              if (kv.first == name) {
+                kv.second += kb;
+                found = true;
+                break;
+              }
+            }
+            if (!found) {
+              s.emplace_back(name, kb);
+            }
+          }
+          continue;
+        }
+        if (parse_mapping_header(line, path)) {
+          current = -1;
+          static const char kDeleted[] = " (deleted)";
+          const size_t dl = sizeof(kDeleted) - 1;
+          std::string undeleted = path;
+          if (undeleted.size() > dl &&
+              undeleted.compare(undeleted.size() - dl, dl, kDeleted) == 0) {
+            undeleted.resize(undeleted.size() - dl);
+          }
+          for (size_t i = 0; i < watched.size(); ++i) {
+            const auto& w = watched[i];
+            if (path == w.reported || undeleted == w.reported ||
+                (!w.canonical.empty() &&
+                 (path == w.canonical || undeleted == w.canonical))) {
+              current = static_cast<int>(i);
+              break;
+            }
+          }
+        }
+      }
+      std::fclose(f);
+    }
+  }
+  json::Value mappings = json::Value::object();
+  for (size_t i = 0; i < watched.size(); ++i) {
+    json::Value entry = json::Value::object();
+    for (const auto& kv : sums[i]) {
+      entry.set(kv.first, json::Value::integer(kv.second));
+    }
+    mappings.set(watched[i].reported, std::move(entry));
+  }
+  return mappings;
+}
+
+json::Value read_dmabuf() {
+  int64_t count = 0;
+  int64_t bytes = 0;
+  DIR* dir = opendir("/proc/self/fdinfo");
+  if (dir != nullptr) {
+    struct dirent* ent;
+    char path[300];
+    char line[256];
+    while ((ent = readdir(dir)) != nullptr) {
+      if (ent->d_name[0] < '0' || ent->d_name[0] > '9') {
+        continue;
+      }
+      std::snprintf(path, sizeof(path), "/proc/self/fdinfo/%s", ent->d_name);
+      FILE* f = std::fopen(path, "r");
+      if (f == nullptr) {
+        continue;
+      }
+      bool is_dmabuf = false;
+      int64_t size = 0;
+      while (std::fgets(line, sizeof(line), f) != nullptr) {
+        if (std::strncmp(line, "exp_name:", 9) == 0) {
+          is_dmabuf = true;
+        } else if (std::strncmp(line, "size:", 5) == 0) {
+          size = std::strtoll(line + 5, nullptr, 10);
+        }
+      }
+      std::fclose(f);
+      if (is_dmabuf) {
+        ++count;
+        bytes += size;
+      }
+    }
+    closedir(dir);
+  }
+  json::Value out = json::Value::object();
+  out.set("count", json::Value::integer(count));
+  out.set("bytes", json::Value::integer(bytes));
+  return out;
+}
+
+}  // namespace
+
+json::Value measure_memory(const std::vector<WatchedPath>& watched) {
+  json::Value mem = json::Value::object();
+  mem.set("rollup", read_rollup());
+  mem.set("mappings", read_mappings(watched));
+  mem.set("dmabuf", read_dmabuf());
+  return mem;
+}
+
+int64_t trace_offset() {
+  const char* path = std::getenv("HARNESS_QNN_TRACE");
+  if (path == nullptr || path[0] == '\0') {
+    return 0;
+  }
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    return 0;
+  }
+  return static_cast<int64_t>(st.st_size);
+}
+
+}  // namespace harness

@@ -1,0 +1,65 @@
+// Executes a validated scenario step by step and writes the event stream.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <executorch/extension/module/module.h>
+
+#include "json.h"
+#include "scenario.h"
+
+namespace harness {
+
+// error_code reported for step errors the harness itself detects (a module
+// name that is not live, a method that is not loaded, ...), as opposed to an
+// executorch::runtime::Error the runtime returned.
+constexpr int kHarnessErrorCode = -1;
+
+class Runner {
+ public:
+  explicit Runner(const Scenario& scenario) : scenario_(scenario) {}
+
+  // Runs every step, writes start/step/end events. Returns the exit code
+  // (0 every step ok, 1 some step error/mismatch).
+  int run();
+
+ private:
+  struct StepResult {
+    std::string status = "ok";  // ok | error | mismatch
+    int error_code = 0;
+    std::string message;
+    json::Value outputs = json::Value::array();  // execute's outputs
+    json::Value max_abs_diff;  // null unless execute produced outputs
+    json::Value option;        // null unless set_option/get_option
+  };
+
+  // One live module: the ExecuTorch Module plus the methods this runner
+  // loaded through it, in load order.
+  struct LiveModule {
+    std::string name;
+    std::unique_ptr<executorch::extension::Module> module;
+    std::vector<std::string> methods;
+  };
+
+  StepResult load_module(const Step& step);
+  StepResult load_method(const Step& step);
+  StepResult execute(const Step& step);
+  StepResult unload_method(const Step& step);
+  StepResult destroy_module(const Step& step);
+  StepResult set_option(const Step& step);
+  StepResult get_option(const Step& step);
+
+  LiveModule* find(const std::string& name);
+  void destroy(LiveModule& m);
+  static void note_method(LiveModule& m, const std::string& method);
+
+  const Scenario& scenario_;
+  std::vector<std::unique_ptr<LiveModule>> modules_;  // creation order
+};
+
+// "<what> failed: Error::<Name> (0x<code>)"
+std::string runtime_error_message(const std::string& what, int code);
+
+}  // namespace harness

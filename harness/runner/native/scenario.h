@@ -1,0 +1,97 @@
+// Scenario file model and validation (runner-protocol.md, "Scenario file").
+//
+// Everything that can make a scenario unrunnable is checked here, before the
+// first step, so the runner exits 2 without having done anything: unreadable or
+// invalid JSON, unknown ops, missing fields, unknown dtypes, missing .pte
+// files, missing tensor files or tensor files whose size does not match their
+// shape. Tensor contents are read later, by the step that uses them, so the
+// memory reported before that step does not include them.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtype.h"
+#include "memory.h"
+
+namespace harness {
+
+class ScenarioError : public std::runtime_error {
+ public:
+  explicit ScenarioError(const std::string& what) : std::runtime_error(what) {}
+};
+
+struct TensorSpec {
+  Dtype dtype = Dtype::Float32;
+  std::vector<int64_t> shape;
+  std::string file;  // absolute (resolved against the scenario directory)
+  size_t numel = 0;
+  size_t nbytes = 0;
+};
+
+// A backend option value: bool, int or string, as in the JSON.
+struct OptionValue {
+  enum class Kind { Bool, Int, String };
+  Kind kind = Kind::Int;
+  bool b = false;
+  int64_t i = 0;
+  std::string s;
+};
+
+struct BackendOptionSet {
+  std::string backend;
+  std::vector<std::pair<std::string, OptionValue>> options;
+};
+
+enum class Op {
+  LoadModule,
+  LoadMethod,
+  Execute,
+  UnloadMethod,
+  DestroyModule,
+  Snapshot,
+  SetOption,
+  GetOption,
+};
+
+const char* op_name(Op op);
+
+struct Step {
+  size_t index = 0;
+  Op op = Op::Snapshot;
+  std::string module;  // empty when the op has none
+  std::string method;  // empty when the op has none
+  // load_module
+  std::string pte;
+  std::vector<BackendOptionSet> backend_options;
+  // execute
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> expected;  // empty: outputs are not compared
+  double atol = 0.0;
+  double rtol = 0.0;
+  // set_option / get_option
+  std::string backend;
+  std::string key;
+  OptionValue value;  // set_option: the value; get_option: its kind
+};
+
+struct Scenario {
+  std::string path;
+  std::string dir;
+  std::string name;
+  std::vector<WatchedPath> watch_mappings;
+  std::vector<Step> steps;
+};
+
+// Reads and validates a scenario file. Throws ScenarioError.
+Scenario load_scenario(const std::string& path);
+
+// Tolerances for an execute step that names none: exact match (as the
+// Python runner).
+constexpr double kDefaultAtol = 0.0;
+constexpr double kDefaultRtol = 0.0;
+
+}  // namespace harness

@@ -1,0 +1,43 @@
+// Input tensors from raw files, output fingerprints and output comparison.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <executorch/extension/tensor/tensor_ptr.h>
+#include <executorch/runtime/core/evalue.h>
+
+#include "json.h"
+#include "scenario.h"
+
+namespace harness {
+
+// Reads a tensor file (its size was validated with the scenario).
+// Throws std::runtime_error when it cannot be read now.
+std::vector<uint8_t> read_tensor_file(const TensorSpec& spec);
+
+// A tensor viewing `data` (which must outlive it) with the spec's shape/dtype.
+executorch::extension::TensorPtr make_input(
+    const TensorSpec& spec,
+    std::vector<uint8_t>& data);
+
+// {"dtype": ..., "shape": [...], "sha256": ...} for one method output.
+// Non-tensor outputs are reported with their EValue tag as dtype and an
+// empty shape; the hash then covers the scalar's bytes.
+json::Value describe_output(const executorch::runtime::EValue& value);
+
+struct Comparison {
+  bool match = true;
+  double max_abs_diff = 0;  // over every compared element of every output
+  std::string message;      // why it does not match
+};
+
+// Elementwise |out - exp| <= atol + rtol * |exp| over every expected output.
+Comparison compare_outputs(
+    const std::vector<executorch::runtime::EValue>& outputs,
+    const std::vector<TensorSpec>& expected,
+    double atol,
+    double rtol);
+
+}  // namespace harness

@@ -1,0 +1,197 @@
+"""The adb device path end to end: the real adb server and adbutils against a loopback device
+(a Python adbd on 127.0.0.1 that runs what is pushed on the host's HTP simulator).
+
+Crash and hang cases push a small shell script as the runner, so everything around the runner
+(push, launch, streaming, pid kill, exit signal, logcat and tombstone collection) is the code
+users run against phones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.devices.adb import AdbDevice
+from harness.driver import ScenarioDriver
+from harness.errors import DeviceError
+from harness.loopback import LoopbackDevice, connect, disconnect, start_server
+from harness.qnn.sdk import discover
+from harness.scenario import Scenario
+from harness.session import HilSession, Options
+
+pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
+                                reason="the adb client/server (Debian package adb) is not installed")
+
+
+def options(tmp_path: Path, serial: str, **overrides) -> Options:
+    base = dict(devices=[serial], simulator=False, soc=None, device_config=None,
+                artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
+                runner_timeout=None, abi_bridge="auto", adb_server=None, keep_workspace=False,
+                device_workspace=None, worker="master", worker_count=1)
+    base.update(overrides)
+    return Options(**base)
+
+
+@pytest.fixture(scope="module")
+def sdk():
+    return discover()
+
+
+@pytest.fixture(scope="module")
+def phone(tmp_path_factory, sdk):
+    """A loopback SM8650 'phone' attached to the real adb server."""
+    start_server()
+    dev = LoopbackDevice(tmp_path_factory.mktemp("phone"), extra_env=sdk.device_environment()).start()
+    connect(dev.serial)
+    yield dev
+    disconnect(dev.serial, missing_ok=True)
+    dev.stop()
+
+
+@pytest.fixture
+def session(phone, tmp_path, hil_session):
+    return HilSession(options(tmp_path, phone.serial, runner=hil_session.options.runner))
+
+
+@pytest.fixture
+def adb_device(session, phone):
+    device = AdbDevice.connect(phone.serial, session)
+    yield device
+    device.close()
+
+
+def simple(model, name="adb") -> Scenario:
+    return Scenario(name).load_module("A", model).execute("A", "forward").destroy_module("A")
+
+
+def test_identify_and_preflight(adb_device, phone, session):
+    assert adb_device.info.soc == "SM8650" and adb_device.info.abi == "x86_64"
+    assert adb_device.preflight() == []
+    report = adb_device.preflight_report
+    assert all(v["matches_sdk"] for v in report["qnn_libraries"].values())
+    assert report["mem_available_kb"] > 0
+    assert (session.options.artifacts_dir / f"preflight-{phone.serial.replace(':', '_')}.json").exists()
+    workspace = phone.sandbox / str(adb_device.workspace).lstrip("/")
+    assert (workspace / "libQnnHtp.so").exists()
+
+
+def test_preflight_fails_on_a_tampered_library(adb_device, phone):
+    remote = phone.sandbox / str(adb_device.workspace).lstrip("/") / "libQnnSystem.so"
+    remote.write_bytes(b"not the SDK's library")
+    problems = adb_device.preflight()
+    assert any("libQnnSystem.so on the device does not match" in p for p in problems)
+
+
+def test_runs_scenario_and_dedupes_pushes(adb_device, compiled_model, tmp_path, session, phone):
+    model = compiled_model("linear_relu")
+    driver = ScenarioDriver(adb_device, tmp_path / "a", 300, session.runner_kind)
+    first = driver.run(simple(model, "first"))
+    assert [s.status for s in first.steps] == ["ok", "ok", "ok"]
+    assert first.steps[1].live["context"] == 1  # the QNN trace came back from the device
+    assert first.output.pushes["pushed"] >= 4  # pte, input, expected output, scenario
+    second = driver.run(simple(model, "second"))
+    assert second.output.pushes["pushed"] == 1  # only the new scenario file
+    assert second.output.pushes["skipped"] >= 3
+    # A new session on the same workspace finds every file on the device already.
+    again = AdbDevice.connect(phone.serial, HilSession(options(
+        tmp_path, phone.serial, runner=session.options.runner,
+        device_workspace=str(adb_device.workspace), keep_workspace=True)))
+    assert again.stats.pushed == 0 and again.stats.skipped >= 2
+    third = ScenarioDriver(again, tmp_path / "b", 300, session.runner_kind).run(simple(model, "third"))
+    assert third.output.pushes["pushed"] == 0 or third.output.pushes["pushed"] == 1
+    assert all(s.ok for s in third.steps)
+
+
+def test_hostile_file_names_are_quoted(adb_device, compiled_model, tmp_path, session, phone):
+    model = compiled_model("linear_relu")
+    hostile = tmp_path / "it's a \"model\"; touch pwned $(id) `id`"
+    hostile.mkdir()
+    pte = hostile / "m o'd\"el;rm -rf x.pte"
+    shutil.copy(model.pte, pte)
+    result = ScenarioDriver(adb_device, tmp_path / "a", 300, session.runner_kind).run(
+        simple(dataclasses.replace(model, pte=pte), "hostile"))
+    assert [s.status for s in result.steps] == ["ok", "ok", "ok"]
+    assert not list(phone.sandbox.rglob("pwned")) and not list(Path("/").glob("pwned"))
+
+
+SLEEPER = "#!/bin/sh\necho HARNESS_EVENT '{\"event\": \"start\"}'\nexec sleep 300\n"
+CRASHER = """#!/bin/sh
+echo 'HARNESS_EVENT {"event": "step", "index": 0, "op": "load_module", "status": "ok", "trace_offset": 0}'
+echo "F libc    : Fatal signal 11 (SIGSEGV), code 1 in tid $$ (runner)" >> "$ANDROID_DATA/../logcat.txt"
+printf '*** *** ***\\nsignal 11 (SIGSEGV), fault addr 0x0\\n' > "$ANDROID_DATA/tombstones/tombstone_07"
+kill -SEGV $$
+"""
+
+
+def script_runner(adb_device, tmp_path, text) -> None:
+    script = tmp_path / "runner.sh"
+    script.write_text(text)
+    adb_device.runner_path = adb_device.workspace / "runner.sh"
+    adb_device.push_files({script: adb_device.runner_path}, mode=0o755)
+
+
+def test_hung_runner_is_killed_by_pid(adb_device, compiled_model, tmp_path):
+    script_runner(adb_device, tmp_path, SLEEPER)
+    out = adb_device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 3, "native")
+    assert out.timed_out and out.returncode is None
+    pid = next(l.split()[1] for l in out.stdout.splitlines() if l.startswith("HARNESS_PID"))
+    time.sleep(0.5)
+    _, stat = adb_device.sh(f"cat /proc/{pid}/stat 2>/dev/null")
+    # gone, or a zombie waiting for a reaper: either way it no longer runs
+    assert not stat.strip() or stat.split(") ")[1][0] == "Z", f"the hung runner still runs: {stat}"
+
+
+def test_crash_collects_signal_logcat_and_tombstone(adb_device, compiled_model, tmp_path):
+    script_runner(adb_device, tmp_path, CRASHER)
+    driver = ScenarioDriver(adb_device, tmp_path / "a", 60, "native")
+    result = driver.run(simple(compiled_model("linear_relu"), "crash"), allow_crash=True)
+    assert result.output.returncode == -11
+    assert "Fatal signal 11" in result.output.logs["logcat"]
+    assert "signal 11 (SIGSEGV)" in result.output.logs["tombstone"]
+    report = result.crash_report()
+    assert "signal SIGSEGV" in report and "last completed step: load_module(A)" in report
+    assert (result.artifacts / "tombstone.txt").exists()
+
+
+def test_unknown_soc_is_a_clear_error(tmp_path, sdk):
+    with LoopbackDevice(tmp_path / "s", properties={"ro.soc.model": "SM1234"},
+                        extra_env=sdk.device_environment()) as dev:
+        connect(dev.serial)
+        try:
+            with pytest.raises(DeviceError) as exc:
+                AdbDevice.connect(dev.serial, HilSession(options(tmp_path, dev.serial)))
+        finally:
+            disconnect(dev.serial, missing_ok=True)
+    assert "SoC SM1234 has no device config" in str(exc.value)
+    assert "SM8550, SM8650, SM8750" in str(exc.value)
+
+
+def test_offline_device_is_a_clear_error(tmp_path):
+    with pytest.raises(DeviceError, match="is not online"):
+        AdbDevice.connect("127.0.0.1:1", HilSession(options(tmp_path, "127.0.0.1:1")))
+
+
+def test_device_disappearing_mid_test_fails_fast(tmp_path, sdk, compiled_model, hil_session):
+    dev = LoopbackDevice(tmp_path / "s", extra_env=sdk.device_environment()).start()
+    connect(dev.serial)
+    try:
+        device = AdbDevice.connect(dev.serial, HilSession(options(tmp_path, dev.serial,
+                                                                  runner=hil_session.options.runner)))
+        device.reacquire_s = 2
+        script_runner(device, tmp_path, SLEEPER)
+        threading.Timer(1.5, dev.stop).start()
+        started = time.monotonic()
+        with pytest.raises(DeviceError, match="went offline"):
+            device.run(simple(compiled_model("linear_relu"), "gone"), tmp_path / "a", 120, "native")
+        assert time.monotonic() - started < 30
+        with pytest.raises(DeviceError, match="did not come back"):
+            device.run(simple(compiled_model("linear_relu"), "gone2"), tmp_path / "b", 120, "native")
+    finally:
+        dev.stop()
+        subprocess.run(["adb", "disconnect", dev.serial], capture_output=True)
