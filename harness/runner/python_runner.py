@@ -60,8 +60,6 @@ class Runner:
                             "executorch pybindings cannot pass a LoadBackendOptionsMap; use the "
                             "native runner (--runner=native)")
         pte = self.path(step["pte"])
-        if not pte.is_file():
-            raise StepError(f"program file {pte} does not exist")
         self.modules[name] = self.C._load_program(str(pte))
         self.methods[name] = {}
         return {}
@@ -194,12 +192,29 @@ def main(argv: list[str]) -> int:
     path = Path(argv[0])
     try:
         scenario = json.loads(path.read_text())
-        if not isinstance(scenario.get("steps"), list):
-            raise ValueError("'steps' must be a list")
+        missing = missing_files(scenario, path.resolve().parent)
     except (OSError, ValueError) as exc:
         print(f"cannot read scenario {path}: {exc}", file=sys.stderr)
         return EXIT_BAD_SCENARIO
+    if missing:
+        print(f"scenario {path} names missing files: {', '.join(missing)}", file=sys.stderr)
+        return EXIT_BAD_SCENARIO
     return Runner(scenario, path.resolve().parent).run()
+
+
+def missing_files(scenario: dict, base: Path) -> list[str]:
+    """Validate the document (ValueError) and list the files it names that do not exist, so a
+    bad scenario exits 2 before any step runs, as the native runner does."""
+    from harness.scenario import ScenarioError, parse_scenario
+
+    try:
+        steps = parse_scenario(scenario)
+    except ScenarioError as exc:
+        raise ValueError(str(exc)) from None
+    names = [s.args["pte"] for s in steps if s.op == "load_module"]
+    names += [t["file"] for s in steps if s.op == "execute"
+              for t in (*s.args.get("inputs", []), *s.args.get("expected", []))]
+    return [n for n in dict.fromkeys(names) if not (Path(n) if Path(n).is_absolute() else base / n).is_file()]
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """The native runner's build module and the built runner itself.
 
 (a) Android command lines, (b) clear errors for a missing NDK/prefix, (c) a real host build,
-cached and safe under concurrent callers, (d) the built runner on the HTP simulator (skipped only
-when the QNN simulator pieces are missing) and its exit code 2 paths, (e) XNNPACK backend options
+cached and safe under concurrent callers, (d) the built runner on the HTP simulator
+(laid out by harness.qnn.sdk) and its exit code 2 paths, (e) XNNPACK backend options
 reaching the runtime (the packed-weight cache file gets mapped).
 """
 
@@ -163,21 +163,11 @@ def test_built_runner_registers_the_delegates_and_needs_no_ld_library_path(host_
 
 # ------------------------------------------------------------------------- (d)
 
-SP = Path(native_build.executorch_package_dir() or "/nonexistent").parent
-QNN_SDK = Path(os.environ.get("HARNESS_TEST_QNN_SDK", "/tmp/qsdk"))
-QNN_REAL = SP / "onnxruntime_qnn"
-SAMPLE_PTE = Path("/tmp/m.pte")
+def qnn_env(trace: Path) -> dict[str, str]:
+    """The child environment for the HTP simulator, as the harness lays it out."""
+    from harness.qnn.sdk import discover
 
-
-def qnn_env(trace: Path) -> dict[str, str] | None:
-    """The child environment for the HTP simulator, or None when a piece is missing."""
-    interposer = QNN_SDK / "lib" / "x86_64-linux-clang" / "libQnnHtp.so"
-    if not interposer.exists() or not (QNN_REAL / "libQnnHtp.so").exists():
-        return None
-    search = [str(interposer.parent), str(QNN_REAL), str(SP / "onnxruntime_qnn.libs")]
-    return dict(os.environ, HARNESS_QNN_TRACE=str(trace),
-                HARNESS_QNN_REAL_HTP=str(QNN_REAL / "libQnnHtp.so"), HARNESS_QNN_ABI_BRIDGE="1",
-                QNN_SDK_ROOT=str(QNN_SDK), LD_LIBRARY_PATH=":".join(search))
+    return {**os.environ, **discover().environment(trace)}
 
 
 # Runs in a child with the QNN environment: lowers Linear(16,8)+ReLU for SM8650 fp16 when no
@@ -209,10 +199,7 @@ _MAKE_QNN_CASE = textwrap.dedent("""
 def qnn_case(tmp_path_factory):
     work = tmp_path_factory.mktemp("qnn-case")
     env = qnn_env(work / "trace.txt")
-    if env is None:
-        pytest.skip(f"HTP simulator pieces missing ({QNN_SDK}/lib/x86_64-linux-clang/libQnnHtp.so "
-                    f"or {QNN_REAL}/libQnnHtp.so)")
-    pte = SAMPLE_PTE if SAMPLE_PTE.exists() else work / "m.pte"
+    pte = work / "m.pte"
     made = subprocess.run([sys.executable, "-c", _MAKE_QNN_CASE, str(work), str(pte)],
                           capture_output=True, text=True, env=env, timeout=900)
     assert made.returncode == 0, made.stderr[-3000:]
