@@ -104,6 +104,14 @@ class AdbDevice(Device):
             raise self._offline(f"`{command[:80]}`", exc) from exc
         return ret.returncode, ret.output
 
+    def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
+        return self.sh(" ".join(q(a) for a in argv), timeout)
+
+    def scratch_dir(self) -> str:
+        path = str(self.workspace / "scratch")
+        self.sh(f"mkdir -p {q(path)}")
+        return path
+
     def prop(self, name: str) -> str:
         return self.sh(f"getprop {q(name)}")[1].strip()
 

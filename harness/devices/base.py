@@ -42,6 +42,14 @@ class Device(abc.ABC):
         in the output (`timed_out`), never raised: the session goes on.
         """
 
+    @abc.abstractmethod
+    def scratch_dir(self) -> str:
+        """A directory (as the runner sees it) where scenarios may create files, e.g. caches."""
+
+    @abc.abstractmethod
+    def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
+        """Run a command on the device (each argument quoted for you); (exit code, output)."""
+
     def preflight(self) -> list[str]:
         """Problems that make this device unusable, as sentences; empty when it is fine."""
         return []

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +29,19 @@ class SimulatorDevice(Device):
         self.abi_bridge = abi_bridge
         self.info = DeviceInfo("simulator", "simulator", soc, platform.machine(),
                                details={"qnn": sdk.source})
+
+    def scratch_dir(self) -> str:
+        if not hasattr(self, "_scratch"):
+            self._scratch = tempfile.TemporaryDirectory(prefix="executorch-hil-scratch-")
+        return self._scratch.name
+
+    def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    def close(self) -> None:
+        if hasattr(self, "_scratch"):
+            self._scratch.cleanup()
 
     def run(self, scenario: Scenario, artifacts: Path, timeout: float, runner: str) -> RunOutput:
         choice = self.runner_for(runner)
