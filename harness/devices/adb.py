@@ -105,12 +105,14 @@ class AdbDevice(Device):
         return ret.returncode, ret.output
 
     def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
-        return self.sh(" ".join(q(a) for a in argv), timeout)
+        """Run in a directory at the same depth as a run's, so `scratch_dir()` resolves alike."""
+        cwd = self.workspace / "runs" / ".command"
+        return self.sh(f"mkdir -p {q(str(cwd))} && cd {q(str(cwd))} && "
+                       + " ".join(q(a) for a in argv), timeout)
 
     def scratch_dir(self) -> str:
-        path = str(self.workspace / "scratch")
-        self.sh(f"mkdir -p {q(path)}")
-        return path
+        self.sh(f"mkdir -p {q(str(self.workspace / 'scratch'))}")
+        return "../../scratch"
 
     def prop(self, name: str) -> str:
         return self.sh(f"getprop {q(name)}")[1].strip()

@@ -44,7 +44,12 @@ class Device(abc.ABC):
 
     @abc.abstractmethod
     def scratch_dir(self) -> str:
-        """A directory (as the runner sees it) where scenarios may create files, e.g. caches."""
+        """A directory where scenarios may create files (e.g. weight caches).
+
+        The path is valid in scenario files (backend options, watch_mappings) and in `command`;
+        on adb devices it is relative to the runner's working directory, because a stand-in
+        device maps device paths only in commands, never inside files.
+        """
 
     @abc.abstractmethod
     def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
