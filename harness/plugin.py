@@ -87,6 +87,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
+        lines = session.summary()
+        if lines:  # also for xdist workers, whose terminal summary nobody sees
+            out = session.options.artifacts_dir / f"session-{session.options.worker}.txt"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text("\n".join(lines + session.notices) + "\n")
         session.close()
 
 
@@ -113,6 +118,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     target = ", ".join(opts.devices) if opts.devices and not opts.simulator else "HTP simulator"
     return [f"hil: target {target}; executorch {executorch_version()}; runner {opts.runner}; "
             f"artifacts {opts.artifacts_dir}"]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    session = config.stash.get(_SESSION_KEY, None)
+    lines = session.summary() + session.notices if session is not None else []
+    if lines:
+        terminalreporter.section("hil")
+        for line in dict.fromkeys(lines):
+            terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -142,6 +142,9 @@ class HilSession:
         lines += [f"notice: {n}" for n in self.notices]
         return lines
 
+    def summary(self) -> list[str]:
+        return self._device.summary() if self._device is not None else []
+
     def close(self) -> None:
         if self._device is not None:
             self._device.close()

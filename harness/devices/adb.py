@@ -362,6 +362,11 @@ class AdbDevice(Device):
         if self.lost:
             raise DeviceError(self.lost)
 
+    def summary(self) -> list[str]:
+        return [f"{self.serial}: pushes this session: {self.stats.pushed} pushed, "
+                f"{self.stats.skipped} skipped (sha256 already on the device); workspace "
+                f"{self.workspace}" + (" (kept)" if self.session.options.keep_workspace else "")]
+
     def close(self) -> None:
         if self.lost or self.session.options.keep_workspace:
             return

@@ -59,5 +59,9 @@ class Device(abc.ABC):
         """Problems that make this device unusable, as sentences; empty when it is fine."""
         return []
 
+    def summary(self) -> list[str]:
+        """Lines for the end-of-session summary (e.g. push counts)."""
+        return []
+
     def close(self) -> None:
         """Release the device (workspace, connections)."""
