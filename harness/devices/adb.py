@@ -295,7 +295,8 @@ class AdbDevice(Device):
                f"HARNESS_QNN_TRACE={q(str(run_dir / 'qnn_trace.txt'))}")
         if self.info.abi == "x86_64" and runner == "python":
             env += f" PYTHONPATH={q(self.session.runner_for('python').environment()['PYTHONPATH'])}"
-        return (f"cd {q(str(run_dir))} && {{ {env} {program} scenario.json "
+        stale = " ".join(q(str(run_dir / n)) for n in ("qnn_trace.txt", "stderr.txt"))
+        return (f"cd {q(str(run_dir))} && rm -f {stale} && {{ {env} {program} scenario.json "
                 f"2>{q(str(run_dir / 'stderr.txt'))} & pid=$!; echo HARNESS_PID $pid; "
                 f"wait $pid; echo HARNESS_EXIT $?; }}")
 
