@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from harness.reference import predict
-from harness.result import ScenarioResult, log_tail
+from harness.result import ScenarioResult
 
 _RUNTIME_ERROR_LINE = re.compile(r"error|fail|deleted|abort|invalid", re.IGNORECASE)
 

@@ -380,9 +380,12 @@ class AdbDevice(Device):
 def _wait_online(client: adbutils.AdbClient, serial: str, timeout: float) -> None:
     if ":" in serial:
         try:
-            client.connect(serial, timeout=timeout)
-        except (adbutils.AdbError, OSError):
-            pass
+            answer = client.connect(serial, timeout=timeout)
+        except (adbutils.AdbError, OSError) as exc:
+            answer = str(exc)
+        if "cannot" in answer or "failed" in answer or "refused" in answer:
+            raise DeviceError(f"device {serial} is not online: adb connect says {answer.strip()!r} "
+                              f"(adb server {client.host}:{client.port})")
     deadline = time.monotonic() + timeout
     state = "unknown"
     while time.monotonic() < deadline:

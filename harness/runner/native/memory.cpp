@@ -2,7 +2,9 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,6 +88,89 @@ json::Value read_rollup() {
   return rollup;
 }
 
+// "/a/./b/../c" -> "/a/c": the absolute, lexically normalized spelling of
+// `p` (relative paths are taken against the working directory). This is what
+// the kernel prints in /proc/self/smaps for a path without symlinks.
+std::string lexically_normal_absolute(const std::string& p) {
+  std::string full = p;
+  if (full.empty() || full[0] != '/') {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+      return p;
+    }
+    full = std::string(cwd) + "/" + full;
+  }
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i <= full.size()) {
+    size_t j = full.find('/', i);
+    if (j == std::string::npos) {
+      j = full.size();
+    }
+    std::string part = full.substr(i, j - i);
+    if (part == "..") {
+      if (!parts.empty()) {
+        parts.pop_back();
+      }
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(std::move(part));
+    }
+    i = j + 1;
+  }
+  std::string out;
+  for (const auto& part : parts) {
+    out += "/" + part;
+  }
+  return out.empty() ? "/" : out;
+}
+
+// realpath() of `p`, or of its directory plus the file name when the file
+// does not exist (yet); empty when neither resolves.
+std::string resolved_path(const std::string& p) {
+  char buf[PATH_MAX];
+  if (realpath(p.c_str(), buf) != nullptr) {
+    return buf;
+  }
+  size_t slash = p.find_last_of('/');
+  if (slash == std::string::npos || slash == 0) {
+    return "";
+  }
+  if (realpath(p.substr(0, slash).c_str(), buf) != nullptr) {
+    return std::string(buf) + p.substr(slash);
+  }
+  return "";
+}
+
+// The spellings one watched path may have in /proc/self/smaps, and the key it
+// is reported under: the absolute normalized path, so a scenario that names
+// "../../scratch/x.bin" (relative to its own directory) gets a key that equals
+// the path the kernel prints. Resolved on every reading, because a watched
+// file or its directory may only appear while the scenario runs.
+struct WatchSpellings {
+  std::string key;
+  std::vector<std::string> names;
+};
+
+WatchSpellings spellings(const WatchedPath& w) {
+  WatchSpellings s;
+  s.key = lexically_normal_absolute(w.reported);
+  std::string now = resolved_path(s.key);
+  const std::string candidates[] = {s.key, w.reported, w.canonical, now};
+  for (const std::string& name : candidates) {
+    if (name.empty()) {
+      continue;
+    }
+    bool seen = false;
+    for (const auto& n : s.names) {
+      seen = seen || n == name;
+    }
+    if (!seen) {
+      s.names.push_back(name);
+    }
+  }
+  return s;
+}
+
 json::Value read_mappings(const std::vector<WatchedPath>& watched) {
   // Field order: the fields every watched entry reports even when the path is
   // not mapped, then whatever else smaps prints, in the kernel's order.
@@ -100,6 +185,11 @@ json::Value read_mappings(const std::vector<WatchedPath>& watched) {
       "Anonymous",
       "Swap",
       "Locked"};
+  std::vector<WatchSpellings> names;
+  names.reserve(watched.size());
+  for (const auto& w : watched) {
+    names.push_back(spellings(w));
+  }
   std::vector<std::vector<std::pair<std::string, int64_t>>> sums(
       watched.size());
   for (auto& s : sums) {
@@ -142,13 +232,12 @@ json::Value read_mappings(const std::vector<WatchedPath>& watched) {
               undeleted.compare(undeleted.size() - dl, dl, kDeleted) == 0) {
             undeleted.resize(undeleted.size() - dl);
           }
-          for (size_t i = 0; i < watched.size(); ++i) {
-            const auto& w = watched[i];
-            if (path == w.reported || undeleted == w.reported ||
-                (!w.canonical.empty() &&
-                 (path == w.canonical || undeleted == w.canonical))) {
-              current = static_cast<int>(i);
-              break;
+          for (size_t i = 0; i < names.size() && current < 0; ++i) {
+            for (const auto& name : names[i].names) {
+              if (path == name || undeleted == name) {
+                current = static_cast<int>(i);
+                break;
+              }
             }
           }
         }
@@ -158,11 +247,18 @@ json::Value read_mappings(const std::vector<WatchedPath>& watched) {
   }
   json::Value mappings = json::Value::object();
   for (size_t i = 0; i < watched.size(); ++i) {
+    bool duplicate = false;  // two spellings of one file: the first one counted
+    for (size_t k = 0; k < i; ++k) {
+      duplicate = duplicate || names[k].key == names[i].key;
+    }
+    if (duplicate) {
+      continue;
+    }
     json::Value entry = json::Value::object();
     for (const auto& kv : sums[i]) {
       entry.set(kv.first, json::Value::integer(kv.second));
     }
-    mappings.set(watched[i].reported, std::move(entry));
+    mappings.set(names[i].key, std::move(entry));
   }
   return mappings;
 }

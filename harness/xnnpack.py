@@ -1,0 +1,416 @@
+"""XNNPACK packed-weight cache: where did the packed weights go, heap or the mmap'd cache file?
+
+When the cache file cannot be used, ExecuTorch's XNNPACK backend packs weights into heap
+memory and still reports success; the only symptom is dirty anonymous memory. This module
+tells the two apart from the outside, from the per-step memory readings every runner reports,
+so it works on any runtime version:
+
+- heap bytes: growth of `Anonymous` (smaps_rollup) from the step before the module's
+  `load_module` to its first `execute` (delegate init packs the weights there);
+- mapped bytes: `Rss` of the cache file's own mappings (`watch_mappings`) after that execute.
+
+A load is `mapped` when less than `HEAP_LIMIT` of the weight bytes went to heap and at least
+`MAPPED_MIN` of them sit in the cache file's mappings; it is a `fallback` when at least
+`HEAP_LIMIT` went to heap (a partial cache is a fallback too); anything else is
+`inconclusive` (e.g. the execute never ran).
+
+Where a runtime publishes its own packed-cache counters through backend options
+(`COUNTER_KEYS`), `add_counter_probes` reads them and `check_counters` compares them with the
+measurement. Runtimes that do not know a key (1.5.1) answer `get_option` with Ok and leave the
+caller's value alone; the probe asks for a *string*, a value no runtime that publishes the
+counter would leave empty, so an untouched empty string means "not exposed".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from harness.result import ScenarioResult, StepResult
+from harness.scenario import Scenario
+
+BACKEND = "XnnpackBackend"
+HEAP_LIMIT = 0.10  # of the weight bytes: more than this on the heap is a fallback
+MAPPED_MIN = 0.90  # of the weight bytes: a mapped load has at least this in the cache file
+MIB = 1 << 20
+COUNTER_KEYS = ("packed_cache_state", "packed_cache_heap_mib", "packed_cache_mapped_mib",
+                "packed_cache_errno")
+# What a runtime may answer for packed_cache_state (string form, or int in this order).
+COUNTER_STATES = ("off", "mapped", "fallback")
+
+# The runtime's own words about the cache file (XNNWeightsCache.cpp logs, 1.5.1 spelling).
+_CACHE_LOG = re.compile(
+    r"(Loaded packed weight cache|Opened packed weight file|Saved packed weight index|"
+    r"Synced \d+ new regions|failed \(errno=\d+\)|heap fallback|load_packed_cache|seed mismatch|"
+    r"weight cache failed)")
+_ERRNO = re.compile(r"(\w+)\(([^)]*)\) failed \(errno=(\d+)\)")
+_LOADED = re.compile(r"Loaded packed weight cache: (.*) \((\d+) entries\)")
+
+
+def cache_options(path: str | None, enabled: bool = True) -> dict[str, dict[str, Any]]:
+    """`load_module` backend options for the XNNPACK weight cache at `path` (None: no cache)."""
+    if path is None or not enabled:
+        return {BACKEND: {"weight_cache_enabled": False}}
+    return {BACKEND: {"weight_cache_enabled": True, "packed_cache_path": path}}
+
+
+# Memory readings -----------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MemorySplit:
+    """One step's process memory in bytes, split by what backs it."""
+
+    anonymous: int  # smaps_rollup Anonymous: heap and other anonymous pages
+    private_dirty: int  # smaps_rollup Private_Dirty
+    file_backed: int  # Rss - Anonymous: pages of mapped files (.pte, libraries, cache file)
+    cache_mapped: int  # Rss of the cache file's own mappings (0 when not watched/mapped)
+
+    @classmethod
+    def of(cls, step: StepResult, cache_path: str | None = None) -> "MemorySplit":
+        rollup = step.memory.get("rollup") or {}
+        if "Anonymous" not in rollup or "Rss" not in rollup:
+            raise AssertionError(f"step {step.step.describe()}: no smaps_rollup reading "
+                                 f"(status {step.status})")
+        mapping = find_mapping(step.memory.get("mappings") or {}, cache_path) if cache_path else None
+        kb = 1024
+        return cls(rollup["Anonymous"] * kb, rollup.get("Private_Dirty", 0) * kb,
+                   (rollup["Rss"] - rollup["Anonymous"]) * kb,
+                   (mapping or {}).get("Rss", 0) * kb)
+
+
+def find_mapping(mappings: dict[str, dict], path: str) -> dict | None:
+    """The `mappings` entry of `path` as the scenario named it.
+
+    Runners report a watched path under its absolute normalized spelling; a relative name (an
+    adb device's scratch paths are relative to the run directory) is matched on its normalized
+    tail, e.g. "../../scratch/c/x.bin" matches "/data/local/tmp/ws/scratch/c/x.bin".
+    """
+    if path in mappings:
+        return mappings[path]
+    normal = {posixpath.normpath(k): v for k, v in mappings.items()}
+    wanted = posixpath.normpath(path)
+    if wanted in normal:
+        return normal[wanted]
+    if not posixpath.isabs(wanted):
+        parts = [p for p in wanted.split("/") if p not in ("", ".", "..")]
+        tail = "/" + "/".join(parts)
+        hits = [v for k, v in normal.items() if k.endswith(tail)]
+        if len(hits) == 1:
+            return hits[0]
+    return None
+
+
+# Classification ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class CacheLoad:
+    """Where one module's packed weights went."""
+
+    scenario: str
+    module: str
+    method: str
+    cache_path: str | None
+    classification: str  # "mapped" | "fallback" | "inconclusive"
+    weight_bytes: int
+    heap_bytes: int  # Anonymous growth, load_module's previous step -> first execute
+    mapped_bytes: int  # Rss of the cache file's mappings after the first execute
+    file_backed_growth: int  # (Rss - Anonymous) growth over the same steps
+    private_dirty_growth: int
+    before: int  # step indices the numbers come from
+    after: int
+    runtime_log: tuple[str, ...] = ()  # the runtime's own lines about the cache file
+
+    @property
+    def heap_fraction(self) -> float:
+        return self.heap_bytes / self.weight_bytes if self.weight_bytes else 0.0
+
+    @property
+    def mapped_fraction(self) -> float:
+        return self.mapped_bytes / self.weight_bytes if self.weight_bytes else 0.0
+
+    @property
+    def errnos(self) -> list[int]:
+        """errno values the runtime logged for failed calls on the cache file."""
+        return [int(m.group(3)) for line in self.runtime_log for m in [_ERRNO.search(line)] if m]
+
+    def describe(self) -> str:
+        cache = f"cache {self.cache_path}" if self.cache_path else "no cache requested"
+        text = (f"{self.scenario}: module {self.module} ({self.method}, {cache}): "
+                f"{self.classification}; heap +{_mib(self.heap_bytes)} "
+                f"({self.heap_fraction:.0%} of {_mib(self.weight_bytes)} weights), cache file "
+                f"mapped {_mib(self.mapped_bytes)} ({self.mapped_fraction:.0%}), file-backed "
+                f"{_signed_mib(self.file_backed_growth)}, Private_Dirty "
+                f"{_signed_mib(self.private_dirty_growth)} (steps {self.before}->{self.after})")
+        if self.runtime_log:
+            text += "\n  runtime: " + "\n  runtime: ".join(self.runtime_log)
+        return text
+
+    def to_json(self) -> dict:
+        doc = dataclasses.asdict(self)
+        doc["runtime_log"] = list(self.runtime_log)
+        return doc
+
+
+def classify(heap_bytes: int, mapped_bytes: int, weight_bytes: int) -> str:
+    if weight_bytes <= 0:
+        raise ValueError("weight_bytes must be positive")
+    if heap_bytes >= HEAP_LIMIT * weight_bytes:
+        return "fallback"
+    if mapped_bytes >= MAPPED_MIN * weight_bytes:
+        return "mapped"
+    return "inconclusive"
+
+
+def cache_log(result: ScenarioResult) -> tuple[str, ...]:
+    """The runtime's log lines about the packed-weight cache file, in order."""
+    text = result.output.stderr + "\n" + result.output.stdout
+    return tuple(line.strip() for line in text.splitlines()
+                 if _CACHE_LOG.search(line) and not line.startswith("HARNESS_EVENT"))
+
+
+def classify_load(result: ScenarioResult, weight_bytes: int, module: str | None = None,
+                  cache_path: str | None = None) -> CacheLoad:
+    """Classify the packed-weight placement of `module` (default: the first module loaded).
+
+    `cache_path` defaults to the `packed_cache_path` of the module's `load_module` step; it
+    must be in the scenario's `watch_mappings` for its mapped bytes to be measured.
+    """
+    name = result.scenario.name
+    loads = [i for i, s in enumerate(result.steps) if s.step.op == "load_module"
+             and (module is None or s.step.module == module)]
+    if not loads:
+        raise AssertionError(f"scenario {name}: no load_module step for module {module!r}")
+    load = loads[0]
+    module = result.steps[load].step.module
+    if load == 0:
+        raise AssertionError(f"scenario {name}: load_module({module}) is the first step; "
+                             "put a snapshot before it to have a baseline")
+    execs = [i for i in range(load + 1, len(result.steps))
+             if result.steps[i].step.op == "execute" and result.steps[i].step.module == module]
+    if not execs:
+        raise AssertionError(f"scenario {name}: module {module} is never executed")
+    after = execs[0]
+    before = load - 1
+    if cache_path is None:
+        cache_path = requested_cache_path(result.steps[load])
+    return classify_span(result, weight_bytes, before, after, cache_path, module,
+                         result.steps[after].step.method or "")
+
+
+def requested_cache_path(load_step: StepResult) -> str | None:
+    """The packed_cache_path a load_module step asked for (None: cache off or not asked)."""
+    options = load_step.step.args.get("backend_options") or {}
+    xnn = options.get(BACKEND) or {}
+    if xnn.get("weight_cache_enabled", True) and xnn.get("packed_cache_path"):
+        return xnn["packed_cache_path"]
+    return None
+
+
+def classify_span(result: ScenarioResult, weight_bytes: int, before: int, after: int,
+                  cache_path: str | None, module: str = "*", method: str = "") -> CacheLoad:
+    """Classify whatever was packed between steps `before` and `after` (several modules at
+    once, e.g. to compare with process-wide runtime counters)."""
+    for index in (before, after):
+        if result.steps[index].event is None:
+            raise AssertionError(f"scenario {result.scenario.name}: step {index} "
+                                 f"{result.steps[index].step.describe()} never reported "
+                                 f"(runner stopped early)\n{result.summary()}")
+    a = MemorySplit.of(result.steps[before], cache_path)
+    b = MemorySplit.of(result.steps[after], cache_path)
+    heap = b.anonymous - a.anonymous
+    mapped = b.cache_mapped
+    return CacheLoad(
+        scenario=result.scenario.name, module=module, method=method,
+        cache_path=cache_path, classification=classify(heap, mapped, weight_bytes),
+        weight_bytes=weight_bytes, heap_bytes=heap, mapped_bytes=mapped,
+        file_backed_growth=b.file_backed - a.file_backed,
+        private_dirty_growth=b.private_dirty - a.private_dirty, before=before, after=after,
+        runtime_log=cache_log(result))
+
+
+def memory_table(result: ScenarioResult, cache_path: str | None = None) -> str:
+    """Per-step memory split (MiB) of a result, for failure messages and artifacts."""
+    lines = [f"  {'step':<28} {'status':<9} {'anon':>9} {'priv_dirty':>10} {'file':>9} "
+             f"{'cache_rss':>9}"]
+    for i, s in enumerate(result.steps):
+        if not s.memory.get("rollup"):
+            lines.append(f"  {i:>2} {s.step.describe():<25} {s.status:<9} (no reading)")
+            continue
+        m = MemorySplit.of(s, cache_path)
+        lines.append(f"  {i:>2} {s.step.describe():<25} {s.status:<9} {m.anonymous / MIB:>9.1f} "
+                     f"{m.private_dirty / MIB:>10.1f} {m.file_backed / MIB:>9.1f} "
+                     f"{m.cache_mapped / MIB:>9.1f}")
+    return "\n".join(lines)
+
+
+# Assertions ----------------------------------------------------------------------------------
+def assert_no_fallback(result: ScenarioResult, weight_bytes: int, module: str | None = None,
+                       cache_path: str | None = None) -> CacheLoad:
+    """The module's packed weights live in the cache file's mapping, not on the heap."""
+    load = classify_load(result, weight_bytes, module, cache_path)
+    if load.classification != "mapped":
+        raise AssertionError(
+            f"XNNPACK packed weights not served from the cache file: {load.describe()}\n"
+            f"needs heap < {HEAP_LIMIT:.0%} and cache-file mapping >= {MAPPED_MIN:.0%} of the "
+            f"weights\nmemory (MiB):\n{memory_table(result, load.cache_path)}")
+    return load
+
+
+def assert_fallback(result: ScenarioResult, weight_bytes: int, module: str | None = None,
+                    cache_path: str | None = None, min_heap: float = 0.8) -> CacheLoad:
+    """The module's weights went to the heap (at least `min_heap` of them): a detected fallback."""
+    load = classify_load(result, weight_bytes, module, cache_path)
+    if load.classification != "fallback" or load.heap_bytes < min_heap * weight_bytes:
+        raise AssertionError(
+            f"expected a heap fallback with >= {min_heap:.0%} of the weights on the heap: "
+            f"{load.describe()}\nmemory (MiB):\n{memory_table(result, load.cache_path)}")
+    return load
+
+
+def assert_cache_steps_ok(result: ScenarioResult) -> None:
+    """No crash, every load/execute/destroy step ok (outputs match the CPU reference).
+
+    `get_option` steps are left out: a runtime may reject counter keys it does not know.
+    """
+    from harness.assertions import assert_completed, runtime_log
+
+    assert_completed(result)
+    bad = [(i, s) for i, s in enumerate(result.steps) if s.step.op != "get_option" and not s.ok]
+    if bad:
+        lines = []
+        for i, s in bad:
+            diff = (s.event or {}).get("max_abs_diff")
+            extra = f" (max_abs_diff {diff})" if s.status == "mismatch" else ""
+            lines.append(f"step {i} {s.describe()}{extra}")
+        wrong = any(s.status == "mismatch" for _, s in bad)
+        head = ("WRONG OUTPUTS with the XNNPACK packed-weight cache" if wrong
+                else "XNNPACK packed-weight cache scenario failed")
+        raise AssertionError(
+            f"scenario {result.scenario.name}: {head}:\n  " + "\n  ".join(lines) +
+            f"\ncache log:\n    " + "\n    ".join(cache_log(result)) +
+            f"\nruntime log:\n{runtime_log(result)}\nall steps:\n{result.summary()}")
+
+
+# Runtime counters ----------------------------------------------------------------------------
+class RuntimeCountersUnavailable(UserWarning):
+    """The runtime does not publish packed-cache counters; only measured memory is checked."""
+
+
+def add_counter_probes(scenario: Scenario, keys: tuple[str, ...] = COUNTER_KEYS) -> Scenario:
+    """Two `get_option` steps per counter: a string-typed probe, then the int-typed read."""
+    for key in keys:
+        scenario.get_option(BACKEND, key, "string")
+        scenario.get_option(BACKEND, key, "int")
+    return scenario
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeCounters:
+    values: dict[str, Any]  # key -> value, for the keys the runtime publishes
+    missing: tuple[str, ...]  # probed keys the runtime does not publish
+    evidence: dict[str, str]  # key -> why it was judged published or not
+
+    @property
+    def exposed(self) -> bool:
+        return bool(self.values)
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def read_counters(result: ScenarioResult) -> RuntimeCounters:
+    """The counters from `add_counter_probes` steps; which keys the runtime really publishes."""
+    answers: dict[str, dict[str, StepResult]] = {}
+    for s in result.steps:
+        if s.step.op == "get_option" and s.step.args.get("backend") == BACKEND:
+            answers.setdefault(s.step.args["key"], {})[s.step.args.get("type", "int")] = s
+    values: dict[str, Any] = {}
+    missing: list[str] = []
+    evidence: dict[str, str] = {}
+    for key, by_type in answers.items():
+        probe, typed = by_type.get("string"), by_type.get("int")
+        if probe is None or probe.event is None:
+            continue
+        option = probe.event.get("option") or {}
+        if probe.ok and option.get("value") == "":
+            missing.append(key)
+            evidence[key] = "get_option returned Ok and left the caller's empty string untouched"
+        elif probe.ok:
+            values[key] = option.get("value")
+            evidence[key] = f"string probe answered {option.get('value')!r}"
+        elif typed is not None and typed.ok:
+            values[key] = (typed.event.get("option") or {}).get("value")
+            evidence[key] = "rejects a string probe, answers the int read"
+        else:
+            missing.append(key)
+            evidence[key] = f"get_option failed: {probe.event.get('message')}"
+    return RuntimeCounters(values, tuple(missing), evidence)
+
+
+def check_counters(counters: RuntimeCounters, load: CacheLoad,
+                   tolerance_mib: float = 2.0) -> list[str]:
+    """Disagreements between the runtime's published counters and the measured placement."""
+    problems: list[str] = []
+    v = counters.values
+    for key, measured in (("packed_cache_heap_mib", load.heap_bytes),
+                          ("packed_cache_mapped_mib", load.mapped_bytes)):
+        if key in v:
+            try:
+                said = float(v[key])
+            except (TypeError, ValueError):
+                problems.append(f"{key}={v[key]!r} is not a number")
+                continue
+            allowed = max(tolerance_mib, 0.1 * load.weight_bytes / MIB)
+            if abs(said - measured / MIB) > allowed:
+                problems.append(f"{key}={said:g} but measured {measured / MIB:.1f} MiB "
+                                f"(allowed difference {allowed:.1f} MiB)")
+    if "packed_cache_state" in v:
+        state = v["packed_cache_state"]
+        if isinstance(state, int) and not isinstance(state, bool) and 0 <= state < len(COUNTER_STATES):
+            state = COUNTER_STATES[state]
+        if isinstance(state, str) and load.classification in ("mapped", "fallback") \
+                and state.lower() in COUNTER_STATES and load.cache_path \
+                and state.lower() != load.classification:
+            problems.append(f"packed_cache_state={v['packed_cache_state']!r} but the load "
+                            f"measured as {load.classification}")
+    if "packed_cache_errno" in v and load.errnos:
+        if v["packed_cache_errno"] not in load.errnos:
+            problems.append(f"packed_cache_errno={v['packed_cache_errno']!r} but the runtime "
+                            f"logged errno {', '.join(map(str, load.errnos))}")
+    return problems
+
+
+def assert_counters_agree(counters: RuntimeCounters, load: CacheLoad) -> None:
+    problems = check_counters(counters, load)
+    if problems:
+        raise AssertionError("runtime packed-cache counters disagree with measured memory "
+                             f"({load.describe()}):\n  " + "\n  ".join(problems))
+
+
+_warned: set[str] = set()
+
+
+def note_counters(counters: RuntimeCounters, version: str, artifacts: Path | None = None) -> None:
+    """Record what the runtime publishes: in the artifacts, and once per session as a warning
+    when it publishes none of the counters (not a failure: the measurement stands alone)."""
+    if artifacts is not None:
+        artifacts.mkdir(parents=True, exist_ok=True)
+        (artifacts / "xnnpack_counters.json").write_text(json.dumps(
+            {"executorch": version, **counters.to_json()}, indent=1))
+    if counters.missing and not counters.exposed and version not in _warned:
+        _warned.add(version)
+        warnings.warn(RuntimeCountersUnavailable(
+            f"executorch {version}: XnnpackBackend publishes no packed-cache counters "
+            f"({', '.join(counters.missing)}: get_option leaves the value untouched); "
+            "packed-weight placement is checked from measured memory only"), stacklevel=2)
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:.1f} MiB"
+
+
+def _signed_mib(n: int) -> str:
+    return f"{n / MIB:+.1f} MiB"
