@@ -11,13 +11,16 @@ from harness.assertions import (assert_isolation, assert_live_counts, assert_out
                                 assert_steps_ok)
 from harness.scenario import Scenario
 
+# Every scenario runs on the fp16 and the quantized (int8) build of its model.
+pytestmark = pytest.mark.parametrize("precision", ["fp16", "int8"])
+
 
 @pytest.mark.parametrize("destroy_first", ["A", "B"])
-def test_s1_two_modules_same_program(compiled_model, scenario_driver, destroy_first):
+def test_s1_two_modules_same_program(compiled_model, scenario_driver, destroy_first, precision):
     """Two modules of one .pte; destroying either leaves the other executing, same output."""
-    model = compiled_model("linear_relu")
+    model = compiled_model("linear_relu", precision)
     survivor = "B" if destroy_first == "A" else "A"
-    sc = Scenario(f"s1_destroy_{destroy_first}")
+    sc = Scenario(f"s1_destroy_{destroy_first}_{precision}")
     sc.load_module("A", model).load_module("B", model)
     sc.execute("A", "forward").execute("B", "forward")
     sc.destroy_module(destroy_first).execute(survivor, "forward")
@@ -29,10 +32,10 @@ def test_s1_two_modules_same_program(compiled_model, scenario_driver, destroy_fi
     assert_live_counts(result)
 
 
-def test_s2_methods_share_one_context(compiled_model, scenario_driver):
+def test_s2_methods_share_one_context(compiled_model, scenario_driver, precision):
     """prefill and decode of one module run on one QNN context (same handle)."""
-    model = compiled_model("prefill_decode")
-    sc = Scenario("s2_shared_context")
+    model = compiled_model("prefill_decode", precision)
+    sc = Scenario(f"s2_shared_context_{precision}")
     sc.load_module("M", model).load_method("M", "prefill").load_method("M", "decode")
     sc.execute("M", "prefill").execute("M", "decode").snapshot()
     sc.destroy_module("M").snapshot()
@@ -49,11 +52,11 @@ def test_s2_methods_share_one_context(compiled_model, scenario_driver):
 
 
 @pytest.mark.parametrize("unload", ["prefill", "decode"])
-def test_s3_unload_one_method_keeps_the_other(compiled_model, scenario_driver, unload):
+def test_s3_unload_one_method_keeps_the_other(compiled_model, scenario_driver, unload, precision):
     """Unloading one method of a shared context leaves the other executing."""
-    model = compiled_model("prefill_decode")
+    model = compiled_model("prefill_decode", precision)
     keep = "decode" if unload == "prefill" else "prefill"
-    sc = Scenario(f"s3_unload_{unload}")
+    sc = Scenario(f"s3_unload_{unload}_{precision}")
     sc.load_module("M", model).load_method("M", "prefill").load_method("M", "decode")
     sc.execute("M", "prefill").execute("M", "decode")
     sc.unload_method("M", unload).execute("M", keep)
@@ -64,10 +67,10 @@ def test_s3_unload_one_method_keeps_the_other(compiled_model, scenario_driver, u
     assert_live_counts(result)
 
 
-def test_s4_cleanup_and_reload(compiled_model, scenario_driver, hil_session):
+def test_s4_cleanup_and_reload(compiled_model, scenario_driver, hil_session, precision):
     """Destroy everything, load again, execute: counts return to zero in between, no leak."""
-    model = compiled_model("linear_relu")
-    sc = Scenario("s4_cleanup_reload")
+    model = compiled_model("linear_relu", precision)
+    sc = Scenario(f"s4_cleanup_reload_{precision}")
     for cycle in range(3):
         sc.load_module("A", model).load_module("B", model)
         sc.execute("A", "forward")
