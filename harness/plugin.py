@@ -19,6 +19,7 @@ from typing import Callable
 import pytest
 
 from harness.compile import CompiledModel
+from harness.config import load_farm
 from harness.driver import ScenarioDriver
 from harness.errors import HarnessError
 from harness.known_issues import DEFAULT_PATH, KnownIssue, issue_for, load_known_issues
@@ -61,6 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--adb-server", default=None, metavar="HOST:PORT",
                     help="adb server to use (default: ANDROID_ADB_SERVER_ADDRESS/PORT or "
                          "127.0.0.1:5037)")
+    group.addoption("--farm", type=Path, default=None, metavar="YAML",
+                    help="a device farm file (device_configs/farms/): its devices and adb server; "
+                         "use with -n <number of devices>")
     group.addoption("--keep-workspace", action="store_true",
                     help="leave the on-device workspace in place at the end of the session")
     group.addoption("--device-workspace", default=None, metavar="PATH",
@@ -71,13 +75,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hil: a test that runs scenarios on a device or simulator")
     worker, count = worker_info()
+    devices, adb_server, device_socs = list(config.getoption("device")), config.getoption("adb_server"), {}
+    farm = config.getoption("farm")
+    if farm is not None:
+        try:
+            farm_server, entries = load_farm(farm)
+        except HarnessError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        devices = devices or [e["serial"] for e in entries]
+        adb_server = adb_server or farm_server
+        device_socs = {e["serial"]: e["soc"] for e in entries if "soc" in e}
     opts = Options(
-        devices=list(config.getoption("device")), simulator=config.getoption("simulator"),
+        devices=devices, simulator=config.getoption("simulator"),
         soc=config.getoption("soc"), device_config=config.getoption("device_config"),
         artifacts_dir=Path(config.getoption("artifacts_dir")).resolve(),
         keep_artifacts=config.getoption("keep_artifacts"), runner=config.getoption("runner"),
         runner_timeout=config.getoption("runner_timeout"),
-        abi_bridge=config.getoption("qnn_abi_bridge"), adb_server=config.getoption("adb_server"),
+        abi_bridge=config.getoption("qnn_abi_bridge"), adb_server=adb_server,
+        device_socs=device_socs,
         keep_workspace=config.getoption("keep_workspace"),
         device_workspace=config.getoption("device_workspace"), worker=worker, worker_count=count)
     config.stash[_SESSION_KEY] = HilSession(opts)

@@ -31,6 +31,7 @@ class Options:
     runner_timeout: float | None
     abi_bridge: str
     adb_server: str | None
+    device_socs: dict[str, str]  # serial -> SoC, from a farm file (overrides what it reports)
     keep_workspace: bool
     device_workspace: str | None
     worker: str  # pytest-xdist worker id, "master" without xdist

@@ -122,7 +122,7 @@ class AdbDevice(Device):
         if not soc:
             raise DeviceError(f"{self.serial}: neither ro.soc.model nor a known ro.board.platform "
                               f"({self.prop('ro.board.platform')!r}) names the SoC; pass --soc")
-        soc = self.session.options.soc or soc
+        soc = self.session.options.device_socs.get(self.serial) or self.session.options.soc or soc
         if soc not in known_socs() and self.session.options.device_config is None:
             raise DeviceError(f"{self.serial}: SoC {soc} has no device config. Known SoCs: "
                               f"{', '.join(known_socs())}. Add device_configs/socs/{soc}.yaml "

@@ -35,7 +35,8 @@ class Runner:
         self.base = base
         self.modules: dict[str, object] = {}
         self.methods: dict[str, dict[str, object]] = {}
-        self.watch = [str(self.path(p)) for p in scenario.get("watch_mappings", [])]
+        # Absolute and normalized, as the kernel prints mapped paths in /proc/self/smaps.
+        self.watch = [os.path.realpath(self.path(p)) for p in scenario.get("watch_mappings", [])]
         self.trace = os.environ.get("HARNESS_QNN_TRACE")
 
     def path(self, value: str) -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.cache import cache_root
 from harness.devices.adb import AdbDevice
 from harness.driver import ScenarioDriver
 from harness.errors import DeviceError
@@ -25,6 +26,8 @@ from harness.qnn.sdk import discover
 from harness.scenario import Scenario
 from harness.session import HilSession, Options
 
+pytest_plugins = ["pytester"]
+CACHE = cache_root()  # read now: pytester points HOME at a temporary directory
 pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
                                 reason="the adb client/server (Debian package adb) is not installed")
 
@@ -32,7 +35,7 @@ pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
 def options(tmp_path: Path, serial: str, **overrides) -> Options:
     base = dict(devices=[serial], simulator=False, soc=None, device_config=None,
                 artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
-                runner_timeout=None, abi_bridge="auto", adb_server=None, keep_workspace=False,
+                runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={}, keep_workspace=False,
                 device_workspace=None, worker="master", worker_count=1)
     base.update(overrides)
     return Options(**base)
@@ -195,3 +198,17 @@ def test_device_disappearing_mid_test_fails_fast(tmp_path, sdk, compiled_model, 
     finally:
         dev.stop()
         subprocess.run(["adb", "disconnect", dev.serial], capture_output=True)
+
+
+def test_farm_file_selects_devices_and_soc(pytester, phone, tmp_path, monkeypatch):
+    """--farm: the file's devices and SoC overrides reach the session (through the plugin)."""
+    farm = tmp_path / "farm.yaml"
+    farm.write_text(f"adb_server: 127.0.0.1:5037\ndevices:\n  - serial: {phone.serial}\n    soc: SM8750\n")
+    pytester.makepyfile(test_f="""
+        def test_f(hil_device):
+            assert hil_device.info.soc == "SM8750"
+            assert hil_device.info.serial.startswith("127.0.0.1:")
+    """)
+    monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(CACHE))
+    result = pytester.runpytest(f"--farm={farm}", "--runner=python")
+    result.assert_outcomes(passed=1)
