@@ -113,6 +113,14 @@ class HilSession:
         return "python" if self.options.runner == "python" else "native"
 
     @property
+    def device_runner(self) -> str:
+        """The runner scenarios really run in: adb devices always use the native one; the
+        simulator uses the requested one, or Python when no native build is possible."""
+        if self.device.info.kind == "adb":
+            return "native"
+        return self.runner_for(self.runner_kind).kind
+
+    @property
     def timeout(self) -> float:
         if self.options.runner_timeout:
             return self.options.runner_timeout

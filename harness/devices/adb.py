@@ -83,7 +83,7 @@ class AdbDevice(Device):
         self.workspace = PurePosixPath(session.options.device_workspace) \
             if session.options.device_workspace else \
             WORKSPACE_BASE / f"executorch-hil-{uuid.uuid4().hex[:8]}-{worker}"
-        self.runner_path: PurePosixPath | None = None
+        self.runner_path = self.workspace / "executorch_hil_runner"
         self.preflight_report: dict = {}
 
     # Connecting and identifying ------------------------------------------------------------
@@ -136,9 +136,12 @@ class AdbDevice(Device):
         code, out = self.sh(f"mkdir -p {q(str(self.workspace / 'files'))} {q(str(self.workspace / 'runs'))}")
         if code != 0:
             raise DeviceError(f"{self.serial}: cannot create workspace {self.workspace}: {out.strip()}")
-        if self.session.runner_kind == "native" or self.info.abi != "x86_64":
-            self.runner_path = self.workspace / "executorch_hil_runner"
-            self.push_files({self._runner_binary(): self.runner_path}, mode=0o755)
+        # Always the native runner: a phone has no Python.
+        if self.session.runner_kind == "python":
+            self.session.notices.append("adb devices always use the native runner; "
+                                        "--runner=python applies to the simulator only")
+        self.runner_path = self.workspace / "executorch_hil_runner"
+        self.push_files({self._runner_binary(): self.runner_path}, mode=0o755)
         self.push_files(self._qnn_libraries())
 
     def _runner_binary(self) -> Path:
@@ -282,19 +285,14 @@ class AdbDevice(Device):
         _, stderr = self.sh(f"cat {q(str(run_dir / 'stderr.txt'))} 2>/dev/null")
         _, trace = self.sh(f"cat {q(str(run_dir / 'qnn_trace.txt'))} 2>/dev/null")
         logs = self._crash_logs() if returncode is None or returncode < 0 else {}
-        return RunOutput(returncode, stdout, stderr, trace, timed_out, runner, logs, pushes)
+        return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes)
 
     def _run_command(self, run_dir: PurePosixPath, runner: str) -> str:
         ws = str(self.workspace)
         adsp = ";".join([ws, "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp", "/system/lib/rfsa/adsp", "/dsp"])
-        if self.runner_path is not None and runner == "native" or self.info.abi != "x86_64":
-            program = q(str(self.runner_path))
-        else:  # an x86_64 stand-in device may use the host's Python runner
-            program = " ".join(q(a) for a in self.session.runner_for("python").command("")[:-1])
+        program = q(str(self.runner_path))
         env = (f"LD_LIBRARY_PATH={q(ws)}:\"$LD_LIBRARY_PATH\" ADSP_LIBRARY_PATH={q(adsp)} "
                f"HARNESS_QNN_TRACE={q(str(run_dir / 'qnn_trace.txt'))}")
-        if self.info.abi == "x86_64" and runner == "python":
-            env += f" PYTHONPATH={q(self.session.runner_for('python').environment()['PYTHONPATH'])}"
         stale = " ".join(q(str(run_dir / n)) for n in ("qnn_trace.txt", "stderr.txt"))
         return (f"cd {q(str(run_dir))} && rm -f {stale} && {{ {env} {program} scenario.json "
                 f"2>{q(str(run_dir / 'stderr.txt'))} & pid=$!; echo HARNESS_PID $pid; "

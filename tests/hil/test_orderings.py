@@ -16,7 +16,7 @@ PYTHON_RUNNER_SAMPLE = 6
 
 def sample(orderings, hil_session):
     orderings = list(orderings)
-    if hil_session.runner_for(hil_session.runner_kind).kind == "python" and len(orderings) > PYTHON_RUNNER_SAMPLE:
+    if hil_session.device_runner == "python" and len(orderings) > PYTHON_RUNNER_SAMPLE:
         step = len(orderings) / PYTHON_RUNNER_SAMPLE
         orderings = [orderings[int(i * step)] for i in range(PYTHON_RUNNER_SAMPLE)]
     return orderings

@@ -116,7 +116,7 @@ class Cache:
 
 @pytest.fixture
 def xnn(request, hil_session, hil_device, compiled_model, scenario_driver) -> Cache:
-    if hil_session.options.runner == "python":
+    if hil_session.device_runner == "python":
         pytest.skip("executorch 1.5.1 pybindings cannot pass backend options (no "
                     "LoadBackendOptionsMap), so the Python runner cannot set the XNNPACK cache")
     model = compiled_model(MODEL, PRECISION)
