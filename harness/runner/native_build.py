@@ -198,27 +198,9 @@ def _tool_or_name(tool: Path | None, name: str) -> str:
 def host_build_commands(build_dir: Path, source_dir: Path | None = None) -> list[list[str]]:
     """Configure and build command lines for a host (x86_64 simulator) runner
     against the installed executorch wheel, Release, with Ninja."""
-    src = Path(source_dir) if source_dir is not None else runner_source_dir()
-    cmake = _tool_or_name(_find_cmake(), "cmake")
-    ninja = _tool_or_name(_find_ninja(), "ninja")
     pkg = executorch_package_dir()
     prefix = str(pkg) if pkg is not None else "<site-packages>/executorch"
-    build = str(Path(build_dir))
-    return [
-        [
-            cmake,
-            "-S",
-            str(src),
-            "-B",
-            build,
-            "-G",
-            "Ninja",
-            f"-DCMAKE_MAKE_PROGRAM={ninja}",
-            "-DCMAKE_BUILD_TYPE=Release",
-            f"-DCMAKE_PREFIX_PATH={prefix}",
-        ],
-        [cmake, "--build", build, "--config", "Release"],
-    ]
+    return _cmake_commands(build_dir, source_dir, [f"-DCMAKE_PREFIX_PATH={prefix}"])
 
 
 def android_build_commands(
@@ -230,32 +212,28 @@ def android_build_commands(
 ) -> list[list[str]]:
     """Configure and build command lines for an arm64-v8a Android runner with
     the NDK's toolchain file, against an ExecuTorch install prefix."""
+    toolchain = Path(ndk) / "build" / "cmake" / "android.toolchain.cmake"
+    return _cmake_commands(build_dir, source_dir, [
+        f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
+        "-DANDROID_ABI=arm64-v8a",
+        f"-DANDROID_PLATFORM=android-{int(platform)}",
+        f"-DCMAKE_PREFIX_PATH={Path(executorch_prefix)}",
+        # The NDK toolchain confines package lookup to its sysroot; the
+        # ExecuTorch prefix lives outside it.
+        "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH",
+    ])
+
+
+def _cmake_commands(build_dir: Path, source_dir: Path | None, extra: list[str]) -> list[list[str]]:
+    """Configure (Ninja, Release, plus `extra` definitions) and build lines; one source for
+    the host and the Android runner."""
     src = Path(source_dir) if source_dir is not None else runner_source_dir()
     cmake = _tool_or_name(_find_cmake(), "cmake")
     ninja = _tool_or_name(_find_ninja(), "ninja")
-    toolchain = Path(ndk) / "build" / "cmake" / "android.toolchain.cmake"
     build = str(Path(build_dir))
-    return [
-        [
-            cmake,
-            "-S",
-            str(src),
-            "-B",
-            build,
-            "-G",
-            "Ninja",
-            f"-DCMAKE_MAKE_PROGRAM={ninja}",
-            f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
-            "-DANDROID_ABI=arm64-v8a",
-            f"-DANDROID_PLATFORM=android-{int(platform)}",
-            "-DCMAKE_BUILD_TYPE=Release",
-            f"-DCMAKE_PREFIX_PATH={Path(executorch_prefix)}",
-            # The NDK toolchain confines package lookup to its sysroot; the
-            # ExecuTorch prefix lives outside it.
-            "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH",
-        ],
-        [cmake, "--build", build, "--config", "Release"],
-    ]
+    configure = [cmake, "-S", str(src), "-B", build, "-G", "Ninja",
+                 f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release", *extra]
+    return [configure, [cmake, "--build", build, "--config", "Release"]]
 
 
 # -------------------------------------------------------------- availability

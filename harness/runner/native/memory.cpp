@@ -1,4 +1,5 @@
 #include "memory.h"
+#include "paths.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -124,22 +125,6 @@ std::string lexically_normal_absolute(const std::string& p) {
   return out.empty() ? "/" : out;
 }
 
-// realpath() of `p`, or of its directory plus the file name when the file
-// does not exist (yet); empty when neither resolves.
-std::string resolved_path(const std::string& p) {
-  char buf[PATH_MAX];
-  if (realpath(p.c_str(), buf) != nullptr) {
-    return buf;
-  }
-  size_t slash = p.find_last_of('/');
-  if (slash == std::string::npos || slash == 0) {
-    return "";
-  }
-  if (realpath(p.substr(0, slash).c_str(), buf) != nullptr) {
-    return std::string(buf) + p.substr(slash);
-  }
-  return "";
-}
 
 // The spellings one watched path may have in /proc/self/smaps, and the key it
 // is reported under: the absolute normalized path, so a scenario that names
@@ -154,7 +139,7 @@ struct WatchSpellings {
 WatchSpellings spellings(const WatchedPath& w) {
   WatchSpellings s;
   s.key = lexically_normal_absolute(w.reported);
-  std::string now = resolved_path(s.key);
+  std::string now = canonical_path(s.key);
   const std::string candidates[] = {s.key, w.reported, w.canonical, now};
   for (const std::string& name : candidates) {
     if (name.empty()) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "json.h"
+#include "paths.h"
 
 namespace harness {
 namespace {
@@ -35,23 +36,6 @@ std::string resolve(const std::string& dir, const std::string& p) {
   return dir + "/" + p;
 }
 
-// The spelling the kernel prints in /proc/self/smaps. A watched file may not
-// exist yet when the scenario starts (a cache file the run creates), so fall
-// back to the canonical directory plus the file name.
-std::string canonical(const std::string& p) {
-  char buf[PATH_MAX];
-  if (realpath(p.c_str(), buf) != nullptr) {
-    return buf;
-  }
-  size_t slash = p.find_last_of('/');
-  if (slash == std::string::npos || slash == 0) {
-    return "";
-  }
-  if (realpath(p.substr(0, slash).c_str(), buf) != nullptr) {
-    return std::string(buf) + p.substr(slash);
-  }
-  return "";
-}
 
 bool file_size(const std::string& path, int64_t& size, bool& is_regular) {
   struct stat st;
@@ -398,7 +382,7 @@ Scenario load_scenario(const std::string& path) {
       }
       WatchedPath wp;
       wp.reported = resolve(sc.dir, w.as_string());
-      wp.canonical = canonical(wp.reported);
+      wp.canonical = canonical_path(wp.reported);
       sc.watch_mappings.push_back(std::move(wp));
     }
   }
