@@ -65,10 +65,21 @@ def context_owners(result: ScenarioResult) -> dict[str, str]:
     return owners
 
 
+def assert_traced(result: ScenarioResult) -> None:
+    """A scenario with QNN programs has a QNN call trace; without one, counts would read zero."""
+    uses_qnn = any(m.backend == "qnn" for m in result.scenario.models.values())
+    if uses_qnn and not any(r.kind == "api" for r in result.trace):
+        raise AssertionError(
+            f"scenario {result.scenario.name}: no QNN call trace was recorded, so isolation and "
+            "live counts cannot be checked: the harness's libQnnHtp.so interposer was not loaded "
+            "(it is built for x86_64 hosts and stand-in devices; phones have no trace yet)")
+
+
 def assert_isolation(result: ScenarioResult) -> None:
     """Modules never share a context, executes use the executing module's context, a destroy
     frees only that module's contexts, and nothing runs on a freed context."""
     assert_completed(result)
+    assert_traced(result)
     name = result.scenario.name
     problems: list[str] = []
     violations = result.final_trace()["violations"]
@@ -113,6 +124,7 @@ def assert_live_counts(result: ScenarioResult) -> None:
     """Live QNN contexts after each step equal the reference model's; backends and devices
     exist exactly while a context does."""
     assert_completed(result)
+    assert_traced(result)
     problems = []
     for i, (s, exp) in enumerate(zip(result.steps, predict(result.scenario))):
         live = s.live

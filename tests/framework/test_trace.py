@@ -51,3 +51,17 @@ def test_torn_last_line_is_ignored_and_garbage_is_an_error():
         parse_trace("hello world\n")
     with pytest.raises(TraceFormatError):
         parse_trace("3 context_free handle\n")
+
+
+def test_missing_trace_is_reported_not_read_as_zero(tmp_path):
+    from harness.assertions import assert_live_counts
+    from harness.compile import CompiledModel
+    from harness.result import RunOutput, ScenarioResult
+    from harness.scenario import Scenario
+
+    model = CompiledModel("m", "qnn", "SM8650", "fp16", tmp_path / "m.pte", {}, 0, 0)
+    sc = Scenario("untraced").load_module("A", model)
+    events = 'HARNESS_EVENT {"event": "step", "index": 0, "op": "load_module", "status": "ok", "trace_offset": 0}\n'
+    result = ScenarioResult.build(sc, RunOutput(0, events, ""), [])
+    with pytest.raises(AssertionError, match="no QNN call trace was recorded"):
+        assert_live_counts(result)
