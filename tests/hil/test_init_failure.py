@@ -1,0 +1,54 @@
+"""S6: a delegate whose init fails must release every QNN handle it took, and the next load of
+a good program must work.
+
+The bad input is a real one: the program's QNN context binary with 2 KiB of its payload
+damaged (found behind the QnnContextCustomProtocol magic 0x5678abcd), so the QNN library
+itself refuses it during delegate init.
+"""
+
+import dataclasses
+
+from harness.assertions import assert_completed
+from harness.scenario import Scenario
+
+CONTEXT_MAGIC = (0x5678ABCD).to_bytes(4, "little")
+ZERO = {"backend": 0, "context": 0, "device": 0}
+
+
+def damaged_context_binary(pte: bytes) -> bytes:
+    at = pte.find(CONTEXT_MAGIC)
+    assert at >= 0, "no QnnContextCustomProtocol magic in the program: not a QNN .pte?"
+    data = bytearray(pte)
+    for offset in range(at + 64, min(at + 64 + 2048, len(data))):
+        data[offset] ^= 0x5A
+    return bytes(data)
+
+
+def test_s6_failed_init_releases_every_handle(compiled_model, scenario_driver, tmp_path):
+    good = compiled_model("linear_relu")
+    bad_pte = tmp_path / "damaged-context.pte"
+    bad_pte.write_bytes(damaged_context_binary(good.pte.read_bytes()))
+    bad = dataclasses.replace(good, pte=bad_pte)
+    sc = Scenario("s6_bad_context")
+    sc.load_module("X", bad).execute("X", "forward").snapshot()  # 0, 1, 2
+    sc.destroy_module("X").snapshot()                              # 3, 4
+    sc.load_module("A", good).execute("A", "forward")              # 5, 6
+    sc.destroy_module("A").snapshot()                              # 7, 8
+    result = scenario_driver.run(sc)
+    assert_completed(result)
+    failed = result.steps[1]
+    assert failed.status == "error", f"a damaged context binary was accepted:\n{result.summary()}"
+    assert result.steps[6].ok, f"the next load of a good program failed:\n{result.summary()}"
+    leaks = {i: result.steps[i].live for i in (2, 4, 8) if result.steps[i].live != ZERO}
+    if leaks:
+        init_end = result.steps[1].event["trace_offset"]
+        created = [f"seq {r.seq} {r.kind} " + " ".join(f"{k}={v}" for k, v in r.fields.items())
+                   for r in result.trace if r.offset <= init_end and r.kind.endswith("_create")]
+        runtime = "\n".join("    " + l for l in result.output.stderr.splitlines()
+                            if "rror" in l or "Fail" in l)
+        raise AssertionError(
+            f"scenario {sc.name}: after the failed init of X, QNN still holds handles: "
+            + "; ".join(f"after step {i} {result.steps[i].step.describe()}: {live}"
+                        for i, live in leaks.items())
+            + "\nQNN objects created by the failed init (none freed since):\n    " + "\n    ".join(created)
+            + f"\nruntime log:\n{runtime}\nsteps:\n{result.summary()}")
