@@ -11,7 +11,7 @@ Variants, each a fresh process per run, all with the HTP simulator environment o
   bare-portable  the same script importing the public `executorch.extension.pybindings.portable_lib`
                  (which imports all of exir)
 
-Scenarios, built with the harness (shapes of tests/hil/test_isolation.py), model linear_relu
+Scenarios from harness.scenarios (the ones tests/hil/test_isolation.py runs), model linear_relu
 compiled for SM8650 fp16:
 
   s1  two modules of one .pte, both execute, destroy A, execute B, destroy B
@@ -134,7 +134,7 @@ def build_cases(which: str, work: Path):
     from harness.known_issues import issue_for, load_known_issues
     from harness.models import get_model
     from harness.qnn.sdk import discover, executorch_version
-    from harness.scenario import Scenario
+    from harness.scenarios import s1_two_modules, s4_cleanup_reload
 
     sdk = discover()
     model = compile_model(get_model("linear_relu"), "SM8650", "fp16", sdk)
@@ -142,24 +142,13 @@ def build_cases(which: str, work: Path):
     version = executorch_version()
     cases = []
     if which in ("s1", "all"):
-        sc = Scenario("s1_destroy_A")
-        sc.load_module("A", model).load_module("B", model)
-        sc.execute("A", "forward").execute("B", "forward")
-        sc.destroy_module("A")
-        survivor_execute = len(sc.steps)
-        sc.execute("B", "forward")
-        sc.destroy_module("B").snapshot()
+        sc = s1_two_modules(model, "A")
+        survivor_execute = 5  # load A, load B, execute A, execute B, destroy A, *execute B*
         nodeid = "tests/hil/test_isolation.py::test_s1_two_modules_same_program[A]"
         cases.append(Case("s1", sc.write(work / "s1.json"), nodeid,
                           frozenset({survivor_execute}), issue_for(nodeid, version, issues)))
     if which in ("s4", "all"):
-        sc = Scenario("s4_cleanup_reload")
-        for _ in range(3):
-            sc.load_module("A", model).load_module("B", model)
-            sc.execute("A", "forward")
-            sc.destroy_module("A")
-            sc.load_module("A", model)
-            sc.destroy_module("A").destroy_module("B").snapshot()
+        sc = s4_cleanup_reload(model)
         nodeid = "tests/hil/test_isolation.py::test_s4_cleanup_and_reload"
         cases.append(Case("s4", sc.write(work / "s4.json"), nodeid,
                           known_issue=issue_for(nodeid, version, issues)))

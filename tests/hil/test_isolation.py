@@ -7,9 +7,9 @@ through device_configs/known_issues.yaml, and fail with the runtime's own error 
 
 import pytest
 
-from harness.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
-                                assert_steps_ok)
-from harness.scenario import Scenario
+from harness.assertions import (assert_isolation, assert_live_counts, assert_memory_within,
+                                assert_outputs_consistent, assert_steps_ok)
+from harness.scenarios import s1_two_modules, s2_shared_context, s3_unload_one, s4_cleanup_reload
 
 # Every scenario runs on the fp16 and the quantized (int8) build of its model.
 pytestmark = pytest.mark.parametrize("precision", ["fp16", "int8"])
@@ -18,13 +18,8 @@ pytestmark = pytest.mark.parametrize("precision", ["fp16", "int8"])
 @pytest.mark.parametrize("destroy_first", ["A", "B"])
 def test_s1_two_modules_same_program(compiled_model, scenario_driver, destroy_first, precision):
     """Two modules of one .pte; destroying either leaves the other executing, same output."""
-    model = compiled_model("linear_relu", precision)
-    survivor = "B" if destroy_first == "A" else "A"
-    sc = Scenario(f"s1_destroy_{destroy_first}_{precision}")
-    sc.load_module("A", model).load_module("B", model)
-    sc.execute("A", "forward").execute("B", "forward")
-    sc.destroy_module(destroy_first).execute(survivor, "forward")
-    sc.destroy_module(survivor).snapshot()
+    sc = s1_two_modules(compiled_model("linear_relu", precision), destroy_first,
+                        f"s1_destroy_{destroy_first}_{precision}")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_outputs_consistent(result)
@@ -34,11 +29,7 @@ def test_s1_two_modules_same_program(compiled_model, scenario_driver, destroy_fi
 
 def test_s2_methods_share_one_context(compiled_model, scenario_driver, precision):
     """prefill and decode of one module run on one QNN context (same handle)."""
-    model = compiled_model("prefill_decode", precision)
-    sc = Scenario(f"s2_shared_context_{precision}")
-    sc.load_module("M", model).load_method("M", "prefill").load_method("M", "decode")
-    sc.execute("M", "prefill").execute("M", "decode").snapshot()
-    sc.destroy_module("M").snapshot()
+    sc = s2_shared_context(compiled_model("prefill_decode", precision), f"s2_shared_context_{precision}")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_isolation(result)
@@ -54,13 +45,8 @@ def test_s2_methods_share_one_context(compiled_model, scenario_driver, precision
 @pytest.mark.parametrize("unload", ["prefill", "decode"])
 def test_s3_unload_one_method_keeps_the_other(compiled_model, scenario_driver, unload, precision):
     """Unloading one method of a shared context leaves the other executing."""
-    model = compiled_model("prefill_decode", precision)
-    keep = "decode" if unload == "prefill" else "prefill"
-    sc = Scenario(f"s3_unload_{unload}_{precision}")
-    sc.load_module("M", model).load_method("M", "prefill").load_method("M", "decode")
-    sc.execute("M", "prefill").execute("M", "decode")
-    sc.unload_method("M", unload).execute("M", keep)
-    sc.destroy_module("M").snapshot()
+    sc = s3_unload_one(compiled_model("prefill_decode", precision), unload,
+                       f"s3_unload_{unload}_{precision}")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_isolation(result)
@@ -69,14 +55,7 @@ def test_s3_unload_one_method_keeps_the_other(compiled_model, scenario_driver, u
 
 def test_s4_cleanup_and_reload(compiled_model, scenario_driver, hil_session, precision):
     """Destroy everything, load again, execute: counts return to zero in between, no leak."""
-    model = compiled_model("linear_relu", precision)
-    sc = Scenario(f"s4_cleanup_reload_{precision}")
-    for cycle in range(3):
-        sc.load_module("A", model).load_module("B", model)
-        sc.execute("A", "forward")
-        sc.destroy_module("A")
-        sc.load_module("A", model)
-        sc.destroy_module("A").destroy_module("B").snapshot()
+    sc = s4_cleanup_reload(compiled_model("linear_relu", precision), 3, f"s4_cleanup_reload_{precision}")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_live_counts(result)
@@ -84,6 +63,4 @@ def test_s4_cleanup_and_reload(compiled_model, scenario_driver, hil_session, pre
     for i in snapshots:
         assert result.steps[i].live == {"backend": 0, "context": 0, "device": 0}, result.summary()
     # The first cycle warms allocators up; later cycles must not keep growing.
-    from harness.assertions import assert_memory_within
-
     assert_memory_within(result, snapshots[1], snapshots[-1], hil_session.rss_leak_kb)
