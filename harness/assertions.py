@@ -10,13 +10,14 @@ import re
 
 from harness.reference import predict
 from harness.result import ScenarioResult
+from harness.scenario import Step
 
 _RUNTIME_ERROR_LINE = re.compile(r"error|fail|deleted|abort|invalid", re.IGNORECASE)
 
 
 def assert_completed(result: ScenarioResult) -> None:
-    """The runner neither crashed nor hung."""
-    if result.crashed:
+    """The runner neither crashed nor hung, and accepted the scenario."""
+    if result.crashed or result.refused:
         raise AssertionError(f"scenario {result.scenario.name}: {result.crash_report()}")
 
 
@@ -37,32 +38,58 @@ def assert_steps_ok(result: ScenarioResult) -> None:
             f"runtime log:\n{runtime_log(result)}\nall steps:\n{result.summary()}")
 
 
+def executed_outputs(result: ScenarioResult) -> list[tuple[int, Step, dict]]:
+    """(step index, execute step, its event) for every ok execute, including the execute
+    sub-steps of `parallel` steps (their event is the sub-step's entry in `substeps`)."""
+    out = []
+    for i, s in enumerate(result.steps):
+        if s.event is None:
+            continue
+        if s.step.op == "execute" and s.ok:
+            out.append((i, s.step, s.event))
+        for sub, ev in zip(s.step.substeps, s.event.get("substeps") or []):
+            if sub.op == "execute" and ev.get("status") == "ok":
+                out.append((i, sub, ev))
+    return out
+
+
 def assert_outputs_consistent(result: ScenarioResult) -> None:
     """Every execute of the same program's method gave identical outputs across modules."""
     seen: dict[tuple[str, str], tuple[int, list]] = {}
-    for i, s in enumerate(result.steps):
-        if s.step.op != "execute" or not s.ok:
-            continue
-        key = (str(result.scenario.models[s.step.module].pte), s.step.method or "")
-        digests = [o["sha256"] for o in s.event["outputs"]]
+    for i, step, event in executed_outputs(result):
+        key = (str(result.scenario.models[step.module].pte), step.method or "")
+        digests = [o["sha256"] for o in event["outputs"]]
         if key in seen and seen[key][1] != digests:
             raise AssertionError(
-                f"scenario {result.scenario.name}: step {i} {s.step.describe()} gave different "
+                f"scenario {result.scenario.name}: step {i} {step.describe()} gave different "
                 f"outputs than step {seen[key][0]} for the same program and inputs")
         seen.setdefault(key, (i, digests))
 
 
 def context_owners(result: ScenarioResult) -> dict[str, str]:
-    """Context identity -> module, by which module's step created it."""
+    """Context identity -> module, by which module's step created it.
+
+    A `parallel` step with sub-steps on several modules cannot say which of them created a
+    context: its new contexts are owned by all of them jointly, written "A|B" (sorted module
+    names joined by "|"; `owned_by` reads it). The isolation check then only counts: a group
+    of modules that gained loaded methods in one parallel step must hold as many contexts as
+    it has members, but which member holds which is not known.
+    """
     owners: dict[str, str] = {}
     before: set[str] = set()
     for s in result.steps:
         now = set(s.trace["contexts"])
+        modules = sorted(set(s.step.modules))
         for ctx in now - before:
-            if s.step.module:
-                owners[ctx] = s.step.module
+            if modules:
+                owners[ctx] = "|".join(modules)
         before = now
     return owners
+
+
+def owned_by(owner: str | None, module: str) -> bool:
+    """Whether `module` is (one of) the owner(s) `context_owners` recorded."""
+    return owner is not None and module in owner.split("|")
 
 
 def assert_traced(result: ScenarioResult) -> None:
@@ -77,7 +104,13 @@ def assert_traced(result: ScenarioResult) -> None:
 
 def assert_isolation(result: ScenarioResult) -> None:
     """Modules never share a context, executes use the executing module's context, a destroy
-    frees only that module's contexts, and nothing runs on a freed context."""
+    frees only that module's contexts, and nothing runs on a freed context.
+
+    For `parallel` steps (see `context_owners`) the checks are by group: the modules that
+    gained a loaded QNN method in the step must have gained exactly as many live contexts, a
+    destroy frees only contexts of the modules destroyed or unloaded in that step, and an
+    execute runs only on contexts of the modules executing in that step.
+    """
     assert_completed(result)
     assert_traced(result)
     name = result.scenario.name
@@ -87,33 +120,58 @@ def assert_isolation(result: ScenarioResult) -> None:
     owners = context_owners(result)
     expected = predict(result.scenario)
     before: set[str] = set()
+    holders_before: set[str] = set()
     executes_before: dict[str, int] = {}
     for i, (s, exp) in enumerate(zip(result.steps, expected)):
         now = set(s.trace["contexts"])
         holders = {m for m in exp.context_holders()
                    if result.scenario.models[m].backend == "qnn"}
-        owned = {m: {c for c in now if owners.get(c) == m} for m in holders}
+        # A context owned jointly by a parallel step's modules serves one member that has no
+        # context of its own; every such member needs one.
+        shared = sorted(c for c in now if owners.get(c) and "|" in owners[c])
         for module in sorted(holders):
-            if not owned[module] and s.ok:
+            if any(owners.get(c) == module for c in now):
+                continue
+            ctx = next((c for c in shared if owned_by(owners.get(c), module)), None)
+            if ctx is not None:
+                shared.remove(ctx)
+            elif s.ok:
                 others = sorted({owners.get(c, "?") for c in now})
                 problems.append(
                     f"step {i} {s.step.describe()}: module {module} has loaded methods but owns no "
                     f"live QNN context (live contexts belong to {', '.join(others) or 'nobody'}): "
                     "it is using another module's cached context")
-        if s.step.op == "destroy_module":
+        if s.step.op == "parallel" and s.ok:
+            gained = sorted((holders - holders_before) & set(s.step.modules))
+            new = sorted(now - before)
+            if len(new) != len(gained):
+                problems.append(
+                    f"step {i} {s.step.describe()}: {len(gained)} modules gained a loaded QNN "
+                    f"method ({', '.join(gained) or 'none'}) but {len(new)} live QNN contexts are "
+                    f"new ({', '.join(new) or 'none'})" +
+                    (": it is using another module's cached context" if len(new) < len(gained)
+                     else ": a context created in the step outlived it (a loser's candidate?)"))
+        subs = s.step.flat
+        destroyers = {x.module for x in subs if x.op in ("destroy_module", "unload_method")}
+        if any(x.op == "destroy_module" for x in subs):
             freed = before - now
-            foreign = sorted(c for c in freed if owners.get(c) != s.step.module)
+            foreign = sorted(c for c in freed
+                             if not any(owned_by(owners.get(c), m) for m in destroyers))
             if foreign:
                 problems.append(
-                    f"step {i} {s.step.describe()}: destroying {s.step.module} freed contexts of "
+                    f"step {i} {s.step.describe()}: destroying {', '.join(sorted(destroyers))} "
+                    f"freed contexts of "
                     f"{', '.join(sorted({owners.get(c, '?') for c in foreign}))} ({', '.join(foreign)})")
-        if s.step.op == "execute":
+        executors = {x.module for x in subs if x.op == "execute"}
+        if executors:
             for ctx, count in s.trace["executes"].items():
-                if count > executes_before.get(ctx, 0) and owners.get(ctx) != s.step.module:
+                if count > executes_before.get(ctx, 0) and not any(
+                        owned_by(owners.get(ctx), m) for m in executors):
                     problems.append(
                         f"step {i} {s.step.describe()}: executed on {ctx}, which belongs to "
                         f"module {owners.get(ctx, '?')}")
         before = now
+        holders_before = holders
         executes_before = dict(s.trace["executes"])
     if problems:
         raise AssertionError(f"scenario {name}: handle isolation violated:\n  " +

@@ -4,6 +4,10 @@ It tracks which modules are alive and which of their methods are loaded, and fro
 the live QNN context count: every live module with at least one loaded method of a QNN program
 holds its own context (the methods of one program share one), and nothing else holds any.
 Backends and devices exist exactly while some context does.
+
+A `parallel` step's effect is all of its sub-steps applied: they touch different modules, so
+the order does not matter to the model, and the step is expected to succeed when every
+sub-step is.
 """
 
 from __future__ import annotations
@@ -29,20 +33,26 @@ def predict(scenario: Scenario) -> list[Expected]:
     loaded: dict[str, set[str]] = {}
     out: list[Expected] = []
     for step in scenario.steps:
-        ok = True
-        if step.op == "load_module":
-            ok = step.module not in loaded
-            loaded.setdefault(step.module, set())
-        elif step.op in ("load_method", "execute"):
-            ok = step.module in loaded and (step.op == "execute" or step.method not in loaded[step.module])
-            if step.module in loaded:
-                loaded[step.module].add(step.method)
-        elif step.op == "unload_method":
-            ok = step.method in loaded.get(step.module, set())
-            loaded.get(step.module, set()).discard(step.method)
-        elif step.op == "destroy_module":
-            ok = loaded.pop(step.module, None) is not None
+        ok = all([_apply(sub, loaded) for sub in step.flat])
         qnn = {m for m, methods in loaded.items()
                if methods and scenario.models[m].backend == "qnn"}
         out.append(Expected({m: frozenset(v) for m, v in loaded.items()}, len(qnn), ok))
     return out
+
+
+def _apply(step, loaded: dict[str, set[str]]) -> bool:
+    """Apply one (non-parallel) step to the model; whether a correct runtime accepts it."""
+    ok = True
+    if step.op == "load_module":
+        ok = step.module not in loaded
+        loaded.setdefault(step.module, set())
+    elif step.op in ("load_method", "execute"):
+        ok = step.module in loaded and (step.op == "execute" or step.method not in loaded[step.module])
+        if step.module in loaded:
+            loaded[step.module].add(step.method)
+    elif step.op == "unload_method":
+        ok = step.method in loaded.get(step.module, set())
+        loaded.get(step.module, set()).discard(step.method)
+    elif step.op == "destroy_module":
+        ok = loaded.pop(step.module, None) is not None
+    return ok

@@ -96,6 +96,11 @@ class ScenarioResult:
         return self.output.timed_out or rc is None or rc < 0 or rc not in (0, 1, 2)
 
     @property
+    def refused(self) -> bool:
+        """The runner would not run the scenario (exit 2: invalid scenario, missing file)."""
+        return self.output.returncode == 2
+
+    @property
     def last_completed(self) -> StepResult | None:
         done = [s for s in self.steps if s.event is not None]
         return done[-1] if done else None
@@ -107,6 +112,8 @@ class ScenarioResult:
             head = f"runner hung: killed after timeout"
         elif out.returncode is not None and out.returncode < 0:
             head = f"runner crashed with signal {_signal_name(-out.returncode)}"
+        elif self.refused:
+            head = "runner refused the scenario (exit 2: invalid scenario or missing file)"
         else:
             head = f"runner exited with code {out.returncode}"
         last = self.last_completed

@@ -1,9 +1,9 @@
 """Scenarios: ordered lifecycle steps over named modules, and their JSON form for runners.
 
 A test builds a scenario with the fluent methods (`load_module`, `load_method`, `execute`,
-`unload_method`, `destroy_module`, `snapshot`, `set_option`, `get_option`); the device stages
-it (`to_json` with paths as the runner will see them). The JSON form is the contract in
-docs/runner-protocol.md.
+`unload_method`, `destroy_module`, `snapshot`, `set_option`, `get_option`, `parallel`); the
+device stages it (`to_json` with paths as the runner will see them). The JSON form is the
+contract in docs/runner-protocol.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,15 @@ from harness.compile import CompiledModel
 from harness.errors import HarnessError
 
 OPS = ("load_module", "load_method", "execute", "unload_method", "destroy_module", "snapshot",
-       "set_option", "get_option")
+       "set_option", "get_option", "parallel")
+# Ops a `parallel` step may run, one thread each, every one on a different module.
+PARALLEL_OPS = ("load_module", "load_method", "execute", "unload_method", "destroy_module")
+# At most this many sub-steps (threads) in one `parallel` step.
+MAX_PARALLEL = 16
+_NEEDS = {"load_module": ("module", "pte"), "load_method": ("module", "method"),
+          "execute": ("module", "method"), "unload_method": ("module", "method"),
+          "destroy_module": ("module",), "set_option": ("backend", "key", "value"),
+          "get_option": ("backend", "key"), "parallel": ("steps",)}
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -28,12 +36,32 @@ class ScenarioError(HarnessError):
 
 @dataclasses.dataclass(frozen=True)
 class Step:
+    """One scenario step. A `parallel` step has no module or method of its own: its sub-steps
+    (each a plain Step) are in `args["steps"]`, a tuple, and `substeps` returns them."""
+
     op: str
     module: str | None = None
     method: str | None = None
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    @property
+    def substeps(self) -> tuple["Step", ...]:
+        """The sub-steps of a `parallel` step; () for every other op."""
+        return tuple(self.args.get("steps", ())) if self.op == "parallel" else ()
+
+    @property
+    def flat(self) -> tuple["Step", ...]:
+        """The steps this step applies: its sub-steps for `parallel`, else itself."""
+        return self.substeps if self.op == "parallel" else (self,)
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Every module this step touches (several for `parallel`)."""
+        return tuple(s.module for s in self.flat if s.module)
+
     def describe(self) -> str:
+        if self.op == "parallel":
+            return f"parallel({' | '.join(s.describe() for s in self.substeps)})"
         target = ".".join(p for p in (self.module, self.method) if p)
         return f"{self.op}({target})" if target else self.op
 
@@ -84,6 +112,59 @@ class Scenario:
     def get_option(self, backend: str, key: str, type: str = "int") -> "Scenario":
         return self._add(Step("get_option", args={"backend": backend, "key": key, "type": type}))
 
+    def parallel(self, *substeps: tuple) -> "Scenario":
+        """Sub-steps run at once, one thread each, released together (runner-protocol.md).
+
+        Each sub-step is `(op, module, method_or_None)`, op one of PARALLEL_OPS, every one on a
+        different module, e.g. `("load_method", "A", "forward")`, `("destroy_module", "B")`. For
+        `load_module` the third element is the module's CompiledModel (or None when an earlier
+        `load_module` of that name gave it one), and an optional fourth its backend_options.
+        """
+        if not substeps:
+            raise ScenarioError(f"scenario {self.name}: parallel needs at least one sub-step")
+        if len(substeps) > MAX_PARALLEL:
+            raise ScenarioError(f"scenario {self.name}: parallel takes at most {MAX_PARALLEL} "
+                                "sub-steps")
+        steps: list[Step] = []
+        new_models: dict[str, CompiledModel] = {}  # kept only if every sub-step is valid
+        for sub in substeps:
+            if not isinstance(sub, (tuple, list)) or not 2 <= len(sub) <= 4:
+                raise ScenarioError(f"scenario {self.name}: a parallel sub-step is a tuple "
+                                    f"(op, module, method_or_None), got {sub!r}")
+            op, module, third, *rest = (*sub, None) if len(sub) == 2 else sub
+            if op not in PARALLEL_OPS:
+                raise ScenarioError(f"scenario {self.name}: parallel sub-step op must be one of "
+                                    f"{', '.join(PARALLEL_OPS)}, got {op!r}")
+            if not isinstance(module, str) or not _NAME.match(module):
+                raise ScenarioError(f"module name {module!r} must match {_NAME.pattern}")
+            if rest and op != "load_module":
+                raise ScenarioError(f"scenario {self.name}: parallel {op} takes "
+                                    "(op, module, method_or_None)")
+            if op == "load_module":
+                if third is not None:
+                    if not isinstance(third, CompiledModel):
+                        raise ScenarioError(f"scenario {self.name}: parallel load_module of "
+                                            f"{module} takes a CompiledModel, got {third!r}")
+                    new_models[module] = third
+                elif module not in self.models:
+                    self._model(module)  # raises: no model for this module yet
+                options = rest[0] if rest else None
+                steps.append(Step("load_module", module, None,
+                                  {"backend_options": options} if options else {}))
+            elif op == "destroy_module":
+                if third is not None:
+                    raise ScenarioError(f"scenario {self.name}: destroy_module takes no method")
+                self._model(module)
+                steps.append(Step(op, module))
+            else:
+                if third is None:
+                    raise ScenarioError(f"scenario {self.name}: parallel {op} of {module} "
+                                        "needs a method")
+                steps.append(Step(op, module, self._method(module, third)))
+        _check_distinct_modules(steps, f"scenario {self.name}: parallel")
+        self.models.update(new_models)
+        return self._add(Step("parallel", None, None, {"steps": tuple(steps)}))
+
     def _model(self, module: str) -> CompiledModel:
         if module not in self.models:
             raise ScenarioError(f"scenario {self.name}: module {module!r} is used before "
@@ -108,25 +189,30 @@ class Scenario:
 
     def to_json(self, place: Callable[[Path], str] = str) -> dict:
         """The runner's scenario document; `place` maps a host file to the runner's path."""
-        steps = []
-        for step in self.steps:
-            doc: dict[str, Any] = {"op": step.op}
-            if step.module:
-                doc["module"] = step.module
-            if step.method:
-                doc["method"] = step.method
-            doc.update(step.args)
-            if step.op == "load_module":
-                doc["pte"] = place(self.models[step.module].pte)
-            if step.op == "execute":
-                model = self.models[step.module]
-                ref = model.methods[step.method]
-                doc["inputs"] = [_tensor(t, place) for t in ref.inputs]
-                doc["expected"] = [_tensor(t, place) for t in ref.expected]
-                doc["atol"], doc["rtol"] = model.atol, model.rtol
-            steps.append(doc)
+        steps = [self._step_json(step, place) for step in self.steps]
         return {"version": 1, "name": self.name, "watch_mappings": list(self.watch_mappings),
                 "steps": steps}
+
+    def _step_json(self, step: Step, place: Callable[[Path], str]) -> dict:
+        doc: dict[str, Any] = {"op": step.op}
+        if step.module:
+            doc["module"] = step.module
+        if step.method:
+            doc["method"] = step.method
+        if step.op == "parallel":
+            doc["steps"] = [self._step_json(sub, place) for sub in step.substeps]
+            doc.update({k: v for k, v in step.args.items() if k != "steps"})
+            return doc
+        doc.update(step.args)
+        if step.op == "load_module":
+            doc["pte"] = place(self.models[step.module].pte)
+        if step.op == "execute":
+            model = self.models[step.module]
+            ref = model.methods[step.method]
+            doc["inputs"] = [_tensor(t, place) for t in ref.inputs]
+            doc["expected"] = [_tensor(t, place) for t in ref.expected]
+            doc["atol"], doc["rtol"] = model.atol, model.rtol
+        return doc
 
     def write(self, path: Path, place: Callable[[Path], str] = str) -> Path:
         path.write_text(json.dumps(self.to_json(place), indent=1))
@@ -137,22 +223,38 @@ def _tensor(tensor, place: Callable[[Path], str]) -> dict:
     return {"dtype": tensor.dtype, "shape": list(tensor.shape), "file": place(tensor.file)}
 
 
+def _check_distinct_modules(steps: list[Step], where: str) -> None:
+    seen: set[str] = set()
+    for sub in steps:
+        if sub.module in seen:
+            raise ScenarioError(f"{where}: two sub-steps on module {sub.module!r} (each sub-step "
+                                "of a parallel step must use a different module)")
+        seen.add(sub.module)
+
+
+def _parse_step(raw: Any, where: str, ops: tuple[str, ...]) -> Step:
+    if not isinstance(raw, dict) or raw.get("op") not in ops:
+        raise ScenarioError(f"{where}: 'op' must be one of {', '.join(ops)}, got "
+                            f"{raw.get('op') if isinstance(raw, dict) else raw!r}")
+    missing = [k for k in _NEEDS.get(raw["op"], ()) if k not in raw]
+    if missing:
+        raise ScenarioError(f"{where} ({raw['op']}): missing {', '.join(missing)}")
+    if raw["op"] != "parallel":
+        args = {k: v for k, v in raw.items() if k not in ("op", "module", "method")}
+        return Step(raw["op"], raw.get("module"), raw.get("method"), args)
+    subs = raw["steps"]
+    if not isinstance(subs, list) or not 1 <= len(subs) <= MAX_PARALLEL:
+        raise ScenarioError(f"{where} (parallel): 'steps' must be a list of 1 to {MAX_PARALLEL} "
+                            "sub-steps")
+    steps = [_parse_step(sub, f"{where} sub-step {j}", PARALLEL_OPS)
+             for j, sub in enumerate(subs)]
+    _check_distinct_modules(steps, f"{where} (parallel)")
+    args = {k: v for k, v in raw.items() if k not in ("op", "module", "method", "steps")}
+    return Step("parallel", None, None, {**args, "steps": tuple(steps)})
+
+
 def parse_scenario(doc: dict) -> list[Step]:
     """Validate a scenario document (as runners receive it) and return its steps."""
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
         raise ScenarioError("a scenario is an object with a 'steps' list")
-    steps = []
-    for i, raw in enumerate(doc["steps"]):
-        if not isinstance(raw, dict) or raw.get("op") not in OPS:
-            raise ScenarioError(f"step {i}: 'op' must be one of {', '.join(OPS)}, got "
-                                f"{raw.get('op') if isinstance(raw, dict) else raw!r}")
-        needs = {"load_module": ("module", "pte"), "load_method": ("module", "method"),
-                 "execute": ("module", "method"), "unload_method": ("module", "method"),
-                 "destroy_module": ("module",), "set_option": ("backend", "key", "value"),
-                 "get_option": ("backend", "key")}.get(raw["op"], ())
-        missing = [k for k in needs if k not in raw]
-        if missing:
-            raise ScenarioError(f"step {i} ({raw['op']}): missing {', '.join(missing)}")
-        args = {k: v for k, v in raw.items() if k not in ("op", "module", "method")}
-        steps.append(Step(raw["op"], raw.get("module"), raw.get("method"), args))
-    return steps
+    return [_parse_step(raw, f"step {i}", OPS) for i, raw in enumerate(doc["steps"])]

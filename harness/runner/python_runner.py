@@ -5,6 +5,12 @@ imports all of `exir` (seconds per process, and every scenario is a fresh proces
 are `_load_program` objects and methods are the method objects the runner holds itself, because
 `executorch.runtime.Program.load_method` caches methods for the program's lifetime and so
 cannot unload one. Contract: docs/runner-protocol.md.
+
+A `parallel` step runs each sub-step on its own `threading.Thread`, released together by a
+`threading.Barrier`. The threads really are concurrent only where the pybindings drop the GIL;
+where they hold it (as the 1.5.1 pybindings do around their calls into the runtime) the
+sub-steps' runtime calls serialize in whatever order the threads take the GIL. The native
+runner is the one that makes the loads overlap; this one exists for parity.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -131,7 +138,73 @@ class Runner:
 
     set_option = get_option
 
+    def parallel(self, step: dict) -> dict:
+        """One thread per sub-step, released together; one result for the whole step."""
+        subs = step["steps"]
+        barrier = threading.Barrier(len(subs))
+        results: list[dict | None] = [None] * len(subs)
+
+        def work(j: int, sub: dict) -> None:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:  # another sub-step's thread failed to start
+                pass
+            started = time.perf_counter()
+            try:
+                results[j] = self.run_step(sub)
+            except Exception as exc:  # noqa: BLE001 (a thread must report, not die silently)
+                results[j] = {"status": "error", "error_code": -1,
+                              "message": f"runner error: {type(exc).__name__}: {exc}",
+                              "outputs": [], "max_abs_diff": None,
+                              "elapsed_ms": round((time.perf_counter() - started) * 1000, 3)}
+
+        threads = []
+        spawn_error = ""
+        for j, sub in enumerate(subs):
+            thread = threading.Thread(target=work, args=(j, sub), name=f"parallel-{j}",
+                                      daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:  # "can't start new thread"
+                spawn_error = f"runner error: cannot start a thread: {exc}"
+                barrier.abort()  # release the threads already waiting; they run anyway
+                break
+            threads.append(thread)
+        for t in threads:
+            t.join()
+        substeps = []
+        for sub, res in zip(subs, results):
+            if res is None:  # its thread never started
+                res = {"status": "error", "error_code": -1,
+                       "message": spawn_error or "runner error: sub-step thread died",
+                       "outputs": [], "max_abs_diff": None, "elapsed_ms": 0.0}
+            substeps.append({"op": sub["op"], "module": sub.get("module"),
+                             "method": sub.get("method"), "status": res["status"],
+                             "error_code": res["error_code"], "message": res["message"],
+                             "outputs": res["outputs"], "max_abs_diff": res["max_abs_diff"],
+                             "elapsed_ms": res["elapsed_ms"]})
+        return combine_substeps(substeps)
+
     # Loop ----------------------------------------------------------------------------------
+    def run_step(self, step: dict) -> dict:
+        """Run one step; its event's core fields (status, error_code, message, outputs,
+        max_abs_diff, option, elapsed_ms, and substeps for `parallel`)."""
+        op = step["op"]
+        event = {"status": "ok", "error_code": 0, "message": "", "outputs": [],
+                 "max_abs_diff": None, "option": None}
+        started = time.perf_counter()
+        try:
+            handler = getattr(self, op, None)
+            if handler is None or op.startswith("_") or op in ("run", "run_step"):
+                raise StepError(f"unknown op {op!r}")
+            event.update(handler(step))
+        except StepError as exc:
+            event.update(status="error", error_code=-1, message=str(exc))
+        except RuntimeError as exc:  # the runtime's own error
+            event.update(status="error", error_code=_error_code(str(exc)), message=str(exc))
+        event["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        return event
+
     def run(self) -> int:
         from harness.memory import read_self
 
@@ -140,21 +213,9 @@ class Runner:
         failed = 0
         steps = self.scenario["steps"]
         for index, step in enumerate(steps):
-            op = step["op"]
-            event = {"event": "step", "index": index, "op": op, "module": step.get("module"),
-                     "method": step.get("method"), "status": "ok", "error_code": 0, "message": "",
-                     "outputs": [], "max_abs_diff": None, "option": None}
-            started = time.perf_counter()
-            try:
-                handler = getattr(self, op, None)
-                if handler is None or op.startswith("_") or op == "run":
-                    raise StepError(f"unknown op {op!r}")
-                event.update(handler(step))
-            except StepError as exc:
-                event.update(status="error", error_code=-1, message=str(exc))
-            except RuntimeError as exc:  # the runtime's own error
-                event.update(status="error", error_code=_error_code(str(exc)), message=str(exc))
-            event["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            event = {"event": "step", "index": index, "op": step["op"],
+                     "module": step.get("module"), "method": step.get("method")}
+            event.update(self.run_step(step))
             event["trace_offset"] = _size(self.trace)
             event["memory"] = read_self(self.watch)
             failed += event["status"] != "ok"
@@ -162,6 +223,20 @@ class Runner:
         emit({"event": "end", "status": "ok" if not failed else "failed", "steps": len(steps),
               "failed_steps": failed})
         return EXIT_OK if not failed else EXIT_STEP_FAILED
+
+
+def combine_substeps(substeps: list[dict]) -> dict:
+    """A parallel step's result from its sub-steps' (runner-protocol.md): the first non-ok
+    sub-step (in the scenario's order) gives status, error_code and message; outputs are all
+    sub-steps' in order; max_abs_diff is the largest reported, or None."""
+    bad = next((s for s in substeps if s["status"] != "ok"), None)
+    diffs = [s["max_abs_diff"] for s in substeps if s["max_abs_diff"] is not None]
+    return {"status": bad["status"] if bad else "ok",
+            "error_code": bad["error_code"] if bad else 0,
+            "message": bad["message"] if bad else "",
+            "outputs": [o for s in substeps for o in s["outputs"]],
+            "max_abs_diff": max(diffs) if diffs else None,
+            "substeps": substeps}
 
 
 class StepError(Exception):
@@ -212,8 +287,9 @@ def missing_files(scenario: dict, base: Path) -> list[str]:
         steps = parse_scenario(scenario)
     except ScenarioError as exc:
         raise ValueError(str(exc)) from None
-    names = [s.args["pte"] for s in steps if s.op == "load_module"]
-    names += [t["file"] for s in steps if s.op == "execute"
+    flat = [sub for s in steps for sub in s.flat]
+    names = [s.args["pte"] for s in flat if s.op == "load_module"]
+    names += [t["file"] for s in flat if s.op == "execute"
               for t in (*s.args.get("inputs", []), *s.args.get("expected", []))]
     return [n for n in dict.fromkeys(names) if not (Path(n) if Path(n).is_absolute() else base / n).is_file()]
 

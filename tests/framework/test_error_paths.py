@@ -97,3 +97,13 @@ def test_session_goes_on_after_a_crash(compiled_model, scenario_driver):
     """After the crash and hang above, a normal scenario still runs on the same device."""
     result = scenario_driver.run(one_step_scenario(compiled_model("linear_relu"), "after"))
     assert [s.status for s in result.steps] == ["ok", "ok", "ok"]
+
+
+def test_refused_scenario_is_reported_with_the_runner_reason(hil_session, tmp_path, compiled_model):
+    """A scenario the runner rejects (exit 2) fails with the runner's own reason."""
+    script = "import sys; print('scenario names missing files: x.bin', file=sys.stderr); sys.exit(2)"
+    runner = RunnerChoice("python", None, argv=(sys.executable, "-c", script))
+    device = SimulatorDevice(hil_session.sdk, hil_session.soc, lambda kind: runner)
+    driver = ScenarioDriver(device, tmp_path, timeout=60, runner="python")
+    with pytest.raises(AssertionError, match=r"(?s)runner refused the scenario.*missing files: x.bin"):
+        driver.run(one_step_scenario(compiled_model("linear_relu"), "refused"))

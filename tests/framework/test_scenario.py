@@ -1,5 +1,6 @@
 """Scenario building, JSON form and parsing, and the reference model's predictions."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,152 @@ def test_reference_model_predicts_contexts(tmp_path):
     assert all(e.step_ok for e in predict(sc))
     bad = Scenario("b").load_module("A", qnn).unload_method("A", "prefill")
     assert [e.step_ok for e in predict(bad)] == [True, False]
+
+
+# Parallel steps ------------------------------------------------------------------------------
+
+def parallel_scenario(tmp_path):
+    model = fake_model(tmp_path)
+    other = fake_model(tmp_path, ("prefill", "decode"))
+    sc = Scenario("s5").load_module("A", model).load_module("B", model)
+    sc.parallel(("load_method", "A", "forward"), ("load_method", "B", "forward"))
+    sc.parallel(("execute", "A", "forward"), ("load_module", "C", other), ("destroy_module", "B"))
+    return sc
+
+
+def test_parallel_builder_json_and_describe(tmp_path):
+    sc = parallel_scenario(tmp_path)
+    load, mixed = sc.steps[2], sc.steps[3]
+    assert load.op == "parallel" and load.module is None and load.method is None
+    assert [(s.op, s.module, s.method) for s in load.substeps] == [
+        ("load_method", "A", "forward"), ("load_method", "B", "forward")]
+    assert load.describe() == "parallel(load_method(A.forward) | load_method(B.forward))"
+    assert mixed.describe() == "parallel(execute(A.forward) | load_module(C) | destroy_module(B))"
+    assert mixed.modules == ("A", "C", "B") and sc.steps[0].modules == ("A",)
+    assert sc.steps[0].substeps == () and sc.steps[0].flat == (sc.steps[0],)
+    doc = sc.to_json(lambda p: "/device/" + p.name)
+    assert doc["steps"][2] == {"op": "parallel", "steps": [
+        {"op": "load_method", "module": "A", "method": "forward"},
+        {"op": "load_method", "module": "B", "method": "forward"}]}
+    execute, load_c, destroy = doc["steps"][3]["steps"]
+    # An execute sub-step carries its tensors and tolerances exactly like a plain execute.
+    plain = Scenario("p").load_module("A", fake_model(tmp_path)).execute("A", "forward")
+    assert execute == plain.to_json(lambda p: "/device/" + p.name)["steps"][1]
+    assert execute["inputs"][0]["file"] == "/device/in.bin" and execute["atol"] == 0.01
+    assert load_c == {"op": "load_module", "module": "C", "pte": "/device/m.pte"}
+    assert destroy == {"op": "destroy_module", "module": "B"}
+    steps = parse_scenario(doc)
+    assert [s.describe() for s in steps] == [s.describe() for s in sc.steps]
+    assert steps[3].substeps[0].args["expected"][0]["shape"] == [1, 8]
+    # JSON round trip through the runner's view keeps everything.
+    assert parse_scenario(json.loads(json.dumps(doc)))[2].substeps == steps[2].substeps
+
+
+def test_parallel_builder_rejects_bad_substeps(tmp_path):
+    model = fake_model(tmp_path)
+    sc = Scenario("s").load_module("A", model).load_module("B", model)
+    with pytest.raises(ScenarioError, match="two sub-steps on module 'A'"):
+        sc.parallel(("load_method", "A", "forward"), ("execute", "A", "forward"))
+    with pytest.raises(ScenarioError, match="op must be one of"):
+        sc.parallel(("snapshot", "A", None))
+    with pytest.raises(ScenarioError, match="op must be one of"):
+        sc.parallel(("parallel", "A", None))
+    with pytest.raises(ScenarioError, match="needs a method"):
+        sc.parallel(("load_method", "A", None))
+    with pytest.raises(ScenarioError, match="has no method 'decode'"):
+        sc.parallel(("execute", "B", "decode"))
+    with pytest.raises(ScenarioError, match="destroy_module takes no method"):
+        sc.parallel(("destroy_module", "A", "forward"))
+    with pytest.raises(ScenarioError, match="module 'Z' is used before load_module"):
+        sc.parallel(("load_method", "Z", "forward"))
+    with pytest.raises(ScenarioError, match="at least one"):
+        sc.parallel()
+    with pytest.raises(ScenarioError, match="is a tuple"):
+        sc.parallel("load_method A forward")
+    with pytest.raises(ScenarioError, match="op must be one of"):
+        sc.parallel(("load_module", "Q", model), ("snapshot", "B", None))
+    assert len(sc.steps) == 2 and "Q" not in sc.models  # nothing half-added
+
+
+@pytest.mark.parametrize("parallel, message", [
+    ({"op": "parallel"}, "missing steps"),
+    ({"op": "parallel", "steps": []}, "1 to 16 sub-steps"),
+    ({"op": "parallel", "steps": [{"op": "destroy_module", "module": f"M{i}"} for i in range(17)]},
+     "1 to 16 sub-steps"),
+    ({"op": "parallel", "steps": {"op": "destroy_module", "module": "A"}}, "1 to 16 sub-steps"),
+    ({"op": "parallel", "steps": [{"op": "load_method", "module": "A", "method": "forward"},
+                                  {"op": "unload_method", "module": "A", "method": "forward"}]},
+     "two sub-steps on module 'A'"),
+    ({"op": "parallel", "steps": [{"op": "snapshot"}]}, r"sub-step 0: 'op' must be one of"),
+    ({"op": "parallel", "steps": [{"op": "parallel", "steps": []}]}, "sub-step 0: 'op' must be one of"),
+    ({"op": "parallel", "steps": [{"op": "destroy_module", "module": "A"},
+                                  {"op": "execute", "module": "B"}]},
+     r"step 0 sub-step 1 \(execute\): missing method"),
+])
+def test_parallel_parse_errors(parallel, message):
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario({"steps": [parallel]})
+
+
+def test_reference_model_applies_parallel_substeps(tmp_path):
+    qnn = fake_model(tmp_path)
+    xnn = fake_model(tmp_path, backend="xnnpack")
+    sc = Scenario("s").load_module("A", qnn).load_module("B", qnn)
+    sc.parallel(("load_method", "A", "forward"), ("load_method", "B", "forward"), ("load_module", "X", xnn))
+    sc.parallel(("execute", "A", "forward"), ("execute", "X", "forward"))
+    sc.parallel(("destroy_module", "A"), ("unload_method", "B", "forward"), ("destroy_module", "X"))
+    sc.parallel(("load_method", "B", "forward"), ("unload_method", "A", "forward"))  # A is gone
+    predicted = predict(sc)
+    assert [e.contexts for e in predicted] == [0, 0, 2, 2, 0, 1]
+    assert [e.step_ok for e in predicted] == [True, True, True, True, True, False]
+    assert predicted[2].loaded == {"A": {"forward"}, "B": {"forward"}, "X": frozenset()}
+
+
+def fake_result(sc, contexts_after, creates_in_step=None):
+    """A ScenarioResult whose QNN trace leaves `contexts_after[i]` live context handles after
+    step i (each a list of handle values); `creates_in_step[i]` extra contexts are created and
+    freed again inside step i."""
+    from harness.qnn.trace import parse_trace
+    from harness.result import RunOutput, ScenarioResult
+
+    lines, events, live = ["api core=2.40.0"], [], set()
+    for i, handles in enumerate(contexts_after):
+        for h in (creates_in_step or {}).get(i, []):
+            lines += [f"context_create rc=0 handle={h}", f"context_free rc=0 handle={h}"]
+        for h in sorted(set(handles) - live):
+            lines.append(f"context_create rc=0 handle={h}")
+        for h in sorted(live - set(handles)):
+            lines.append(f"context_free rc=0 handle={h}")
+        live = set(handles)
+        text = "".join(f"{n + 1} {line}\n" for n, line in enumerate(lines))
+        events.append({"event": "step", "index": i, "status": "ok", "error_code": 0,
+                       "message": "", "outputs": [], "trace_offset": len(text.encode())})
+    stdout = "".join("HARNESS_EVENT " + json.dumps(e) + "\n" for e in events)
+    return ScenarioResult.build(sc, RunOutput(0, stdout, "", text), parse_trace(text))
+
+
+def test_isolation_counts_contexts_of_a_parallel_load(tmp_path):
+    from harness.assertions import assert_isolation, context_owners, owned_by
+
+    model = fake_model(tmp_path)
+    sc = Scenario("s5").load_module("A", model).load_module("B", model)
+    sc.parallel(("load_method", "A", "forward"), ("load_method", "B", "forward"))
+    sc.destroy_module("A").destroy_module("B")
+    # A correct runtime: two contexts from the parallel load (a loser's candidate created and
+    # freed inside the step is fine), each module's destroy frees one of them.
+    good = fake_result(sc, [[], [], ["0x1", "0x2"], ["0x2"], []], {2: ["0x9"]})
+    assert_isolation(good)
+    owners = context_owners(good)
+    assert set(owners.values()) == {"A|B"} and owned_by("A|B", "B") and not owned_by("A|B", "C")
+    # Both modules on one cached context: the group is one context short.
+    shared = fake_result(sc, [[], [], ["0x1"], ["0x1"], []])
+    with pytest.raises(AssertionError, match="2 modules gained a loaded QNN method .* but 1 live "
+                                             "QNN contexts are new"):
+        assert_isolation(shared)
+    with pytest.raises(AssertionError, match="module B has loaded methods but owns no live QNN "
+                                             "context .*another module's cached context"):
+        assert_isolation(shared)
+    # The loser's candidate outlives the step: one context too many.
+    leaked = fake_result(sc, [[], [], ["0x1", "0x2", "0x3"], ["0x2", "0x3"], ["0x3"]])
+    with pytest.raises(AssertionError, match="outlived it"):
+        assert_isolation(leaked)

@@ -2,10 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <exception>
+#include <mutex>
+#include <thread>
 
 #include <executorch/runtime/backend/interface.h>
 
@@ -35,15 +39,72 @@ json::Value nullable_string(const std::string& s) {
   return s.empty() ? json::Value::null() : json::Value::string(s);
 }
 
+double rounded_ms(std::chrono::steady_clock::duration d) {
+  double ms = std::chrono::duration<double, std::milli>(d).count();
+  return std::round(ms * 1000.0) / 1000.0;
+}
+
+// Start gate of a parallel step (C++17 has no std::barrier): every sub-step
+// thread arrives and blocks until the last one has arrived, so the sub-steps
+// start together. open() releases everyone early (a thread failed to start).
+class StartGate {
+ public:
+  explicit StartGate(size_t n) : waiting_(n) {}
+
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (waiting_ > 0 && --waiting_ == 0) {
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [this] { return waiting_ == 0; });
+  }
+
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting_ = 0;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t waiting_;
+};
+
 }  // namespace
 
 Runner::LiveModule* Runner::find(const std::string& name) {
+  std::lock_guard<std::mutex> lock(modules_mutex_);
   for (auto& m : modules_) {
     if (m->name == name) {
       return m.get();
     }
   }
   return nullptr;
+}
+
+std::unique_ptr<Runner::LiveModule> Runner::take(const std::string& name) {
+  std::lock_guard<std::mutex> lock(modules_mutex_);
+  for (auto it = modules_.begin(); it != modules_.end(); ++it) {
+    if ((*it)->name == name) {
+      std::unique_ptr<LiveModule> out = std::move(*it);
+      modules_.erase(it);
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+bool Runner::insert(std::unique_ptr<LiveModule> live) {
+  std::lock_guard<std::mutex> lock(modules_mutex_);
+  for (auto& m : modules_) {
+    if (m->name == live->name) {
+      return false;
+    }
+  }
+  modules_.push_back(std::move(live));
+  return true;
 }
 
 void Runner::note_method(LiveModule& m, const std::string& method) {
@@ -102,7 +163,13 @@ Runner::StepResult Runner::load_module(const Step& step) {
   auto live = std::make_unique<LiveModule>();
   live->name = step.module;
   live->module = std::move(module);
-  modules_.push_back(std::move(live));
+  if (!insert(std::move(live))) {
+    // Only a concurrent load of the same name gets here, which scenario
+    // validation rules out; the loaded module is dropped with `live`.
+    r.status = "error";
+    r.error_code = kHarnessErrorCode;
+    r.message = "module '" + step.module + "' is already live";
+  }
   return r;
 }
 
@@ -211,12 +278,12 @@ Runner::StepResult Runner::unload_method(const Step& step) {
 
 Runner::StepResult Runner::destroy_module(const Step& step) {
   StepResult r;
-  for (auto it = modules_.begin(); it != modules_.end(); ++it) {
-    if ((*it)->name == step.module) {
-      destroy(**it);
-      modules_.erase(it);
-      return r;
-    }
+  // Out of the list first, then torn down without the lock, so destroys in
+  // a parallel step overlap.
+  std::unique_ptr<LiveModule> m = take(step.module);
+  if (m != nullptr) {
+    destroy(*m);
+    return r;
   }
   r.status = "error";
   r.error_code = kHarnessErrorCode;
@@ -265,6 +332,119 @@ Runner::StepResult Runner::get_option(const Step& step) {
   return r;
 }
 
+Runner::StepResult Runner::parallel(const Step& step) {
+  const size_t n = step.substeps.size();
+  std::vector<StepResult> results(n);
+  std::vector<double> elapsed(n, 0.0);
+  std::vector<bool> started(n, false);
+  StartGate gate(n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  std::string spawn_error;
+  for (size_t j = 0; j < n; ++j) {
+    try {
+      threads.emplace_back([this, &step, &results, &elapsed, &gate, j] {
+        gate.arrive_and_wait();
+        auto t0 = std::chrono::steady_clock::now();
+        results[j] = run_one(step.substeps[j]);
+        elapsed[j] = rounded_ms(std::chrono::steady_clock::now() - t0);
+      });
+      started[j] = true;
+    } catch (const std::exception& e) {
+      // No thread: release the ones waiting for it, report the rest unrun.
+      spawn_error = std::string("cannot start a thread: ") + e.what();
+      gate.open();
+      break;
+    }
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+
+  StepResult r;
+  r.substeps = json::Value::array();
+  bool have_diff = false;
+  double max_diff = 0.0;
+  for (size_t j = 0; j < n; ++j) {
+    const Step& sub = step.substeps[j];
+    StepResult& sr = results[j];
+    if (!started[j]) {
+      sr = StepResult();
+      sr.status = "error";
+      sr.error_code = kHarnessErrorCode;
+      sr.message = "runner error: " + spawn_error;
+    }
+    if (sr.status != "ok" && r.status == "ok") {
+      r.status = sr.status;
+      r.error_code = sr.error_code;
+      r.message = sr.message;
+    }
+    for (const auto& out : sr.outputs.items()) {
+      r.outputs.push(out);
+    }
+    if (sr.max_abs_diff.is_number()) {
+      double d = sr.max_abs_diff.as_double();
+      max_diff = have_diff ? std::max(max_diff, d) : d;
+      have_diff = true;
+    }
+    json::Value ev = json::Value::object();
+    ev.set("op", json::Value::string(op_name(sub.op)));
+    ev.set("module", nullable_string(sub.module));
+    ev.set("method", nullable_string(sub.method));
+    ev.set("status", json::Value::string(sr.status));
+    ev.set("error_code", json::Value::integer(sr.error_code));
+    ev.set("message", json::Value::string(sr.message));
+    ev.set("outputs", std::move(sr.outputs));
+    ev.set("max_abs_diff", std::move(sr.max_abs_diff));
+    ev.set("elapsed_ms", json::Value::number(elapsed[j]));
+    r.substeps.push(std::move(ev));
+  }
+  if (have_diff) {
+    r.max_abs_diff = json::Value::number(max_diff);
+  }
+  return r;
+}
+
+Runner::StepResult Runner::run_one(const Step& step) {
+  StepResult r;
+  try {
+    switch (step.op) {
+      case Op::LoadModule:
+        r = load_module(step);
+        break;
+      case Op::LoadMethod:
+        r = load_method(step);
+        break;
+      case Op::Execute:
+        r = execute(step);
+        break;
+      case Op::UnloadMethod:
+        r = unload_method(step);
+        break;
+      case Op::DestroyModule:
+        r = destroy_module(step);
+        break;
+      case Op::Snapshot:
+        break;
+      case Op::SetOption:
+        r = set_option(step);
+        break;
+      case Op::GetOption:
+        r = get_option(step);
+        break;
+      case Op::Parallel:
+        r = parallel(step);
+        break;
+    }
+  } catch (const std::exception& e) {
+    r = StepResult();
+    r.status = "error";
+    r.error_code = kHarnessErrorCode;
+    r.message = std::string("runner error: ") + e.what();
+  }
+  return r;
+}
+
 int Runner::run() {
   json::Value start = json::Value::object();
   start.set("event", json::Value::string("start"));
@@ -275,43 +455,9 @@ int Runner::run() {
 
   size_t failed = 0;
   for (const Step& step : scenario_.steps) {
-    StepResult r;
     auto t0 = std::chrono::steady_clock::now();
-    try {
-      switch (step.op) {
-        case Op::LoadModule:
-          r = load_module(step);
-          break;
-        case Op::LoadMethod:
-          r = load_method(step);
-          break;
-        case Op::Execute:
-          r = execute(step);
-          break;
-        case Op::UnloadMethod:
-          r = unload_method(step);
-          break;
-        case Op::DestroyModule:
-          r = destroy_module(step);
-          break;
-        case Op::Snapshot:
-          break;
-        case Op::SetOption:
-          r = set_option(step);
-          break;
-        case Op::GetOption:
-          r = get_option(step);
-          break;
-      }
-    } catch (const std::exception& e) {
-      r = StepResult();
-      r.status = "error";
-      r.error_code = kHarnessErrorCode;
-      r.message = std::string("runner error: ") + e.what();
-    }
-    auto t1 = std::chrono::steady_clock::now();
-    double elapsed_ms =
-        std::chrono::duration<double, std::milli>(t1 - t0).count();
+    StepResult r = run_one(step);
+    double elapsed_ms = rounded_ms(std::chrono::steady_clock::now() - t0);
     if (r.status != "ok") {
       ++failed;
     }
@@ -325,10 +471,15 @@ int Runner::run() {
     ev.set("status", json::Value::string(r.status));
     ev.set("error_code", json::Value::integer(r.error_code));
     ev.set("message", json::Value::string(r.message));
-    ev.set("elapsed_ms", json::Value::number(std::round(elapsed_ms * 1000.0) / 1000.0));
+    ev.set("elapsed_ms", json::Value::number(elapsed_ms));
     ev.set("outputs", std::move(r.outputs));
     ev.set("max_abs_diff", std::move(r.max_abs_diff));
     ev.set("option", std::move(r.option));
+    if (step.op == Op::Parallel) {
+      // One thread per sub-step, all joined before this event (and the
+      // memory and trace readings below) is written.
+      ev.set("substeps", std::move(r.substeps));
+    }
     ev.set("trace_offset", json::Value::integer(trace_offset()));
     ev.set("memory", measure_memory(scenario_.watch_mappings));
     emit_event(ev);

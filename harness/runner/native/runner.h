@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ class Runner {
     json::Value outputs = json::Value::array();  // execute's outputs
     json::Value max_abs_diff;  // null unless execute produced outputs
     json::Value option;        // null unless set_option/get_option
+    json::Value substeps;      // null unless parallel: one object per sub-step
   };
 
   // One live module: the ExecuTorch Module plus the methods this runner
@@ -50,12 +52,24 @@ class Runner {
   StepResult destroy_module(const Step& step);
   StepResult set_option(const Step& step);
   StepResult get_option(const Step& step);
+  StepResult parallel(const Step& step);
 
+  // Runs one step (any op), turning an exception into an error result.
+  StepResult run_one(const Step& step);
+
+  // modules_ is shared by the threads of a parallel step; while steps run,
+  // these three are the only places that touch the vector, each under
+  // modules_mutex_. The
+  // LiveModule objects themselves are used without the lock: the sub-steps
+  // of a parallel step each work on a different module.
   LiveModule* find(const std::string& name);
+  std::unique_ptr<LiveModule> take(const std::string& name);
+  bool insert(std::unique_ptr<LiveModule> live);
   void destroy(LiveModule& m);
   static void note_method(LiveModule& m, const std::string& method);
 
   const Scenario& scenario_;
+  std::mutex modules_mutex_;
   std::vector<std::unique_ptr<LiveModule>> modules_;  // creation order
 };
 

@@ -47,13 +47,36 @@ bool file_size(const std::string& path, int64_t& size, bool& is_regular) {
   return true;
 }
 
+bool allowed_in_parallel(Op op) {
+  switch (op) {
+    case Op::LoadModule:
+    case Op::LoadMethod:
+    case Op::Execute:
+    case Op::UnloadMethod:
+    case Op::DestroyModule:
+      return true;
+    default:
+      return false;
+  }
+}
+
 class StepReader {
  public:
-  StepReader(const json::Value& v, size_t index, const std::string& dir)
-      : v_(v), index_(index), dir_(dir) {}
+  // `where` names the step in errors: "step 3" or "step 3 sub-step 1".
+  StepReader(
+      const json::Value& v,
+      size_t index,
+      const std::string& dir,
+      std::string where = "",
+      bool in_parallel = false)
+      : v_(v),
+        index_(index),
+        dir_(dir),
+        where_(where.empty() ? "step " + std::to_string(index) : where),
+        in_parallel_(in_parallel) {}
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw ScenarioError("step " + std::to_string(index_) + ": " + what);
+    throw ScenarioError(where_ + ": " + what);
   }
 
   const json::Value* opt(const char* key, json::Value::Type type) const {
@@ -230,7 +253,8 @@ class StepReader {
         Op::DestroyModule,
         Op::Snapshot,
         Op::SetOption,
-        Op::GetOption};
+        Op::GetOption,
+        Op::Parallel};
     bool known = false;
     for (Op o : kOps) {
       if (op == op_name(o)) {
@@ -240,6 +264,12 @@ class StepReader {
     }
     if (!known) {
       fail("unknown op '" + op + "'");
+    }
+    if (in_parallel_ && !allowed_in_parallel(s.op)) {
+      fail(
+          "op '" + op +
+          "' cannot run in a parallel step (load_module, load_method, "
+          "execute, unload_method or destroy_module only)");
     }
     switch (s.op) {
       case Op::LoadModule: {
@@ -299,6 +329,29 @@ class StepReader {
         }
         break;
       }
+      case Op::Parallel: {
+        const json::Value& subs = req("steps", json::Value::Type::Array);
+        if (subs.items().empty() || subs.items().size() > kMaxParallel) {
+          fail(
+              "field 'steps' must hold 1 to " + std::to_string(kMaxParallel) +
+              " sub-steps");
+        }
+        size_t j = 0;
+        for (const auto& sub : subs.items()) {
+          std::string where = where_ + " sub-step " + std::to_string(j++);
+          Step child = StepReader(sub, index_, dir_, where, true).read();
+          for (const Step& other : s.substeps) {
+            if (other.module == child.module) {
+              fail(
+                  "two sub-steps on module '" + child.module +
+                  "' (each sub-step of a parallel step must use a different "
+                  "module)");
+            }
+          }
+          s.substeps.push_back(std::move(child));
+        }
+        break;
+      }
     }
     return s;
   }
@@ -307,6 +360,8 @@ class StepReader {
   const json::Value& v_;
   size_t index_;
   const std::string& dir_;
+  std::string where_;
+  bool in_parallel_;
 };
 
 }  // namespace
@@ -329,6 +384,8 @@ const char* op_name(Op op) {
       return "set_option";
     case Op::GetOption:
       return "get_option";
+    case Op::Parallel:
+      return "parallel";
   }
   return "?";
 }

@@ -55,7 +55,11 @@ enum class Op {
   Snapshot,
   SetOption,
   GetOption,
+  Parallel,
 };
+
+// At most this many sub-steps (threads) in one parallel step.
+constexpr size_t kMaxParallel = 16;
 
 const char* op_name(Op op);
 
@@ -76,6 +80,11 @@ struct Step {
   std::string backend;
   std::string key;
   OptionValue value;  // set_option: the value; get_option: its kind
+  // parallel: the sub-steps, one thread each. Each is a load_module,
+  // load_method, execute, unload_method or destroy_module on its own module
+  // (no two on the same module, none nested); their `index` is the parallel
+  // step's.
+  std::vector<Step> substeps;
 };
 
 struct Scenario {

@@ -1,0 +1,155 @@
+"""S5: two threads load equivalent programs at once.
+
+Exactly one manager may be published per cache key, the losing thread's candidate must be
+destroyed, and nothing may leak. Each module loads `forward` on its own thread in one
+`parallel` step (runner-protocol.md: the threads are released together at a barrier; the
+native runner makes the loads really overlap, the Python runner's GIL serializes much of them).
+
+What a correct runtime must show, from the QNN call trace:
+- after the parallel load, one live context per module with a loaded method (reference model);
+- every context created inside the parallel step's trace window is either still live after it
+  or was freed inside the same window (a loser's candidate is destroyed, not leaked);
+- both modules execute with outputs matching the CPU reference;
+- after both are destroyed, no backend, device or context is left.
+
+"Cold" variants start the process with no QNN context at all, so the parallel loads are also
+the first context creations on the backend; the "warm" variant first loads a third module of
+another program (prefill_decode), so the parallel loads race only each other's publish.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
+                                assert_steps_ok)
+from harness.compile import CompiledModel
+from harness.reference import predict
+from harness.result import ScenarioResult
+from harness.scenario import Scenario
+
+ZERO = {"backend": 0, "context": 0, "device": 0}
+# Launches of the cold variant; HARNESS_S5_REPEATS=40 for a longer look at the races.
+REPEATS = int(os.environ.get("HARNESS_S5_REPEATS", "10"))
+
+
+@pytest.fixture(autouse=True)
+def overlapping_runner(hil_session):
+    """S5 needs loads that really overlap: the 1.5.1 pybindings hold the GIL in load_method,
+    so the Python runner runs the 'parallel' loads one after another and cannot drive S5."""
+    if hil_session.device_runner == "python":
+        pytest.skip("S5 needs the native runner: the executorch 1.5.1 pybindings hold the GIL "
+                    "in load_method, so the Python runner cannot overlap two loads")
+
+
+def s5_parallel_load(models: dict[str, CompiledModel], name: str,
+                     warm: CompiledModel | None = None) -> Scenario:
+    """Modules created one by one, `forward` loaded on all of them at once, each executed,
+    each destroyed, then a snapshot. With `warm`, a module W of that program has its first
+    method loaded before, and is destroyed after."""
+    sc = Scenario(name)
+    if warm is not None:
+        sc.load_module("W", warm).load_method("W", next(iter(warm.methods)))
+    for module, model in models.items():
+        sc.load_module(module, model)
+    sc.parallel(*[("load_method", module, "forward") for module in models])
+    for module in models:
+        sc.execute(module, "forward")
+    for module in models:
+        sc.destroy_module(module)
+    if warm is not None:
+        sc.destroy_module("W")
+    return sc.snapshot()
+
+
+def parallel_index(result: ScenarioResult) -> int:
+    return next(i for i, s in enumerate(result.steps) if s.step.op == "parallel")
+
+
+def trace_window(result: ScenarioResult, index: int) -> list:
+    """QNN trace records written while step `index` ran (between the previous step's
+    trace_offset and its own)."""
+    start = result.steps[index - 1].event["trace_offset"] if index else 0
+    end = result.steps[index].event["trace_offset"]
+    return [r for r in result.trace if start < r.offset <= end]
+
+
+def describe_window(records: list) -> str:
+    kinds = ("context_create", "context_free", "backend_create", "backend_free",
+             "device_create", "device_free")
+    return ", ".join(f"{k}={sum(r.kind == k and r.rc == 0 for r in records)}" for k in kinds)
+
+
+def check_s5(result: ScenarioResult) -> dict:
+    """Every S5 assertion; returns the parallel step's trace facts for the report."""
+    assert_steps_ok(result)  # no crash, every step (and every sub-step) ok
+    assert_outputs_consistent(result)
+    i = parallel_index(result)
+    step = result.steps[i]
+    window = trace_window(result, i)
+    created = [r for r in window if r.kind == "context_create" and r.rc == 0]
+    freed = [r for r in window if r.kind == "context_free" and r.rc == 0]
+    before = result.steps[i - 1].live["context"]
+    after = step.live["context"]
+    facts = {"created": len(created), "freed": len(freed), "live_before": before,
+             "live_after": after, "window": describe_window(window),
+             "substeps": [(s["module"], s["status"], s["elapsed_ms"])
+                          for s in step.event["substeps"]]}
+    where = f"scenario {result.scenario.name}, step {i} {step.step.describe()}: {facts}"
+    # The executes were ok, so their outputs matched the CPU reference (`expected`, compared in
+    # the runner within the model's atol/rtol); make sure there was a reference to match.
+    for s in result.steps:
+        if s.step.op == "execute":
+            model = result.scenario.models[s.step.module]
+            assert model.methods[s.step.method].expected, f"{model.name}: no CPU reference"
+            assert s.event["max_abs_diff"] is not None, s.describe()
+    # The loser's candidate (if any) is freed inside the step: whatever the step created and
+    # did not free is exactly what it added to the live contexts.
+    assert len(created) - len(freed) == after - before, \
+        f"contexts created minus freed during the parallel load differ from the live change: {where}"
+    # Each module owns its own context (its message names a module on another's cached one).
+    try:
+        assert_isolation(result)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nparallel load: {where}") from None
+    expected = predict(result.scenario)[i].contexts
+    assert after == expected, (
+        f"{after} live QNN contexts after the parallel load, the reference model expects "
+        f"{expected} (one per module with a loaded method): {where}\n{result.summary()}")
+    assert_live_counts(result)
+    assert result.steps[-1].live == ZERO, result.summary()
+    assert not result.final_trace()["violations"], result.final_trace()["violations"]
+    return facts
+
+
+@pytest.mark.parametrize("program", ["same", "different"])
+def test_s5_parallel_load_backend_warm(compiled_model, scenario_driver, program):
+    """The same, with the backend already up (another program's module holds a context)."""
+    one = compiled_model("linear_relu")
+    models = {"A": one, "B": one if program == "same" else compiled_model("mlp_tanh")}
+    result = scenario_driver.run(s5_parallel_load(models, f"s5_warm_{program}",
+                                                  warm=compiled_model("prefill_decode")))
+    check_s5(result)
+
+
+@pytest.mark.parametrize("program", ["same", "different"])
+def test_s5_parallel_cold_load(compiled_model, scenario_driver, program):
+    """The parallel loads are the process's first QNN contexts. Races are probabilistic, so
+    the same S5 runs in REPEATS fresh processes and must pass every time."""
+    one = compiled_model("linear_relu")
+    models = {"A": one, "B": one if program == "same" else compiled_model("mlp_tanh")}
+    outcomes: list[str] = []
+    failures: list[str] = []
+    for n in range(REPEATS):
+        result = scenario_driver.run(s5_parallel_load(models, f"s5_{program}_repeat{n}"),
+                                     allow_crash=True)
+        try:
+            check_s5(result)
+            outcomes.append("pass")
+        except AssertionError as exc:
+            outcomes.append("crash" if result.crashed else "fail")
+            failures.append(f"launch {n}: {exc}")
+    assert not failures, (f"S5 ({program} program) failed in {len(failures)} of {REPEATS} "
+                          f"launches ({outcomes}):\n" + "\n".join(failures))
