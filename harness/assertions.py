@@ -217,3 +217,24 @@ def assert_memory_within(result: ScenarioResult, first: int, second: int, tolera
             f"scenario {result.scenario.name}: {field} grew {growth} kB between step {first} "
             f"({result.steps[first].step.describe()}) and step {second} "
             f"({result.steps[second].step.describe()}); tolerance {tolerance_kb} kB")
+
+
+def assert_htp_memory_bounded(result: ScenarioResult, per_context_kb: int) -> None:
+    """dma-buf memory (HTP shared and spill-fill buffers, from the runner's fdinfo readings)
+    stays within `per_context_kb` per live QNN context above the first step's reading, and is
+    back to that baseline whenever no context is live (nothing kept after a free)."""
+    readings = [(i, s, s.memory.get("dmabuf", {}).get("bytes")) for i, s in enumerate(result.steps)]
+    readings = [(i, s, b) for i, s, b in readings if b is not None]
+    if not readings:
+        raise AssertionError(f"scenario {result.scenario.name}: no dma-buf readings in the events")
+    baseline = readings[0][2]
+    problems = []
+    for i, s, total in readings:
+        grown_kb = (total - baseline) // 1024
+        contexts = s.live["context"]
+        if grown_kb > contexts * per_context_kb:
+            problems.append(f"step {i} {s.step.describe()}: dma-buf +{grown_kb} kB with {contexts} "
+                            f"live contexts (allowed {per_context_kb} kB each)")
+    if problems:
+        raise AssertionError(f"scenario {result.scenario.name}: HTP memory beyond the device "
+                             "config's tolerance:\n  " + "\n  ".join(problems))

@@ -134,6 +134,12 @@ class HilSession:
             return simulator_config().rss_leak_kb
         return self.soc_config.rss_leak_kb
 
+    @property
+    def htp_context_kb(self) -> int:
+        """dma-buf (HTP shared / spill-fill) memory allowed per live QNN context; the SoC's
+        config value (the SoC being simulated, on the simulator, which allocates none)."""
+        return self.soc_config.htp_context_kb
+
     def model(self, name: str, precision: str = "fp16") -> CompiledModel:
         key = (name, precision)
         if key not in self._models:

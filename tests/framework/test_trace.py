@@ -65,3 +65,33 @@ def test_missing_trace_is_reported_not_read_as_zero(tmp_path):
     result = ScenarioResult.build(sc, RunOutput(0, events, ""), [])
     with pytest.raises(AssertionError, match="no QNN call trace was recorded"):
         assert_live_counts(result)
+
+
+def test_htp_memory_bound_uses_live_contexts(tmp_path):
+    """dma-buf growth is allowed per live context and must return when none is live."""
+    import json
+
+    from harness.assertions import assert_htp_memory_bounded
+    from harness.compile import CompiledModel
+    from harness.qnn.trace import parse_trace
+    from harness.result import RunOutput, ScenarioResult
+    from harness.scenario import Scenario
+
+    model = CompiledModel("m", "qnn", "SM8650", "fp16", tmp_path / "m.pte", {}, 0, 0)
+    sc = Scenario("dmabuf").load_module("A", model).snapshot().destroy_module("A")
+    trace = parse_trace("1 api core=2.40.0\n2 backend_create rc=0 handle=0x1\n"
+                        "3 context_create rc=0 handle=0x1\n4 context_free rc=0 handle=0x1\n")
+    offsets = [trace[0].offset, trace[2].offset, trace[3].offset]
+
+    def result(dmabuf_kb):
+        lines = [("HARNESS_EVENT " + json.dumps({
+            "event": "step", "index": i, "op": s.op, "status": "ok", "trace_offset": offsets[i],
+            "memory": {"dmabuf": {"count": 1, "bytes": kb * 1024}}})) for i, (s, kb) in
+            enumerate(zip(sc.steps, dmabuf_kb))]
+        return ScenarioResult.build(sc, RunOutput(0, "\n".join(lines), ""), trace)
+
+    assert_htp_memory_bounded(result([0, 4000, 0]), per_context_kb=4096)
+    with pytest.raises(AssertionError, match=r"step 1 snapshot: dma-buf \+5000 kB with 1 live contexts"):
+        assert_htp_memory_bounded(result([0, 5000, 0]), per_context_kb=4096)
+    with pytest.raises(AssertionError, match=r"step 2 destroy_module\(A\): dma-buf \+100 kB with 0 live"):
+        assert_htp_memory_bounded(result([0, 4000, 100]), per_context_kb=4096)

@@ -7,8 +7,8 @@ through device_configs/known_issues.yaml, and fail with the runtime's own error 
 
 import pytest
 
-from harness.assertions import (assert_isolation, assert_live_counts, assert_memory_within,
-                                assert_outputs_consistent, assert_steps_ok)
+from harness.assertions import (assert_htp_memory_bounded, assert_isolation, assert_live_counts,
+                                assert_memory_within, assert_outputs_consistent, assert_steps_ok)
 from harness.scenarios import s1_two_modules, s2_shared_context, s3_unload_one, s4_cleanup_reload
 
 # Every scenario runs on the fp16 and the quantized (int8) build of its model.
@@ -27,7 +27,7 @@ def test_s1_two_modules_same_program(compiled_model, scenario_driver, destroy_fi
     assert_live_counts(result)
 
 
-def test_s2_methods_share_one_context(compiled_model, scenario_driver, precision):
+def test_s2_methods_share_one_context(compiled_model, scenario_driver, hil_session, precision):
     """prefill and decode of one module run on one QNN context (same handle)."""
     sc = s2_shared_context(compiled_model("prefill_decode", precision), f"s2_shared_context_{precision}")
     result = scenario_driver.run(sc)
@@ -40,6 +40,8 @@ def test_s2_methods_share_one_context(compiled_model, scenario_driver, precision
     contexts = {ctx for counts in executed for ctx in counts}
     assert len(contexts) == 1, f"prefill and decode executed on different contexts: {executed}"
     assert result.steps[-1].live == {"backend": 0, "context": 0, "device": 0}, result.summary()
+    # Methods of one module add no context, so no HTP memory beyond one context's worth.
+    assert_htp_memory_bounded(result, hil_session.htp_context_kb)
 
 
 @pytest.mark.parametrize("unload", ["prefill", "decode"])
@@ -64,3 +66,4 @@ def test_s4_cleanup_and_reload(compiled_model, scenario_driver, hil_session, pre
         assert result.steps[i].live == {"backend": 0, "context": 0, "device": 0}, result.summary()
     # The first cycle warms allocators up; later cycles must not keep growing.
     assert_memory_within(result, snapshots[1], snapshots[-1], hil_session.rss_leak_kb)
+    assert_htp_memory_bounded(result, hil_session.htp_context_kb)
