@@ -31,8 +31,11 @@ from harness.result import ScenarioResult
 from harness.scenario import Scenario
 
 ZERO = {"backend": 0, "context": 0, "device": 0}
-# Launches of the cold variant; HARNESS_S5_REPEATS=40 for a longer look at the races.
-REPEATS = int(os.environ.get("HARNESS_S5_REPEATS", "10"))
+# Launches of the cold variant (it stops at the first failure). On executorch 1.5.1 with the
+# QAIRT 2.51 simulator about half of the launches crash on an idle machine, but only a few in a
+# hundred when another pytest-xdist worker keeps the other core busy (seen: first crash at
+# launch 37 and 43), so a passing verdict needs this many clean launches.
+REPEATS = int(os.environ.get("HARNESS_S5_REPEATS", "200"))
 
 
 @pytest.fixture(autouse=True)
@@ -136,20 +139,17 @@ def test_s5_parallel_load_backend_warm(compiled_model, scenario_driver, program)
 
 @pytest.mark.parametrize("program", ["same", "different"])
 def test_s5_parallel_cold_load(compiled_model, scenario_driver, program):
-    """The parallel loads are the process's first QNN contexts. Races are probabilistic, so
-    the same S5 runs in REPEATS fresh processes and must pass every time."""
+    """The parallel loads are the process's first QNN contexts. Races are probabilistic and
+    their odds move with machine load, so the same S5 runs in up to REPEATS fresh processes and
+    must pass every time; the first failing launch ends the test with its evidence."""
     one = compiled_model("linear_relu")
     models = {"A": one, "B": one if program == "same" else compiled_model("mlp_tanh")}
-    outcomes: list[str] = []
-    failures: list[str] = []
     for n in range(REPEATS):
         result = scenario_driver.run(s5_parallel_load(models, f"s5_{program}_repeat{n}"),
                                      allow_crash=True)
         try:
             check_s5(result)
-            outcomes.append("pass")
         except AssertionError as exc:
-            outcomes.append("crash" if result.crashed else "fail")
-            failures.append(f"launch {n}: {exc}")
-    assert not failures, (f"S5 ({program} program) failed in {len(failures)} of {REPEATS} "
-                          f"launches ({outcomes}):\n" + "\n".join(failures))
+            kind = "crashed" if result.crashed else "failed"
+            raise AssertionError(f"S5 ({program} program) {kind} in launch {n + 1} after {n} "
+                                 f"passing launches:\n{exc}") from None
