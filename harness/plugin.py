@@ -116,7 +116,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     hil_items = [i for i in items if "hil_device" in getattr(i, "fixturenames", ())]
     if not hil_items:
         return
-    issues = load_known_issues(config.getoption("known_issues"))
+    try:
+        issues = load_known_issues(config.getoption("known_issues"))
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
     version = executorch_version()
     for item in hil_items:
         issue = issue_for(item.nodeid, version, issues)
