@@ -13,6 +13,16 @@ from harness.reference import predict
 from harness.scenario import Scenario
 
 
+def assert_same_events(native, python) -> None:
+    """Step by step: status, error or not, live QNN counts, output digests."""
+    for i, (n, p) in enumerate(zip(native.steps, python.steps)):
+        where = f"step {i} {n.step.describe()}"
+        assert n.status == p.status, f"{where}: native {n.describe()} vs python {p.describe()}"
+        assert (n.event["error_code"] == 0) == (p.event["error_code"] == 0), where
+        assert n.live == p.live, f"{where}: native {n.live} vs python {p.live}"
+        assert [o["sha256"] for o in n.event["outputs"]] == [o["sha256"] for o in p.event["outputs"]], where
+
+
 @pytest.fixture
 def both_runners(hil_session, tmp_path):
     if hil_session.runner_for("native").kind != "native":
@@ -34,12 +44,7 @@ def test_same_events_from_both_runners(both_runners, compiled_model):
     results = {kind: driver.run(sc) for kind, driver in both_runners.items()}
     native, python = results["native"], results["python"]
     assert native.output.runner == "native" and python.output.runner == "python"
-    for i, (n, p) in enumerate(zip(native.steps, python.steps)):
-        where = f"step {i} {n.step.describe()}"
-        assert n.status == p.status, f"{where}: native {n.describe()} vs python {p.describe()}"
-        assert (n.event["error_code"] == 0) == (p.event["error_code"] == 0), where
-        assert n.live == p.live, f"{where}: native {n.live} vs python {p.live}"
-        assert [o["sha256"] for o in n.event["outputs"]] == [o["sha256"] for o in p.event["outputs"]], where
+    assert_same_events(native, python)
     statuses = [s.status for s in native.steps]
     assert "error" in statuses and statuses.count("ok") >= 10
     assert native.output.returncode == python.output.returncode == 1
@@ -72,14 +77,10 @@ def test_same_events_from_both_runners_parallel(both_runners, compiled_model):
     assert expected_live == [0, 1, 1, 3, 3, 1, 0, 0]
     for kind, result in results.items():
         assert [s.live["context"] for s in result.steps] == expected_live, f"{kind}:\n{result.summary()}"
-    for i, (n, p) in enumerate(zip(native.steps, python.steps)):
-        where = f"step {i} {n.step.describe()}"
-        assert n.status == p.status, f"{where}: native {n.describe()} vs python {p.describe()}"
-        assert (n.event["error_code"] == 0) == (p.event["error_code"] == 0), where
-        assert n.live == p.live, f"{where}: native {n.live} vs python {p.live}"
-        assert [o["sha256"] for o in n.event["outputs"]] == [o["sha256"] for o in p.event["outputs"]], where
+    assert_same_events(native, python)
+    for n, p in zip(native.steps, python.steps):
         if n.step.op != "parallel":
-            assert "substeps" not in n.event and "substeps" not in p.event, where
+            assert "substeps" not in n.event and "substeps" not in p.event, n.step.describe()
             continue
         for j, (ns, ps) in enumerate(zip(n.event["substeps"], p.event["substeps"], strict=True)):
             sub = n.step.substeps[j]
