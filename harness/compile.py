@@ -1,8 +1,8 @@
 """Compiles registry models to `.pte` files, cached on disk.
 
 The cache key covers everything that changes the output: the model's source, the SoC, the
-precision, the ExecuTorch version, the QNN library version and the compile worker's own source;
-a second run with the same key compiles nothing. Compilation runs in a child process with the
+precision, the QNN compile options, the ExecuTorch version, the QNN library version and the
+compile worker's own source; a second run with the same key compiles nothing. Compilation runs in a child process with the
 QNN environment (see harness.qnn.sdk).
 """
 
@@ -24,6 +24,37 @@ from harness.tensors import TensorFile
 WORKER = Path(__file__).with_name("compile_worker.py")
 COMPILE_TIMEOUT_S = 900
 
+# QNN compile options a model may be built with (all off by default):
+# - multi_contexts: HTP `use_multi_contexts` (generate_htp_compiler_spec), so contexts of one
+#   program can register as one group that reserves a single spill-fill allocation;
+# - spill_fill: after lowering, write the program's maximum spill-fill buffer size into every
+#   delegate's compile spec (update_spill_fill_size); needs multi_contexts.
+# Each option adds its tag to the cache directory name.
+COMPILE_OPTIONS = {"multi_contexts": "mc", "spill_fill": "sf"}
+
+
+def normalize_options(options: dict | None) -> dict[str, bool]:
+    """Validated options with the ones left at their default (False) dropped, so `None`, `{}`
+    and `{"multi_contexts": False}` are the same build."""
+    options = dict(options or {})
+    unknown = sorted(k for k in options if k not in COMPILE_OPTIONS)
+    if unknown:
+        raise ModelError(f"unknown compile option(s) {', '.join(map(repr, unknown))}; known: "
+                         f"{', '.join(COMPILE_OPTIONS)}")
+    for key, value in options.items():
+        if not isinstance(value, bool):
+            raise ModelError(f"compile option {key!r} takes True or False, got {value!r}")
+    out = {k: True for k in COMPILE_OPTIONS if options.get(k)}
+    if out.get("spill_fill") and not out.get("multi_contexts"):
+        raise ModelError("compile option 'spill_fill' needs 'multi_contexts': ExecuTorch only "
+                         "sets a spill-fill size on delegates lowered with use_multi_contexts")
+    return out
+
+
+def options_tag(options: dict[str, bool]) -> str:
+    """The options' part of the cache directory name ("" without options)."""
+    return "".join(f"-{COMPILE_OPTIONS[k]}" for k in COMPILE_OPTIONS if options.get(k))
+
 
 @dataclasses.dataclass(frozen=True)
 class MethodReference:
@@ -43,6 +74,11 @@ class CompiledModel:
     methods: dict[str, MethodReference]
     atol: float
     rtol: float
+    options: dict = dataclasses.field(default_factory=dict)  # normalized compile options
+    spill_fill_bytes: int | None = None  # from update_spill_fill_size; None without spill_fill
+    # Read back from the serialized program: per QNN delegate, its method, use_multi_contexts
+    # and max_sf_buf_size (what the runtime sees). Empty for XNNPACK models.
+    qnn_delegates: tuple = ()
 
     @classmethod
     def load(cls, directory: Path) -> "CompiledModel":
@@ -54,7 +90,9 @@ class CompiledModel:
             for name, ref in meta["methods"].items()
         }
         return cls(meta["name"], meta["backend"], meta["soc"], meta["precision"],
-                   directory / "model.pte", methods, meta["atol"], meta["rtol"])
+                   directory / "model.pte", methods, meta["atol"], meta["rtol"],
+                   meta.get("options", {}), meta.get("spill_fill_bytes"),
+                   tuple(meta.get("qnn_delegates", ())))
 
     def files(self) -> list[Path]:
         """Every file a runner needs: the program and its reference tensors."""
@@ -64,19 +102,38 @@ class CompiledModel:
         return out
 
 
-def cache_key(spec: ModelSpec, soc: str, precision: str, sdk_version: str) -> str:
-    return digest([spec.path.read_bytes(), soc, precision, executorch_version(), sdk_version,
-                   WORKER.read_bytes()])
+def cache_key(spec: ModelSpec, soc: str, precision: str, sdk_version: str,
+              options: dict | None = None) -> str:
+    parts = [spec.path.read_bytes(), soc, precision, executorch_version(), sdk_version,
+             WORKER.read_bytes()]
+    options = normalize_options(options)
+    if options:  # without options the key is what it always was (existing caches stay valid)
+        parts.append(json.dumps(options, sort_keys=True))
+    return digest(parts)
+
+
+def cache_dir_name(spec: ModelSpec, soc: str, precision: str, sdk_version: str,
+                   options: dict | None = None) -> str:
+    options = normalize_options(options)
+    return (f"{spec.name}-{soc}-{precision}{options_tag(options)}-"
+            f"{cache_key(spec, soc, precision, sdk_version, options)}")
 
 
 def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
-                  log_dir: Path | None = None) -> CompiledModel:
-    """Return the compiled model, from the cache when this exact build was made before."""
+                  log_dir: Path | None = None, options: dict | None = None) -> CompiledModel:
+    """Return the compiled model, from the cache when this exact build was made before.
+
+    `options` are QNN compile options (COMPILE_OPTIONS), e.g. {"multi_contexts": True,
+    "spill_fill": True}; an unknown one is a ModelError."""
     if precision not in spec.precisions:
         raise ModelError(f"model {spec.name} supports precisions {', '.join(spec.precisions)}, "
                          f"not {precision!r}")
-    key = cache_key(spec, soc, precision, sdk.version)
-    out_dir = cache_root() / "models" / f"{spec.name}-{soc}-{precision}-{key}"
+    options = normalize_options(options)
+    if options and spec.backend != "qnn":
+        raise ModelError(f"model {spec.name} is a {spec.backend} model; compile options "
+                         f"{', '.join(options)} are QNN options")
+    tag = options_tag(options)
+    out_dir = cache_root() / "models" / cache_dir_name(spec, soc, precision, sdk.version, options)
     with file_lock(out_dir.with_suffix(".lock")):
         if (out_dir / "meta.json").exists() and (out_dir / "model.pte").exists():
             return CompiledModel.load(out_dir)
@@ -85,18 +142,20 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
         env["PYTHONPATH"] = os.pathsep.join(
             [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         cmd = [sys.executable, "-m", "harness.compile_worker", str(spec.path), soc, precision, str(tmp_dir)]
+        if options:
+            cmd.append(json.dumps(options, sort_keys=True))
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
-            raise ModelError(f"compiling {spec.name} for {soc} {precision} timed out after "
+            raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} timed out after "
                              f"{COMPILE_TIMEOUT_S} s") from exc
         log = proc.stdout + proc.stderr
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
-            (log_dir / f"compile-{spec.name}-{soc}-{precision}.log").write_text(log)
+            (log_dir / f"compile-{spec.name}-{soc}-{precision}{tag}.log").write_text(log)
         if proc.returncode != 0 or not (tmp_dir / "meta.json").exists():
             tail = "\n".join(log.strip().splitlines()[-25:])
-            raise ModelError(f"compiling {spec.name} for {soc} {precision} failed "
+            raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} failed "
                              f"(exit {proc.returncode}):\n{tail}")
         if out_dir.exists():
             import shutil

@@ -3,7 +3,11 @@
 Runs in its own process because the QNN libraries must be on LD_LIBRARY_PATH before the
 process starts (see harness.qnn.sdk). Usage (called by harness.compile, not by hand):
 
-    python -m harness.compile_worker <model.py> <soc> <precision> <out_dir>
+    python -m harness.compile_worker <model.py> <soc> <precision> <out_dir> [<options json>]
+
+Options (validated by harness.compile): {"multi_contexts": true} lowers with the HTP option
+use_multi_contexts; {"spill_fill": true} then writes the programs' maximum spill-fill buffer
+size into every QNN delegate's compile spec and prints it as "spill-fill buffer size: N bytes".
 """
 
 from __future__ import annotations
@@ -32,20 +36,27 @@ def _quantize(module, inputs):
     return convert_pt2e(prepared)
 
 
-def lower_qnn(methods: dict, soc: str, precision: str) -> bytes:
+def lower_qnn(methods: dict, soc: str, precision: str, options: dict | None = None,
+              facts: dict | None = None) -> bytes:
+    """Lower to QNN; `facts` (if given) receives what the build learned (spill-fill size)."""
     from executorch.backends.qualcomm.utils.utils import (
         generate_htp_compiler_spec,
         generate_qnn_executorch_compiler_spec,
         get_soc_to_chipset_map,
         to_edge_transform_and_lower_to_qnn,
+        update_spill_fill_size,
     )
+
+    options = options or {}
 
     chipsets = get_soc_to_chipset_map()
     if soc not in chipsets:
         raise SystemExit(f"unknown SoC {soc!r} for the QNN compiler; known: {', '.join(sorted(chipsets))}")
     specs = generate_qnn_executorch_compiler_spec(
         soc_model=chipsets[soc],
-        backend_options=generate_htp_compiler_spec(use_fp16=precision == "fp16"),
+        backend_options=generate_htp_compiler_spec(
+            use_fp16=precision == "fp16",
+            use_multi_contexts=bool(options.get("multi_contexts"))),
     )
     modules = {name: (_quantize(m, x) if precision == "int8" else m) for name, (m, x) in methods.items()}
     inputs = {name: x for name, (_, x) in methods.items()}
@@ -53,7 +64,37 @@ def lower_qnn(methods: dict, soc: str, precision: str) -> bytes:
         edge = to_edge_transform_and_lower_to_qnn(modules["forward"], inputs["forward"], specs)
     else:
         edge = to_edge_transform_and_lower_to_qnn(modules, inputs, specs)
+    if options.get("spill_fill"):
+        # One call over all methods, as the API intends: it computes the largest spill-fill
+        # buffer any delegate's context needs and should write it into every delegate's compile
+        # spec (max_sf_buf_size). What each delegate really carries is read back from the
+        # serialized program (meta "qnn_delegates"), so a compiler that misses some is caught
+        # by the tests, not papered over here.
+        programs = [edge.exported_program(name) for name in methods]
+        size = int(update_spill_fill_size(programs))
+        print(f"spill-fill buffer size: {size} bytes (methods {', '.join(methods)})", flush=True)
+        if facts is not None:
+            facts["spill_fill_bytes"] = size
     return edge.to_executorch().buffer
+
+
+def qnn_delegate_specs(buffer: bytes) -> list[dict]:
+    """Read the serialized program back: each QNN delegate's method and the HTP options its
+    compile spec carries (what the runtime will see), in plan order."""
+    from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
+    from executorch.backends.qualcomm.utils.constants import QCOM_QNN_COMPILE_SPEC
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    out = []
+    for plan in deserialize_pte_binary(buffer).program.execution_plan:
+        for delegate in plan.delegates:
+            for spec in delegate.compile_specs:
+                if spec.key != QCOM_QNN_COMPILE_SPEC:
+                    continue
+                htp = flatbuffer_to_option(spec.value).backend_options.htp_options
+                out.append({"method": plan.name, "use_multi_contexts": bool(htp.use_multi_contexts),
+                            "max_sf_buf_size": int(htp.max_sf_buf_size)})
+    return out
 
 
 def lower_xnnpack(methods: dict) -> bytes:
@@ -68,6 +109,8 @@ def lower_xnnpack(methods: dict) -> bytes:
 
 def main(argv: list[str]) -> int:
     model_path, soc, precision, out_dir = Path(argv[0]), argv[1], argv[2], Path(argv[3])
+    options = json.loads(argv[4]) if len(argv) > 4 else {}
+    facts: dict = {}
     import torch
 
     from harness.tensors import save_tensor
@@ -75,7 +118,8 @@ def main(argv: list[str]) -> int:
     model = load_model_module(model_path)
     methods = model.build()
     if model.BACKEND == "qnn":
-        buffer = lower_qnn(methods, soc, precision)
+        buffer = lower_qnn(methods, soc, precision, options, facts)
+        facts["qnn_delegates"] = qnn_delegate_specs(buffer)
     elif model.BACKEND == "xnnpack":
         buffer = lower_xnnpack(methods)
     else:
@@ -96,6 +140,9 @@ def main(argv: list[str]) -> int:
     atol, rtol = model.TOLERANCE.get(precision, (1e-3, 1e-3))
     meta = {"name": model.NAME, "backend": model.BACKEND, "soc": soc, "precision": precision,
             "methods": reference, "atol": atol, "rtol": rtol, "pte_bytes": len(buffer)}
+    if options:
+        meta["options"] = options
+    meta.update(facts)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
     return 0
 

@@ -4,7 +4,8 @@ Registered through the `pytest11` entry point, so `pytest --device=<serial>` wor
 checkout where the package is installed. Fixtures for test authors:
 
 - `hil_device`: the session's device (simulator by default; the worker's `--device` under xdist);
-- `compiled_model(name, precision="fp16")`: a registry model compiled for the device's SoC;
+- `compiled_model(name, precision="fp16", **options)`: a registry model compiled for the
+  device's SoC, with QNN compile options such as `multi_contexts=True, spill_fill=True`;
 - `scenario_driver`: runs a `Scenario` on the device and returns a `ScenarioResult`;
 - `hil_session`: everything else (configs, tolerances, the runner choice).
 """
@@ -187,9 +188,10 @@ def hil_device(hil_session: HilSession, pytestconfig: pytest.Config):
 
 @pytest.fixture(scope="session")
 def compiled_model(hil_session: HilSession, hil_device) -> Callable[..., CompiledModel]:
-    def factory(name: str, precision: str = "fp16") -> CompiledModel:
+    def factory(name: str, precision: str = "fp16", **options: bool) -> CompiledModel:
+        """`options`: QNN compile options, e.g. multi_contexts=True, spill_fill=True."""
         try:
-            return hil_session.model(name, precision)
+            return hil_session.model(name, precision, options or None)
         except HarnessError as exc:
             pytest.fail(str(exc), pytrace=False)
     return factory

@@ -44,7 +44,7 @@ class HilSession:
         self._device: Device | None = None
         self._sdk: QnnSdk | None = None
         self._runners: dict[str, RunnerChoice] = {}
-        self._models: dict[tuple[str, str], CompiledModel] = {}
+        self._models: dict[tuple[str, str, str], CompiledModel] = {}
         self.notices: list[str] = []
 
     # Pieces --------------------------------------------------------------------------------
@@ -140,11 +140,20 @@ class HilSession:
         config value (the SoC being simulated, on the simulator, which allocates none)."""
         return self.soc_config.htp_context_kb
 
-    def model(self, name: str, precision: str = "fp16") -> CompiledModel:
-        key = (name, precision)
+    def model(self, name: str, precision: str = "fp16",
+              options: dict | None = None) -> CompiledModel:
+        """The registry model `name` compiled for this session's SoC; `options` are QNN compile
+        options (harness.compile.COMPILE_OPTIONS), e.g. {"multi_contexts": True}."""
+        import json
+
+        from harness.compile import normalize_options
+
+        normalized = normalize_options(options)
+        key = (name, precision, json.dumps(normalized, sort_keys=True))
         if key not in self._models:
             self._models[key] = compile_model(get_model(name), self.soc, precision, self.sdk,
-                                              self.options.artifacts_dir / "compile-logs")
+                                              self.options.artifacts_dir / "compile-logs",
+                                              options=normalized)
         return self._models[key]
 
     def header(self) -> list[str]:
