@@ -77,7 +77,6 @@ class AdbDevice(Device):
         self.reacquire_s = REACQUIRE_S
         self.stats = PushStats()
         self._remote_sha: dict[str, str] = {}  # remote path -> sha256 known to be there
-        self._runs = 0
         self.info = self._identify()
         worker = session.options.worker
         self.workspace = PurePosixPath(session.options.device_workspace) \
@@ -255,14 +254,15 @@ class AdbDevice(Device):
     # Running -------------------------------------------------------------------------------
     def run(self, scenario: Scenario, artifacts: Path, timeout: float, runner: str) -> RunOutput:
         self._check_not_lost()
-        self._runs += 1
-        run_dir = self.workspace / "runs" / f"{self._runs:04d}-{scenario.name}"
         files = {p: self.workspace / "files" / f"{file_sha256(p)[:16]}-{p.name}" for p in scenario.files()}
         before = dataclasses.replace(self.stats)
         self.push_files(files)
         artifacts.mkdir(parents=True, exist_ok=True)
         local_scenario = scenario.write(
             artifacts / "scenario.json", lambda p: str(PurePosixPath("../..") / "files" / files[p].name))
+        # Named by content, like the files it uses: the same scenario in a later session on a
+        # kept workspace finds its directory and scenario file already there.
+        run_dir = self.workspace / "runs" / f"{file_sha256(local_scenario)[:16]}-{scenario.name}"
         self.sh(f"mkdir -p {q(str(run_dir))}")
         self.push_files({local_scenario: run_dir / "scenario.json"})
         pushes = {"pushed": self.stats.pushed - before.pushed,
