@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from harness.failures import Failure, HilFailure, run_failures
 from harness.reference import predict
 from harness.result import ScenarioResult
 from harness.scenario import Step
@@ -17,25 +18,39 @@ _RUNTIME_ERROR_LINE = re.compile(r"error|fail|deleted|abort|invalid", re.IGNOREC
 
 def assert_completed(result: ScenarioResult) -> None:
     """The runner neither crashed nor hung, and accepted the scenario."""
-    if result.crashed or result.refused:
-        raise AssertionError(f"scenario {result.scenario.name}: {result.crash_report()}")
+    kind = result.failure_kind
+    if kind is not None:
+        ended = [f for f in run_failures(result) if f.kind == kind]
+        raise HilFailure(f"scenario {result.scenario.name}: {result.crash_report()}",
+                         ended[-1] if ended else Failure(kind, result.crash_headline(),
+                                                         result.scenario.name))
+
+
+def check_failed(result: ScenarioResult, report: str, words: str = "") -> HilFailure:
+    """A failed harness check over a finished run (isolation, counts, memory)."""
+    return HilFailure(report, Failure("check", words or report, result.scenario.name))
 
 
 def runtime_log(result: ScenarioResult, limit: int = 12) -> str:
     """The runtime's own error lines from the runner's stderr."""
-    lines = [l for l in result.output.stderr.splitlines() if _RUNTIME_ERROR_LINE.search(l)]
+    lines = [l for l in result.output.stderr.splitlines()
+             if _RUNTIME_ERROR_LINE.search(l) and not l.startswith("HARNESS_STEP ")]
     return "\n".join("    " + l for l in lines[-limit:])
 
 
 def assert_steps_ok(result: ScenarioResult) -> None:
     """Every step succeeded; otherwise name the first failing step with the runtime's words."""
     assert_completed(result)
-    bad = [(i, s) for i, s in enumerate(result.steps) if not s.ok]
+    bad = [(i, s) for i, s in enumerate(result.steps)
+           if not s.ok and i not in result.scenario.allowed_errors]
     if bad:
         index, step = bad[0]
-        raise AssertionError(
+        failures = [f for f in run_failures(result) if f.step == index]
+        failure = failures[0] if failures else Failure("error", step.describe(),
+                                                        result.scenario.name, index)
+        raise HilFailure(
             f"scenario {result.scenario.name}: step {index} {step.describe()}\n"
-            f"runtime log:\n{runtime_log(result)}\nall steps:\n{result.summary()}")
+            f"runtime log:\n{runtime_log(result)}\nall steps:\n{result.summary()}", failure)
 
 
 def executed_outputs(result: ScenarioResult) -> list[tuple[int, Step, dict]]:
@@ -55,14 +70,17 @@ def executed_outputs(result: ScenarioResult) -> list[tuple[int, Step, dict]]:
 
 def assert_outputs_consistent(result: ScenarioResult) -> None:
     """Every execute of the same program's method gave identical outputs across modules."""
+    assert_completed(result)
     seen: dict[tuple[str, str], tuple[int, list]] = {}
     for i, step, event in executed_outputs(result):
         key = (str(result.scenario.models[step.module].pte), step.method or "")
         digests = [o["sha256"] for o in event["outputs"]]
         if key in seen and seen[key][1] != digests:
-            raise AssertionError(
-                f"scenario {result.scenario.name}: step {i} {step.describe()} gave different "
-                f"outputs than step {seen[key][0]} for the same program and inputs")
+            report = (f"scenario {result.scenario.name}: step {i} {step.describe()} gave "
+                      f"different outputs than step {seen[key][0]} for the same program and "
+                      "inputs")
+            raise HilFailure(report, Failure("mismatch", report, result.scenario.name, i,
+                                             step.describe()))
         seen.setdefault(key, (i, digests))
 
 
@@ -96,7 +114,7 @@ def assert_traced(result: ScenarioResult) -> None:
     """A scenario with QNN programs has a QNN call trace; without one, counts would read zero."""
     uses_qnn = any(m.backend == "qnn" for m in result.scenario.models.values())
     if uses_qnn and not any(r.kind == "api" for r in result.trace):
-        raise AssertionError(
+        raise check_failed(result, 
             f"scenario {result.scenario.name}: no QNN call trace was recorded, so isolation and "
             "live counts cannot be checked: the harness's libQnnHtp.so interposer was not loaded "
             "(it is built for x86_64 hosts and stand-in devices; phones have no trace yet)")
@@ -174,7 +192,7 @@ def assert_isolation(result: ScenarioResult) -> None:
         holders_before = holders
         executes_before = dict(s.trace["executes"])
     if problems:
-        raise AssertionError(f"scenario {name}: handle isolation violated:\n  " +
+        raise check_failed(result, f"scenario {name}: handle isolation violated:\n  " +
                              "\n  ".join(dict.fromkeys(problems)) + f"\nsteps:\n{result.summary()}")
 
 
@@ -194,16 +212,17 @@ def assert_live_counts(result: ScenarioResult) -> None:
                 problems.append(f"step {i} {s.step.describe()}: {live[kind]} live {kind}s with "
                                 f"{exp.contexts} expected contexts")
     if problems:
-        raise AssertionError(f"scenario {result.scenario.name}: live QNN counts differ from the "
+        raise check_failed(result, f"scenario {result.scenario.name}: live QNN counts differ from the "
                              "reference model:\n  " + "\n  ".join(problems) +
                              f"\nruntime log:\n{runtime_log(result)}")
 
 
 def memory_growth_kb(result: ScenarioResult, first: int, second: int, field: str = "Rss") -> int:
+    assert_completed(result)
     a = result.steps[first].memory.get("rollup", {}).get(field)
     b = result.steps[second].memory.get("rollup", {}).get(field)
     if a is None or b is None:
-        raise AssertionError(f"scenario {result.scenario.name}: no {field} reading at steps "
+        raise check_failed(result, f"scenario {result.scenario.name}: no {field} reading at steps "
                              f"{first} and {second}")
     return b - a
 
@@ -213,7 +232,7 @@ def assert_memory_within(result: ScenarioResult, first: int, second: int, tolera
     """Process memory at `second` is at most `tolerance_kb` above `first` (no leak)."""
     growth = memory_growth_kb(result, first, second, field)
     if growth > tolerance_kb:
-        raise AssertionError(
+        raise check_failed(result, 
             f"scenario {result.scenario.name}: {field} grew {growth} kB between step {first} "
             f"({result.steps[first].step.describe()}) and step {second} "
             f"({result.steps[second].step.describe()}); tolerance {tolerance_kb} kB")
@@ -223,10 +242,11 @@ def assert_htp_memory_bounded(result: ScenarioResult, per_context_kb: int) -> No
     """dma-buf memory (HTP shared and spill-fill buffers, from the runner's fdinfo readings)
     stays within `per_context_kb` per live QNN context above the first step's reading, and is
     back to that baseline whenever no context is live (nothing kept after a free)."""
+    assert_completed(result)
     readings = [(i, s, s.memory.get("dmabuf", {}).get("bytes")) for i, s in enumerate(result.steps)]
     readings = [(i, s, b) for i, s, b in readings if b is not None]
     if not readings:
-        raise AssertionError(f"scenario {result.scenario.name}: no dma-buf readings in the events")
+        raise check_failed(result, f"scenario {result.scenario.name}: no dma-buf readings in the events")
     baseline = readings[0][2]
     problems = []
     for i, s, total in readings:
@@ -236,5 +256,5 @@ def assert_htp_memory_bounded(result: ScenarioResult, per_context_kb: int) -> No
             problems.append(f"step {i} {s.step.describe()}: dma-buf +{grown_kb} kB with {contexts} "
                             f"live contexts (allowed {per_context_kb} kB each)")
     if problems:
-        raise AssertionError(f"scenario {result.scenario.name}: HTP memory beyond the device "
+        raise check_failed(result, f"scenario {result.scenario.name}: HTP memory beyond the device "
                              "config's tolerance:\n  " + "\n  ".join(problems))

@@ -14,8 +14,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
-from harness.cache import cache_root, digest, file_lock
+from harness.cache import cache_root, digest, file_lock, file_sha256
 from harness.errors import ModelError
 from harness.models import ModelSpec
 from harness.qnn.sdk import QnnSdk, executorch_version
@@ -119,12 +120,32 @@ def cache_dir_name(spec: ModelSpec, soc: str, precision: str, sdk_version: str,
             f"{cache_key(spec, soc, precision, sdk_version, options)}")
 
 
+def _cached_entry_ok(out_dir: Path) -> str:
+    """"" when the cache entry is whole, else what is wrong with it. The `.pte`'s sha256 is
+    recorded when it is built, so a damaged or swapped file is never run as the model."""
+    meta_path, pte = out_dir / "meta.json", out_dir / "model.pte"
+    if not meta_path.exists() or not pte.exists():
+        return "incomplete"
+    try:
+        recorded = json.loads(meta_path.read_text()).get("pte_sha256")
+    except ValueError:
+        return "meta.json is unreadable"
+    if recorded is None:
+        return "no sha256 recorded (made by an older harness)"
+    actual = file_sha256(pte)
+    if actual != recorded:
+        return f"model.pte sha256 {actual[:16]} differs from the recorded {recorded[:16]}"
+    return ""
+
+
 def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
-                  log_dir: Path | None = None, options: dict | None = None) -> CompiledModel:
+                  log_dir: Path | None = None, options: dict | None = None,
+                  notice: Callable[[str], None] | None = None) -> CompiledModel:
     """Return the compiled model, from the cache when this exact build was made before.
 
     `options` are QNN compile options (COMPILE_OPTIONS), e.g. {"multi_contexts": True,
-    "spill_fill": True}; an unknown one is a ModelError."""
+    "spill_fill": True}; an unknown one is a ModelError. A damaged cache entry is rebuilt and
+    `notice` (default: a warning) told why."""
     if precision not in spec.precisions:
         raise ModelError(f"model {spec.name} supports precisions {', '.join(spec.precisions)}, "
                          f"not {precision!r}")
@@ -135,8 +156,12 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
     tag = options_tag(options)
     out_dir = cache_root() / "models" / cache_dir_name(spec, soc, precision, sdk.version, options)
     with file_lock(out_dir.with_suffix(".lock")):
-        if (out_dir / "meta.json").exists() and (out_dir / "model.pte").exists():
+        problem = _cached_entry_ok(out_dir) if out_dir.exists() else "absent"
+        if not problem:
             return CompiledModel.load(out_dir)
+        if problem != "absent":
+            (notice or _warn)(f"compile cache entry {out_dir} is damaged ({problem}): rebuilding "
+                              f"{spec.name} for {soc} {precision}{tag}")
         tmp_dir = out_dir.with_name(out_dir.name + ".tmp")
         env = {**os.environ, **sdk.environment()}
         env["PYTHONPATH"] = os.pathsep.join(
@@ -157,8 +182,18 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
             tail = "\n".join(log.strip().splitlines()[-25:])
             raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} failed "
                              f"(exit {proc.returncode}):\n{tail}")
+        meta_path = tmp_dir / "meta.json"
+        meta = json.loads(meta_path.read_text())
+        meta["pte_sha256"] = file_sha256(tmp_dir / "model.pte")
+        meta_path.write_text(json.dumps(meta, indent=1))
         if out_dir.exists():
             import shutil
             shutil.rmtree(out_dir)
         tmp_dir.rename(out_dir)
     return CompiledModel.load(out_dir)
+
+
+def _warn(message: str) -> None:
+    import warnings
+
+    warnings.warn(message, stacklevel=3)

@@ -1,46 +1,82 @@
 """Device configuration: YAML per SoC, the simulator, and farms, validated on load.
 
-Every error names the file, the key and the expected type, because a farm's nightly run
-should fail at start-up with a line someone can act on, not halfway through with a KeyError.
+Each file is validated by a strict pydantic schema (`harness.schema`) at every depth: an unknown
+or misspelt key anywhere, a wrong type or a missing key is an error that names the file, the line,
+the key path and what was expected, and lists every such error of the file, because a farm's
+nightly run should fail at start-up with a line someone can act on, not halfway through with a
+KeyError or, worse, run with a silently defaulted limit.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
-import yaml
+from pydantic import Field
 
 from harness.errors import ConfigError
+from harness.schema import StrictModel, load_validated, load_yaml_node
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "device_configs"
 
-# key path -> (type, required)
-SOC_SCHEMA: dict[str, tuple[type | tuple[type, ...], bool]] = {
-    "soc": (str, True),
-    "name": (str, False),
-    "htp_arch": (int, True),
-    "vtcm_mb": (int, True),
-    "memory": (dict, True),
-    "memory.rss_leak_kb": (int, True),
-    "memory.htp_context_kb": (int, False),
-    "timeouts": (dict, False),
-    "timeouts.runner_s": ((int, float), False),
-}
-SIMULATOR_SCHEMA: dict[str, tuple[type | tuple[type, ...], bool]] = {
-    "kind": (str, True),
-    "default_soc": (str, True),
-    "memory": (dict, True),
-    "memory.rss_leak_kb": (int, True),
-    "timeouts": (dict, False),
-    "timeouts.runner_s": ((int, float), False),
-}
-FARM_SCHEMA: dict[str, tuple[type | tuple[type, ...], bool]] = {
-    "adb_server": (str, False),
-    "devices": (list, True),
-}
 
+# -- file schemas ---------------------------------------------------------------------------------
+
+class SocMemory(StrictModel):
+    # Process Rss growth tolerated across a destroy-everything / reload cycle.
+    rss_leak_kb: int = Field(ge=0)
+    # dma-buf (HTP shared and spill-fill buffers) expected per live QNN context.
+    htp_context_kb: int = Field(0, ge=0)
+
+
+class SocTimeouts(StrictModel):
+    runner_s: float = Field(120, gt=0)
+
+
+class SocConfigFile(StrictModel):
+    """`device_configs/socs/<SOC>.yaml`."""
+
+    soc: str = Field(min_length=1)
+    name: str = ""
+    htp_arch: int = Field(gt=0)
+    vtcm_mb: int = Field(gt=0)
+    # `ro.board.platform` code names of the SoC, for devices whose ro.soc.model is empty.
+    board_platforms: list[str] = []
+    memory: SocMemory
+    timeouts: SocTimeouts = SocTimeouts()
+
+
+class SimulatorMemory(StrictModel):
+    rss_leak_kb: int = Field(ge=0)
+
+
+class SimulatorTimeouts(StrictModel):
+    runner_s: float = Field(300, gt=0)
+
+
+class SimulatorConfigFile(StrictModel):
+    """`device_configs/simulator.yaml`."""
+
+    kind: Literal["simulator"]
+    default_soc: str = Field(min_length=1)
+    memory: SimulatorMemory
+    timeouts: SimulatorTimeouts = SimulatorTimeouts()
+
+
+class FarmDevice(StrictModel):
+    serial: str = Field(min_length=1)
+    soc: str | None = None  # overrides what the device reports
+
+
+class FarmFile(StrictModel):
+    """`device_configs/farms/*.yaml` (or any `--farm` file)."""
+
+    adb_server: str | None = None
+    devices: list[FarmDevice] = Field(min_length=1)
+
+
+# -- what the rest of the harness uses ------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class SocConfig:
@@ -52,6 +88,7 @@ class SocConfig:
     runner_timeout_s: float
     path: Path
     name: str = ""
+    board_platforms: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,56 +101,22 @@ class SimulatorConfig:
 
 def load_yaml(path: Path) -> dict:
     """Parse a YAML mapping, with errors that name the file and the line."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    data, _ = load_yaml_node(path)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+        got = "an empty file" if data is None else type(data).__name__
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {got}")
     return data
 
 
-def validate(data: dict, schema: dict[str, tuple[Any, bool]], path: Path) -> None:
-    for key, (expected, required) in schema.items():
-        node: Any = data
-        for part in key.split("."):
-            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
-        if node is _MISSING:
-            if required:
-                raise ConfigError(f"{path}: missing required key '{key}' ({_type_name(expected)})")
-            continue
-        if isinstance(node, bool) or not isinstance(node, expected):
-            if not (expected in ((int, float),) and isinstance(node, (int, float)) and not isinstance(node, bool)):
-                raise ConfigError(f"{path}: key '{key}' must be {_type_name(expected)}, got "
-                                  f"{type(node).__name__} ({node!r})")
-    known = {k.split(".")[0] for k in schema}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-
-
-_MISSING = object()
-
-
-def _type_name(expected: Any) -> str:
-    if isinstance(expected, tuple):
-        return " or ".join(t.__name__ for t in expected)
-    return expected.__name__
-
-
 def load_soc(path: Path) -> SocConfig:
-    data = load_yaml(path)
-    validate(data, SOC_SCHEMA, path)
-    if data["soc"] != path.stem:
-        raise ConfigError(f"{path}: key 'soc' is {data['soc']!r} but the file is named for {path.stem!r}")
-    mem, timeouts = data["memory"], data.get("timeouts", {})
-    return SocConfig(data["soc"], data["htp_arch"], data["vtcm_mb"], mem["rss_leak_kb"],
-                     mem.get("htp_context_kb", 0), float(timeouts.get("runner_s", 120)), path,
-                     data.get("name", ""))
+    path = Path(path)
+    data = load_validated(path, SocConfigFile, what="SoC config")
+    if data.soc != path.stem:
+        raise ConfigError(f"{path}: key 'soc' is {data.soc!r} but the file is named for "
+                          f"{path.stem!r}")
+    return SocConfig(data.soc, data.htp_arch, data.vtcm_mb, data.memory.rss_leak_kb,
+                     data.memory.htp_context_kb, float(data.timeouts.runner_s), path, data.name,
+                     tuple(data.board_platforms))
 
 
 def known_socs(config_dir: Path = CONFIG_DIR) -> list[str]:
@@ -126,43 +129,64 @@ def soc_config(soc: str, config_dir: Path = CONFIG_DIR) -> SocConfig:
     if not path.exists():
         raise ConfigError(f"unknown SoC {soc!r}: no {path}. Known SoCs: "
                           f"{', '.join(known_socs(config_dir)) or '(none)'}. Add a YAML file for it "
-                          "(copy a neighbour and set htp_arch, vtcm_mb, memory).")
+                          "(copy a neighbour and set htp_arch, vtcm_mb, board_platforms, "
+                          "memory).")
     return load_soc(path)
+
+
+def soc_for_board_platform(platform: str, config_dir: Path = CONFIG_DIR) -> str | None:
+    """The SoC whose config lists `platform` (an `ro.board.platform` code name such as
+    "pineapple") in `board_platforms`, or None when no config does."""
+    if not platform:
+        return None
+    matches = [soc for soc in known_socs(config_dir)
+               if platform in soc_config(soc, config_dir).board_platforms]
+    if len(matches) > 1:
+        raise ConfigError(f"board platform {platform!r} is listed in the configs of several SoCs: "
+                          f"{', '.join(matches)}; keep it in one")
+    return matches[0] if matches else None
 
 
 def simulator_config(config_dir: Path = CONFIG_DIR) -> SimulatorConfig:
     path = config_dir / "simulator.yaml"
-    data = load_yaml(path)
-    validate(data, SIMULATOR_SCHEMA, path)
-    if data["kind"] != "simulator":
-        raise ConfigError(f"{path}: key 'kind' must be 'simulator', got {data['kind']!r}")
-    return SimulatorConfig(data["default_soc"], data["memory"]["rss_leak_kb"],
-                           float(data.get("timeouts", {}).get("runner_s", 300)), path)
+    data = load_validated(path, SimulatorConfigFile, what="simulator config")
+    return SimulatorConfig(data.default_soc, data.memory.rss_leak_kb,
+                           float(data.timeouts.runner_s), path)
 
 
 def load_farm(path: Path) -> tuple[str | None, list[dict]]:
-    """A farm file: optional `adb_server` and a list of `{serial, soc?}` device entries."""
-    data = load_yaml(path)
-    validate(data, FARM_SCHEMA, path)
-    devices = []
-    for i, entry in enumerate(data["devices"]):
-        if not isinstance(entry, dict) or not isinstance(entry.get("serial"), str):
-            raise ConfigError(f"{path}: devices[{i}] must be a mapping with a string 'serial'")
-        if "soc" in entry and not isinstance(entry["soc"], str):
-            raise ConfigError(f"{path}: devices[{i}].soc must be str")
-        devices.append(entry)
-    return data.get("adb_server"), devices
+    """A farm file: optional `adb_server` and a non-empty list of `{serial, soc?}` device
+    entries (`soc` only in the entries that set it)."""
+    data = load_validated(Path(path), FarmFile, what="farm file")
+    return data.adb_server, [d.model_dump(exclude_none=True) for d in data.devices]
 
 
 def validate_all(config_dir: Path = CONFIG_DIR) -> list[str]:
-    """Load every config file; returns the names checked (raises on the first bad one)."""
-    checked = []
+    """Load every config file; returns the names checked. Raises one `ConfigError` with the
+    errors of every bad file, so one run shows everything to fix."""
+    checked, errors = [], []
+
+    def check(name: str, load) -> object | None:
+        try:
+            result = load()
+        except ConfigError as exc:
+            errors.append(str(exc))
+            return None
+        checked.append(name)
+        return result
+
+    platforms: dict[str, list[str]] = {}
     for path in sorted((config_dir / "socs").glob("*.yaml")):
-        load_soc(path)
-        checked.append(path.name)
-    simulator_config(config_dir)
-    checked.append("simulator.yaml")
+        soc = check(path.name, lambda p=path: load_soc(p))
+        for platform in soc.board_platforms if soc else ():
+            platforms.setdefault(platform, []).append(soc.soc)
+    for platform, socs in sorted(platforms.items()):
+        if len(socs) > 1:
+            errors.append(f"board platform {platform!r} is listed in the configs of several SoCs: "
+                          f"{', '.join(socs)}; keep it in one")
+    check("simulator.yaml", lambda: simulator_config(config_dir))
     for path in sorted((config_dir / "farms").glob("*.yaml")):
-        load_farm(path)
-        checked.append(path.name)
+        check(path.name, lambda p=path: load_farm(p))
+    if errors:
+        raise ConfigError("\n".join(errors))
     return checked

@@ -14,6 +14,7 @@ from pathlib import Path
 from harness.assertions import assert_completed
 from harness.devices.base import Device
 from harness.errors import ModelError
+from harness.program import check_file
 from harness.qnn.trace import parse_trace
 from harness.result import ScenarioResult
 from harness.scenario import Scenario
@@ -33,6 +34,10 @@ class ScenarioDriver:
             if not path.is_file():
                 raise ModelError(f"scenario {scenario.name}: file {path} does not exist "
                                  "(a deleted compile cache entry? rerun to recompile)")
+        for model in scenario.models.values():
+            # A file that is not an ExecuTorch program never reaches a runner: what a runtime
+            # does with one (the 1.5.1 pybindings abort) would be reported as a runtime crash.
+            check_file(model.pte)
         out_dir = self.artifacts / scenario.name
         output = self.device.run(scenario, out_dir, timeout or self.timeout, self.runner)
         result = ScenarioResult.build(scenario, output, parse_trace(output.trace_text), out_dir)

@@ -3,6 +3,14 @@
 Strict, so a runtime that fixes the bug makes the test fail with "XPASS(strict)", which is the
 signal to delete the entry. `--ignore-known-issues` turns them back into plain tests, which then
 fail with the runtime's own error.
+
+An entry excuses a test only when every failure of its run (harness.failures) is that bug: of
+one of the entry's kinds, with the entry's `match` found in the failing step's own words. A
+wrong output before the known error, or a crash after it, fails the test and shows both.
+
+Test patterns are matched against the test file's real location, relative to the file's base:
+the project's own entries apply to the project's own suites only (relative to the project
+root), a user's file to paths relative to the directory it is in; pytest's rootdir plays no part.
 """
 
 from __future__ import annotations
@@ -11,23 +19,59 @@ import dataclasses
 import fnmatch
 import re
 from pathlib import Path
+from typing import Annotated, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+from pydantic import Field, RootModel, field_validator
 
-from harness.config import CONFIG_DIR, load_yaml
+from harness.config import CONFIG_DIR
 from harness.errors import ConfigError
+from harness.failures import KINDS, Failure
+from harness.schema import StrictModel, load_validated
 
 DEFAULT_PATH = CONFIG_DIR / "known_issues.yaml"
+PROJECT_ROOT = CONFIG_DIR.parent
+
+Kind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "check"]
+assert set(Kind.__args__) == set(KINDS)  # type: ignore[attr-defined]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class IssueEntry(StrictModel):
+    """One entry of a known-issues YAML file."""
+
+    id: NonEmpty
+    executorch: list[NonEmpty] = Field(min_length=1)  # exact versions or specifiers ("<=1.5.1")
+    tests: list[NonEmpty] = Field(min_length=1)  # "tests/hil/test_x.py::test_y*" (fnmatch)
+    kind: list[Kind] = Field(min_length=1)  # which failures it covers
+    match: NonEmpty  # regex searched in the failing step's own words
+    reason: NonEmpty
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+class IssuesFile(RootModel[list[IssueEntry]]):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
 class KnownIssue:
     id: str
-    executorch: tuple[str, ...]  # exact versions or specifiers such as "<=1.5.1"
+    executorch: tuple[str, ...]
     tests: tuple[str, ...]
     reason: str
-    match: str = ""  # regex the failure text must contain, so the xfail is for this bug
+    match: str
+    kinds: tuple[str, ...]
+    source: Path = DEFAULT_PATH  # the YAML file it came from
+    base: Path = PROJECT_ROOT  # test patterns are relative to this directory
 
     def applies_to(self, version: str) -> bool:
         for spec in self.executorch:
@@ -41,51 +85,66 @@ class KnownIssue:
                     continue
         return False
 
-    def matches(self, nodeid: str) -> bool:
-        return any(fnmatch.fnmatchcase(nodeid, p) or fnmatch.fnmatchcase(nodeid, "*/" + p)
-                   for p in self.tests)
-
-
-def load_known_issues(path: Path = DEFAULT_PATH) -> list[KnownIssue]:
-    try:
-        import yaml
-
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: known-issues file not found") from None
-    except Exception:  # re-parse for a located message
-        load_yaml(path)
-        raise
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise ConfigError(f"{path}: expected a list of issues, got {type(data).__name__}")
-    issues = []
-    for i, entry in enumerate(data):
-        where = f"{path}: entry {i}"
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: must be a mapping")
-        for key, kind in (("id", str), ("reason", str), ("executorch", list), ("tests", list)):
-            if not isinstance(entry.get(key), kind):
-                raise ConfigError(f"{where}: key '{key}' must be {kind.__name__}, got "
-                                  f"{type(entry.get(key)).__name__}")
-        for key in ("executorch", "tests"):
-            if not all(isinstance(v, str) for v in entry[key]):
-                raise ConfigError(f"{where}: every item of '{key}' must be str")
-        match = entry.get("match", "")
-        if not isinstance(match, str):
-            raise ConfigError(f"{where}: key 'match' must be str")
+    def test_key(self, path: Path, name: str) -> str | None:
+        """`relative/path.py::name` of a test file under this issue's base, else None."""
         try:
-            re.compile(match)
-        except re.error as exc:
-            raise ConfigError(f"{where}: key 'match' is not a valid regex: {exc}") from None
-        issues.append(KnownIssue(entry["id"], tuple(entry["executorch"]), tuple(entry["tests"]),
-                                 " ".join(entry["reason"].split()), match))
+            rel = Path(path).resolve().relative_to(self.base.resolve())
+        except ValueError:
+            return None
+        return f"{rel.as_posix()}::{name}"
+
+    def matches_test(self, path: Path, name: str) -> bool:
+        key = self.test_key(path, name)
+        return key is not None and any(fnmatch.fnmatchcase(key, p) for p in self.tests)
+
+    def covers(self, failure: Failure) -> bool:
+        return failure.kind in self.kinds and re.search(self.match, failure.message) is not None
+
+    def describe(self) -> str:
+        return f"{self.id} ({'/'.join(self.kinds)} matching {self.match!r})"
+
+
+def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> list[KnownIssue]:
+    """The entries of one file. `base` defaults to the project root for the project's own file
+    and to the file's directory for any other."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: known-issues file not found")
+    if base is None:
+        base = PROJECT_ROOT if path.resolve() == DEFAULT_PATH.resolve() else path.resolve().parent
+    entries = load_validated(path, IssuesFile, what="known-issues file", empty_ok=True).root
+    issues = [KnownIssue(e.id, tuple(e.executorch), tuple(e.tests), " ".join(e.reason.split()),
+                         e.match, tuple(e.kind), path, base) for e in entries]
+    _check_unique(issues)
     return issues
 
 
-def issue_for(nodeid: str, version: str, issues: list[KnownIssue]) -> KnownIssue | None:
+def load_all(extra: list[Path], include_project: bool = True) -> list[KnownIssue]:
+    """The project's entries (unless excluded) plus every `--known-issues` file."""
+    issues = load_known_issues(DEFAULT_PATH) if include_project else []
+    for path in extra:
+        issues += load_known_issues(path)
+    _check_unique(issues)
+    return issues
+
+
+def _check_unique(issues: list[KnownIssue]) -> None:
+    seen: dict[str, Path] = {}
     for issue in issues:
-        if issue.applies_to(version) and issue.matches(nodeid):
+        if issue.id in seen:
+            raise ConfigError(f"{issue.source}: known issue id {issue.id!r} is also defined in "
+                              f"{seen[issue.id]}; ids must be unique")
+        seen[issue.id] = issue.source
+
+
+def issue_for(path: Path, name: str, version: str, issues: list[KnownIssue]) -> KnownIssue | None:
+    for issue in issues:
+        if issue.applies_to(version) and issue.matches_test(path, name):
             return issue
     return None
+
+
+def uncovered(issue: KnownIssue, failures: list[Failure]) -> list[Failure]:
+    """The failures `issue` does not explain; an xfail needs at least one failure and none
+    uncovered."""
+    return [f for f in failures if not issue.covers(f)]

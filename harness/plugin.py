@@ -12,8 +12,11 @@ checkout where the package is installed. Fixtures for test authors:
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -23,13 +26,18 @@ from harness.compile import CompiledModel
 from harness.config import load_farm
 from harness.driver import ScenarioDriver
 from harness.errors import HarnessError
-from harness.known_issues import DEFAULT_PATH, KnownIssue, issue_for, load_known_issues
+from harness.failures import failure_of, run_failures
+from harness.known_issues import KnownIssue, issue_for, load_all, uncovered
 from harness.qnn.sdk import executorch_version
 from harness.session import HilSession, Options, worker_info
 
 _SESSION_KEY = pytest.StashKey[HilSession]()
 _REPORTS_KEY = pytest.StashKey[dict]()
 _ISSUE_KEY = pytest.StashKey[KnownIssue]()
+_ISSUES_KEY = pytest.StashKey[list]()  # every loaded KnownIssue
+_MET_KEY = pytest.StashKey[dict]()  # issue id -> node ids it applies to
+_FILES_KEY = pytest.StashKey[set]()  # paths of the collected test files
+_SESSION_ID_ENV = "EXECUTORCH_HIL_SESSION_ID"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,14 +52,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "device_configs/simulator.yaml: SM8650); devices report their own")
     group.addoption("--device-config", type=Path, default=None, metavar="YAML",
                     help="a SoC config file to use instead of device_configs/socs/<SOC>.yaml")
-    group.addoption("--artifacts-dir", type=Path, default=Path(".hil-artifacts"),
-                    help="where per-test traces, events and logs go (kept for failures)")
+    group.addoption("--artifacts-dir", default=".hil-artifacts", metavar="DIR",
+                    help="where per-test traces, events and logs go (kept for failures); each "
+                         "session writes to its own DIR/<session id>/, and DIR/latest points "
+                         "at the newest")
     group.addoption("--keep-artifacts", action="store_true",
                     help="keep artifacts of passing tests too")
     group.addoption("--ignore-known-issues", action="store_true",
                     help="run known-issue tests as plain tests instead of strict xfails")
-    group.addoption("--known-issues", type=Path, default=DEFAULT_PATH, metavar="YAML",
-                    help="known-issues file (default device_configs/known_issues.yaml)")
+    group.addoption("--known-issues", action="append", default=[], metavar="YAML",
+                    help="a known-issues file to add to the project's (repeatable); its test "
+                         "patterns are relative to the file's directory")
+    group.addoption("--strict-known-issues", action="store_true",
+                    help="fail the run when a known issue for this ExecuTorch version matches "
+                         "no collected test (a stale or misspelt entry)")
     group.addoption("--runner", choices=("auto", "native", "python"), default="auto",
                     help="lifecycle runner: native (built on first use) or python; auto picks "
                          "native when it can be built")
@@ -73,31 +87,92 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "worker under /data/local/tmp); reuse one to skip pushes across runs")
 
 
+def session_id(config: pytest.Config) -> str:
+    """One id per pytest session, shared by its xdist workers (the controller hands it over),
+    so concurrent sessions never write into each other's artifacts."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "hil_session_id" in workerinput:
+        return workerinput["hil_session_id"]
+    return os.environ.get(_SESSION_ID_ENV) or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: give each worker this session's id."""
+    node.workerinput["hil_session_id"] = node.config.stash[_SESSION_KEY].options.session_id
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hil: a test that runs scenarios on a device or simulator")
+    try:
+        opts = _options(config)
+        _check_start_up(config, opts)
+    except HarnessError as exc:
+        # Bad input stops the session once, at start-up, with the line to act on.
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_SESSION_KEY] = HilSession(opts)
+    config.stash[_REPORTS_KEY] = {}
+    config.stash[_MET_KEY] = {}
+    if not opts.worker.startswith("gw"):
+        _link_latest(opts.artifacts_dir)
+
+
+def _options(config: pytest.Config) -> Options:
     worker, count = worker_info()
     devices, adb_server, device_socs = list(config.getoption("device")), config.getoption("adb_server"), {}
     farm = config.getoption("farm")
     if farm is not None:
-        try:
-            farm_server, entries = load_farm(farm)
-        except HarnessError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        farm_server, entries = load_farm(Path(farm))
         devices = devices or [e["serial"] for e in entries]
         adb_server = adb_server or farm_server
         device_socs = {e["serial"]: e["soc"] for e in entries if "soc" in e}
-    opts = Options(
+    sid = session_id(config)
+    return Options(
         devices=devices, simulator=config.getoption("simulator"),
         soc=config.getoption("soc"), device_config=config.getoption("device_config"),
-        artifacts_dir=Path(config.getoption("artifacts_dir")).resolve(),
+        artifacts_dir=(Path(config.getoption("artifacts_dir")) / sid).resolve(),
+        session_id=sid,
         keep_artifacts=config.getoption("keep_artifacts"), runner=config.getoption("runner"),
         runner_timeout=config.getoption("runner_timeout"),
         abi_bridge=config.getoption("qnn_abi_bridge"), adb_server=adb_server,
         device_socs=device_socs,
         keep_workspace=config.getoption("keep_workspace"),
         device_workspace=config.getoption("device_workspace"), worker=worker, worker_count=count)
-    config.stash[_SESSION_KEY] = HilSession(opts)
-    config.stash[_REPORTS_KEY] = {}
+
+
+def _check_start_up(config: pytest.Config, opts: Options) -> None:
+    """Every config the session will read, read now: a broken one is one usage error before
+    any device is touched, not the same error once per test."""
+    from harness.config import load_soc, simulator_config, soc_config
+
+    simulator_config()
+    if opts.device_config is not None:
+        load_soc(Path(opts.device_config))
+    if not opts.devices or opts.simulator:
+        soc_config(opts.soc or simulator_config().default_soc)
+    else:
+        from harness.devices.adb import adb_server_address
+
+        adb_server_address(opts.adb_server)
+        for soc in opts.device_socs.values():
+            soc_config(soc)
+        if opts.soc:
+            soc_config(opts.soc)
+    if not config.getoption("ignore_known_issues"):
+        config.stash[_ISSUES_KEY] = load_all([Path(p) for p in config.getoption("known_issues")])
+
+
+def _link_latest(artifacts: Path) -> None:
+    """DIR/latest -> this session's directory (best effort: a convenience, not a contract)."""
+    link = artifacts.parent / "latest"
+    try:
+        artifacts.mkdir(parents=True, exist_ok=True)
+        tmp = artifacts.parent / f".latest-{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(artifacts.name)
+        os.replace(tmp, link)
+    except OSError:
+        pass
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -111,24 +186,49 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         session.close()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests of known issues as strict xfails (before -k/-m deselection, so an entry
+    counts as matched whatever subset runs)."""
     if config.getoption("ignore_known_issues"):
         return
-    hil_items = [i for i in items if "hil_device" in getattr(i, "fixturenames", ())]
-    if not hil_items:
-        return
-    try:
-        issues = load_known_issues(config.getoption("known_issues"))
-    except HarnessError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    issues = config.stash.get(_ISSUES_KEY, [])
     version = executorch_version()
-    for item in hil_items:
-        issue = issue_for(item.nodeid, version, issues)
+    met = config.stash[_MET_KEY]
+    config.stash[_FILES_KEY] = {item.path for item in items}
+    for item in items:
+        if "hil_device" not in getattr(item, "fixturenames", ()):
+            continue
+        name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+        issue = issue_for(item.path, name, version, issues)
         if issue is not None:
+            met.setdefault(issue.id, []).append(item.nodeid)
             item.stash[_ISSUE_KEY] = issue
             item.add_marker(pytest.mark.xfail(raises=AssertionError,
                 strict=True, reason=f"known issue {issue.id} on executorch {version}: "
                        f"{issue.reason.split('. ')[0]}"))
+    stale = unmatched_issues(config)
+    if stale and config.getoption("strict_known_issues"):
+        raise pytest.UsageError(
+            "--strict-known-issues: known issues for executorch " + version + " that match no "
+            "collected test (stale or misspelt entries):\n  " + "\n  ".join(
+                f"{i.id} in {i.source}: tests {', '.join(i.tests)}" for i in stale))
+
+
+def unmatched_issues(config: pytest.Config, in_collected_files: bool = False) -> list[KnownIssue]:
+    """Entries for this ExecuTorch version that no collected test matched; with
+    `in_collected_files`, only those naming a file that was collected (a misspelt test name,
+    rather than a suite this run did not select)."""
+    version = executorch_version()
+    met = config.stash.get(_MET_KEY, {})
+    stale = [i for i in config.stash.get(_ISSUES_KEY, [])
+             if i.applies_to(version) and i.id not in met]
+    if in_collected_files:
+        files = config.stash.get(_FILES_KEY, set())
+        stale = [i for i in stale if any(
+            fnmatch.fnmatchcase((i.test_key(f, "") or "").rstrip(":"), p.split("::")[0])
+            for f in files for p in i.tests)]
+    return stale
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -142,6 +242,15 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     session = config.stash.get(_SESSION_KEY, None)
     lines = session.summary() + session.notices if session is not None else []
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        met = config.stash.get(_MET_KEY, {})
+        if met:
+            lines.append("known issues met: " + ", ".join(
+                f"{k} ({len(v)} tests)" for k, v in sorted(met.items())))
+        stale = unmatched_issues(config, in_collected_files=True)
+        if stale:
+            lines.append("known issues that matched no collected test: " +
+                         ", ".join(f"{i.id} ({i.source.name})" for i in stale))
     if lines:
         terminalreporter.section("hil")
         for line in dict.fromkeys(lines):
@@ -152,16 +261,35 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     issue = item.stash.get(_ISSUE_KEY, None)
-    if issue is not None and issue.match and hasattr(report, "wasxfail") and call.excinfo:
-        text = str(call.excinfo.value)
-        if not re.search(issue.match, text):
-            # Failed, but not the way the known issue fails: that is a new bug, not this one.
+    if issue is not None and hasattr(report, "wasxfail") and call.excinfo:
+        problem = _not_this_issue(item, issue, call.excinfo.value)
+        if problem:
+            # Failed, but not only the way the known issue fails: a new bug, not this one.
             del report.wasxfail
             report.outcome = "failed"
-            report.longrepr = (f"known issue {issue.id} expects a failure matching "
-                               f"{issue.match!r}; this failure does not match:\n{text}")
+            report.longrepr = f"{problem}\n\nthe test's failure:\n{call.excinfo.value}"
     item.config.stash[_REPORTS_KEY].setdefault(item.nodeid, []).append(report)
     return report
+
+
+def _not_this_issue(item: pytest.Item, issue: KnownIssue, exc: BaseException) -> str:
+    """Why this failure is not (only) `issue`, or "" when every failure of the run is it."""
+    driver = getattr(item, "funcargs", {}).get("scenario_driver")
+    failures = [f for r in getattr(driver, "results", []) for f in run_failures(r)]
+    raised = failure_of(exc)
+    if raised.kind == "check" or not failures:
+        failures.append(raised)
+    missed = uncovered(issue, failures)
+    if not missed:
+        return ""
+    lines = [f"known issue {issue.describe()} does not cover every failure of this run:"]
+    for f in failures:
+        mark = "not covered" if f in missed else "covered    "
+        lines.append(f"  {mark} {f.describe()}")
+    first = missed[0]
+    lines.append(f"first failure not covered ({first.kind}):\n    " +
+                 "\n    ".join(first.message.strip().splitlines()[:15]))
+    return "\n".join(lines)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import signal as signal_module
 from pathlib import Path
 
 from harness.qnn.trace import TraceRecord, replay, replay_by_offsets
-from harness.runner.python_runner import EVENT_PREFIX
+from harness.runner.python_runner import EVENT_PREFIX, STEP_MARKER
 from harness.scenario import Scenario, Step
 
 
@@ -41,11 +41,29 @@ def parse_events(stdout: str) -> list[dict]:
     return events
 
 
+def split_log_by_step(text: str) -> dict[int, str]:
+    """The runner's stderr cut at its step markers (runner-protocol.md): step index -> the
+    lines written while that step ran; -1 holds start-up and teardown lines."""
+    segments: dict[int, list[str]] = {-1: []}
+    current = -1
+    for line in text.splitlines():
+        if line.startswith(STEP_MARKER):
+            try:
+                current = int(line[len(STEP_MARKER):].split()[0])
+            except (IndexError, ValueError):
+                pass
+            segments.setdefault(current, [])
+            continue
+        segments.setdefault(current, []).append(line)
+    return {k: "\n".join(v) for k, v in segments.items()}
+
+
 @dataclasses.dataclass
 class StepResult:
     step: Step
     event: dict | None  # None when the runner never reported this step
     trace: dict  # TraceState.snapshot() after the step
+    log: str = ""  # the runtime's stderr lines written while this step ran
 
     @property
     def status(self) -> str:
@@ -87,13 +105,37 @@ class ScenarioResult:
         # Steps the runner never reached see the whole trace (what happened until it died).
         end = trace[-1].offset if trace else 0
         states = replay_by_offsets(trace, [o if o >= 0 else end for o in offsets])
-        steps = [StepResult(s, by_index.get(i), states[i]) for i, s in enumerate(scenario.steps)]
+        logs = split_log_by_step(output.stderr)
+        steps = [StepResult(s, by_index.get(i), states[i], logs.get(i, ""))
+                 for i, s in enumerate(scenario.steps)]
         return cls(scenario, output, steps, trace, artifacts)
 
     @property
+    def completed(self) -> bool:
+        """The runner wrote its `end` event: it ran every step and its teardown. A run without
+        it did not finish, whatever its exit code says."""
+        return any(e.get("event") == "end" for e in parse_events(self.output.stdout))
+
+    @property
     def crashed(self) -> bool:
+        """Killed, hung, died by a signal, or exited without its `end` event."""
         rc = self.output.returncode
-        return self.output.timed_out or rc is None or rc < 0 or rc not in (0, 1, 2)
+        if self.output.timed_out or rc is None or rc < 0 or rc not in (0, 1, 2):
+            return True
+        return rc != 2 and not self.completed
+
+    @property
+    def failure_kind(self) -> str | None:
+        """How the run as a whole failed: "timeout", "crash" (a signal), "incomplete" (exited
+        without `end`), "refused" (exit 2), or None when it finished."""
+        out = self.output
+        if out.timed_out:
+            return "timeout"
+        if out.returncode is None or out.returncode < 0 or out.returncode not in (0, 1, 2):
+            return "crash"
+        if out.returncode == 2:
+            return "refused"
+        return None if self.completed else "incomplete"
 
     @property
     def refused(self) -> bool:
@@ -108,14 +150,7 @@ class ScenarioResult:
     def crash_report(self) -> str:
         """Signal, last completed step and the log tail: what a user needs to start on a crash."""
         out = self.output
-        if out.timed_out:
-            head = f"runner hung: killed after timeout"
-        elif out.returncode is not None and out.returncode < 0:
-            head = f"runner crashed with signal {_signal_name(-out.returncode)}"
-        elif self.refused:
-            head = "runner refused the scenario (exit 2: invalid scenario or missing file)"
-        else:
-            head = f"runner exited with code {out.returncode}"
+        head = self.crash_headline()
         last = self.last_completed
         lines = [head, f"last completed step: {last.step.describe() if last else '(none)'}"]
         nxt = next((s for s in self.steps if s.event is None), None)
@@ -127,6 +162,19 @@ class ScenarioResult:
         if self.artifacts:
             lines.append(f"artifacts: {self.artifacts}")
         return "\n".join(lines)
+
+    def crash_headline(self) -> str:
+        out = self.output
+        if out.timed_out:
+            return "runner hung: killed after timeout"
+        if out.returncode is not None and out.returncode < 0:
+            return f"runner crashed with signal {_signal_name(-out.returncode)}"
+        if self.refused:
+            return "runner refused the scenario (exit 2: invalid scenario or missing file)"
+        if self.failure_kind == "incomplete":
+            return (f"runner exited with code {out.returncode} without its end event: the run "
+                    "did not finish")
+        return f"runner exited with code {out.returncode}"
 
     def final_trace(self) -> dict:
         return replay(self.trace).snapshot()
@@ -143,5 +191,6 @@ def _signal_name(num: int) -> str:
 
 
 def log_tail(text: str, lines: int) -> str:
-    kept = [l for l in text.splitlines() if not l.startswith(EVENT_PREFIX)]
+    kept = [l for l in text.splitlines()
+            if not l.startswith(EVENT_PREFIX) and not l.startswith(STEP_MARKER)]
     return "\n".join("    " + l for l in kept[-lines:])

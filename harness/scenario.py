@@ -72,6 +72,9 @@ class Scenario:
     steps: list[Step] = dataclasses.field(default_factory=list)
     models: dict[str, CompiledModel] = dataclasses.field(default_factory=dict)  # module -> model
     watch_mappings: list[str] = dataclasses.field(default_factory=list)
+    # Indices of steps whose error is not a failure of the run: a step that must fail (loading
+    # a damaged program; the test asserts that it did) or a probe a runtime may reject.
+    allowed_errors: set[int] = dataclasses.field(default_factory=set)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -105,6 +108,14 @@ class Scenario:
 
     def snapshot(self) -> "Scenario":
         return self._add(Step("snapshot"))
+
+    def allow_error(self) -> "Scenario":
+        """Mark the last step as one whose error is not a failure of the run (a test that needs
+        it to fail asserts that itself)."""
+        if not self.steps:
+            raise ScenarioError(f"scenario {self.name}: allow_error() needs a step before it")
+        self.allowed_errors.add(len(self.steps) - 1)
+        return self
 
     def set_option(self, backend: str, key: str, value: bool | int | str) -> "Scenario":
         return self._add(Step("set_option", args={"backend": backend, "key": key, "value": value}))

@@ -25,7 +25,7 @@ class Options:
     simulator: bool
     soc: str | None
     device_config: Path | None
-    artifacts_dir: Path
+    artifacts_dir: Path  # this session's own directory (<--artifacts-dir>/<session_id>)
     keep_artifacts: bool
     runner: str
     runner_timeout: float | None
@@ -36,6 +36,7 @@ class Options:
     device_workspace: str | None
     worker: str  # pytest-xdist worker id, "master" without xdist
     worker_count: int
+    session_id: str = ""
 
 
 class HilSession:
@@ -153,7 +154,7 @@ class HilSession:
         if key not in self._models:
             self._models[key] = compile_model(get_model(name), self.soc, precision, self.sdk,
                                               self.options.artifacts_dir / "compile-logs",
-                                              options=normalized)
+                                              options=normalized, notice=self.notices.append)
         return self._models[key]
 
     def header(self) -> list[str]:

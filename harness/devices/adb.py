@@ -46,16 +46,30 @@ REACQUIRE_S = 30.0
 q = shlex.quote
 
 
-def adb_client(server: str | None = None) -> adbutils.AdbClient:
-    """The adb server to talk to: --adb-server, else ANDROID_ADB_SERVER_ADDRESS/PORT, else local."""
+def adb_server_address(server: str | None = None) -> tuple[str, int]:
+    """(host, port) of the adb server: --adb-server HOST:PORT, else ANDROID_ADB_SERVER_ADDRESS /
+    ANDROID_ADB_SERVER_PORT, else 127.0.0.1:5037. A malformed value is a ConfigError naming
+    where it came from, so a typo stops the session at start-up, not in a socket call."""
     if server:
         host, _, port = server.rpartition(":")
+        where = "--adb-server"
         if not host or not port.isdigit():
             raise ConfigError(f"--adb-server must be HOST:PORT, got {server!r}")
     else:
         host = os.environ.get("ANDROID_ADB_SERVER_ADDRESS", "127.0.0.1")
         port = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037")
-    return adbutils.AdbClient(host=host, port=int(port))
+        where = "ANDROID_ADB_SERVER_PORT"
+        if not port.isdigit():
+            raise ConfigError(f"{where} must be a port number, got {port!r}")
+    if not 1 <= int(port) <= 65535:
+        raise ConfigError(f"{where}: port {port} is out of range (1-65535), got {server or port!r}")
+    return host, int(port)
+
+
+def adb_client(server: str | None = None) -> adbutils.AdbClient:
+    """The adb server to talk to (see adb_server_address)."""
+    host, port = adb_server_address(server)
+    return adbutils.AdbClient(host=host, port=port)
 
 
 @dataclasses.dataclass

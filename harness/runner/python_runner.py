@@ -24,12 +24,20 @@ import time
 from pathlib import Path
 
 EVENT_PREFIX = "HARNESS_EVENT "
+STEP_MARKER = "HARNESS_STEP "
 EXIT_OK, EXIT_STEP_FAILED, EXIT_BAD_SCENARIO = 0, 1, 2
 
 
 def emit(event: dict) -> None:
     sys.stdout.write(EVENT_PREFIX + json.dumps(event) + "\n")
     sys.stdout.flush()
+
+
+def emit_step_marker(index: int) -> None:
+    """Mark on stderr where step `index` starts (-1: teardown), so the runtime's own log lines
+    can be told apart by step; the runtime writes to fd 2 directly, so flush first."""
+    sys.stderr.flush()
+    os.write(2, f"{STEP_MARKER}{index}\n".encode())
 
 
 class Runner:
@@ -202,6 +210,10 @@ class Runner:
             event.update(status="error", error_code=-1, message=str(exc))
         except RuntimeError as exc:  # the runtime's own error
             event.update(status="error", error_code=_error_code(str(exc)), message=str(exc))
+        except Exception as exc:  # noqa: BLE001 (bad input, e.g. a short tensor file: the
+            # step's error, never an uncaught exception that ends the run without its "end")
+            event.update(status="error", error_code=-1,
+                         message=f"runner error: {type(exc).__name__}: {exc}")
         event["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
         return event
 
@@ -213,6 +225,7 @@ class Runner:
         failed = 0
         steps = self.scenario["steps"]
         for index, step in enumerate(steps):
+            emit_step_marker(index)
             event = {"event": "step", "index": index, "op": step["op"],
                      "module": step.get("module"), "method": step.get("method")}
             event.update(self.run_step(step))
@@ -220,6 +233,9 @@ class Runner:
             event["memory"] = read_self(self.watch)
             failed += event["status"] != "ok"
             emit(event)
+        emit_step_marker(-1)
+        self.methods.clear()  # teardown before "end", as the native runner does
+        self.modules.clear()
         emit({"event": "end", "status": "ok" if not failed else "failed", "steps": len(steps),
               "failed_steps": failed})
         return EXIT_OK if not failed else EXIT_STEP_FAILED

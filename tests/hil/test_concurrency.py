@@ -26,6 +26,7 @@ import pytest
 from harness.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
                                 assert_steps_ok)
 from harness.compile import CompiledModel
+from harness.failures import HilFailure, failure_of
 from harness.reference import predict
 from harness.result import ScenarioResult
 from harness.scenario import Scenario
@@ -153,5 +154,5 @@ def test_s5_parallel_cold_load(compiled_model, scenario_driver, program):
             check_s5(result)
         except AssertionError as exc:
             kind = "crashed" if result.crashed else "failed"
-            raise AssertionError(f"S5 ({program} program) {kind} in launch {n + 1} after {n} "
-                                 f"passing launches:\n{exc}") from None
+            raise HilFailure(f"S5 ({program} program) {kind} in launch {n + 1} after {n} "
+                             f"passing launches:\n{exc}", failure_of(exc)) from None

@@ -455,6 +455,7 @@ int Runner::run() {
 
   size_t failed = 0;
   for (const Step& step : scenario_.steps) {
+    emit_step_marker(static_cast<long>(step.index));
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = run_one(step);
     double elapsed_ms = rounded_ms(std::chrono::steady_clock::now() - t0);
@@ -485,6 +486,7 @@ int Runner::run() {
     emit_event(ev);
   }
 
+  emit_step_marker(-1);  // teardown: runtime lines after this belong to no step
   // Modules the scenario left live are torn down before "end", so a crash in
   // teardown shows as a signal with every step reported and no end event.
   for (auto& m : modules_) {

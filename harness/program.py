@@ -1,0 +1,404 @@
+"""Facts read from a serialized ExecuTorch program (`.pte`): what it was compiled for.
+
+A test that runs a `.pte` on a phone should not trust the name of the file or the cache
+directory it came from: the program itself says which methods it has, what its inputs look like,
+which backends its delegates need and, for QNN delegates, which SoC and HTP options they were
+compiled with (the compile spec `qnn_compile_spec`, a `QnnExecuTorchOptions` flatbuffer). A
+program built for SM8750 fails to initialize on an SM8650 phone, so knowing this before a device
+is reserved turns a confusing runtime failure into a clear skip or error.
+
+Reading the program needs executorch's Python serializer, whose imports (torch, exir) take
+seconds; `read_program` therefore runs `inspect_program` in a child process, so the pytest
+process never imports torch, and caches the answer by the file's sha256. Bad files are reported
+as `ModelError`s naming the file, checked cheaply (size, file identifier, extended header) before
+anything imports executorch.
+
+    python -m harness.program PROGRAM.pte    # prints the ProgramInfo JSON (exit 3 + {"error"})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness.cache import cache_root, file_sha256
+from harness.errors import ModelError
+
+# Flatbuffer file identifier of ExecuTorch programs (bytes 4..8), from `file_identifier` in
+# executorch's exir/_serialize/program.fbs; "ET12" for every executorch 1.x program.
+FILE_IDENTIFIER = b"ET12"
+# Optional extended header right after the flatbuffer's 8-byte prefix: magic, header length,
+# program (flatbuffer) size, segment base offset, segment data size (all little-endian).
+EXTENDED_HEADER_MAGIC = b"eh00"
+MIN_PROGRAM_BYTES = 8  # root table offset + file identifier
+# Version of the JSON written by to_json(); cached answers of another version are re-read.
+JSON_FORMAT = 1
+CHILD_TIMEOUT_S = 300
+CHILD_ERROR_EXIT = 3
+
+# ExecuTorch ScalarType enum names -> torch-style dtype names (executorch/exir/scalar_type.py).
+SCALAR_TYPES = {
+    "BYTE": "uint8", "CHAR": "int8", "SHORT": "int16", "INT": "int32", "LONG": "int64",
+    "HALF": "float16", "FLOAT": "float32", "DOUBLE": "float64", "COMPLEX32": "complex32",
+    "COMPLEX64": "complex64", "COMPLEX128": "complex128", "BOOL": "bool", "QINT8": "qint8",
+    "QUINT8": "quint8", "QINT32": "qint32", "BFLOAT16": "bfloat16", "QUINT4X2": "quint4x2",
+    "QUINT2X4": "quint2x4", "BITS16": "bits16", "FLOAT8E5M2": "float8_e5m2",
+    "FLOAT8E4M3FN": "float8_e4m3fn", "FLOAT8E5M2FNUZ": "float8_e5m2fnuz",
+    "FLOAT8E4M3FNUZ": "float8_e4m3fnuz", "UINT16": "uint16", "UINT32": "uint32",
+    "UINT64": "uint64",
+}
+QNN_BACKEND_ID = "QnnBackend"
+QNN_COMPILE_SPEC_KEY = "qnn_compile_spec"  # executorch.backends.qualcomm.utils.constants
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """dtype and shape of one method input or output.
+
+    Non-tensor values (an int or bool argument) carry their EValue kind in lower case ("int",
+    "bool", "double", ...) and shape ()."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class QnnDelegate:
+    """What one QNN delegate's compile spec says: the runtime builds its context from this."""
+
+    method: str
+    soc: str  # QcomChipset enum name, e.g. "SM8650"
+    soc_model: int  # its number, e.g. 57 for SM8650
+    htp_arch: int | None  # e.g. 75; None when the spec carries no HTP info
+    backend_type: str  # "htp", "gpu", "dsp", "lpai"
+    use_fp16: bool | None  # HTP precision fp16; None for a non-HTP backend
+    use_multi_contexts: bool
+    max_sf_buf_size: int  # spill-fill buffer size in bytes (0: none set)
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodInfo:
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    delegates: tuple[str, ...]  # backend ids of the method's delegates, in plan order
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramInfo:
+    """Everything the harness reads from one `.pte` file."""
+
+    path: Path
+    size: int
+    sha256: str
+    methods: dict[str, MethodInfo]
+    qnn_delegates: tuple[QnnDelegate, ...]
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """Distinct backend ids over all methods, sorted (what the runtime must have linked)."""
+        return tuple(sorted({d for m in self.methods.values() for d in m.delegates}))
+
+    @property
+    def socs(self) -> tuple[str, ...]:
+        """Distinct SoCs the QNN delegates were compiled for, sorted (one for a sane build)."""
+        return tuple(sorted({d.soc for d in self.qnn_delegates}))
+
+    @property
+    def multi_context(self) -> bool:
+        return any(d.use_multi_contexts for d in self.qnn_delegates)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": JSON_FORMAT,
+            "path": str(self.path),
+            "size": self.size,
+            "sha256": self.sha256,
+            "methods": {
+                name: {"inputs": [_spec_json(t) for t in m.inputs],
+                       "outputs": [_spec_json(t) for t in m.outputs],
+                       "delegates": list(m.delegates)}
+                for name, m in self.methods.items()},
+            "qnn_delegates": [dataclasses.asdict(d) for d in self.qnn_delegates],
+            # Derived, for readers of `inspect --json`; from_json ignores them.
+            "backends": list(self.backends),
+            "socs": list(self.socs),
+            "multi_context": self.multi_context,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ProgramInfo":
+        if data.get("format") != JSON_FORMAT:
+            raise ValueError(f"program JSON format {data.get('format')!r}, expected {JSON_FORMAT}")
+        methods = {
+            name: MethodInfo(name, tuple(_spec(t) for t in m["inputs"]),
+                             tuple(_spec(t) for t in m["outputs"]), tuple(m["delegates"]))
+            for name, m in data["methods"].items()}
+        return cls(Path(data["path"]), int(data["size"]), data["sha256"], methods,
+                   tuple(QnnDelegate(**d) for d in data["qnn_delegates"]))
+
+    def describe(self) -> str:
+        """The human-readable text of `python -m harness inspect`."""
+        lines = [f"{self.path}", f"  size: {self.size} bytes, sha256 {self.sha256[:12]}"]
+        for m in self.methods.values():
+            lines.append(f"  method {m.name}:")
+            lines.append(f"    inputs:    {_specs_text(m.inputs)}")
+            lines.append(f"    outputs:   {_specs_text(m.outputs)}")
+            lines.append(f"    delegates: {', '.join(m.delegates) or '(none: portable CPU ops)'}")
+        lines.append(f"  backends: {', '.join(self.backends) or '(none)'}")
+        if self.qnn_delegates:
+            lines.append(f"  SoC: {', '.join(self.socs)}")
+            lines.append(f"  QNN multi-context: {'yes' if self.multi_context else 'no'}")
+            for d in self.qnn_delegates:
+                arch = f"v{d.htp_arch}" if d.htp_arch is not None else "?"
+                precision = {True: "fp16", False: "quantized", None: "-"}[d.use_fp16]
+                lines.append(
+                    f"  QNN delegate of {d.method}: {d.soc} (soc_model {d.soc_model}), "
+                    f"{d.backend_type} arch {arch}, {precision}, "
+                    f"multi-context {'on' if d.use_multi_contexts else 'off'}, "
+                    f"spill-fill {d.max_sf_buf_size} bytes")
+        return "\n".join(lines)
+
+
+def _spec_json(t: TensorSpec) -> dict[str, Any]:
+    return {"dtype": t.dtype, "shape": list(t.shape)}
+
+
+def _spec(data: dict[str, Any]) -> TensorSpec:
+    return TensorSpec(data["dtype"], tuple(data["shape"]))
+
+
+def _specs_text(specs: tuple[TensorSpec, ...]) -> str:
+    return ", ".join(map(str, specs)) or "(none)"
+
+
+# --- cheap checks, before anything imports executorch ------------------------------------------
+
+def check_file(path: Path) -> int:
+    """Raise ModelError unless `path` looks like an ExecuTorch program; return its size.
+
+    Reads only the first 40 bytes, so a wrong path, a text file or a cut-off copy is reported in
+    microseconds instead of after seconds of executorch imports (or as a flatbuffer traceback)."""
+    path = Path(path)
+    try:
+        if not path.exists():
+            raise ModelError(f"{path}: no such file")
+        if path.is_dir():
+            raise ModelError(f"{path}: is a directory, not a .pte program file")
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(40)
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read the program: {exc.strerror or exc}") from exc
+    if size == 0:
+        raise ModelError(f"{path}: is empty (0 bytes), not an ExecuTorch program")
+    if size < MIN_PROGRAM_BYTES:
+        raise ModelError(f"{path}: {size} bytes is too short to be an ExecuTorch program")
+    ident = head[4:8]
+    if ident != FILE_IDENTIFIER:
+        if ident[:2] == b"ET":
+            raise ModelError(
+                f"{path}: an ExecuTorch program of another format version (file identifier "
+                f"{ident.decode('ascii', 'replace')!r}); this harness reads "
+                f"{FILE_IDENTIFIER.decode()!r} programs")
+        raise ModelError(f"{path}: not an ExecuTorch program (bytes 4..8 are {ident!r}, an "
+                         f"ExecuTorch .pte has the file identifier {FILE_IDENTIFIER.decode()!r})")
+    if head[8:12] == EXTENDED_HEADER_MAGIC:
+        # Sizes the serializer wrote: a copy cut short (interrupted adb pull or download) is
+        # caught here; the flatbuffer reader would fail on it with an unpack error, or, with
+        # only the segment data (the delegates' blobs) cut, not at all.
+        header_len = int.from_bytes(head[12:16], "little")
+        needed = 8 + max(header_len, 24)
+        if size >= needed:
+            program_size = int.from_bytes(head[16:24], "little")
+            segment_base = int.from_bytes(head[24:32], "little")
+            segment_size = int.from_bytes(head[32:40], "little") if header_len >= 32 else 0
+            needed = max(program_size, segment_base + segment_size if segment_base else 0)
+        if size < needed:
+            raise ModelError(f"{path}: truncated ExecuTorch program: its header says "
+                             f"{needed} bytes, the file has {size}")
+    return size
+
+
+# --- reading the program (imports executorch) -------------------------------------------------
+
+def _enum_name(value: Any) -> str:
+    return value.name if hasattr(value, "name") else str(value)
+
+
+def _value_spec(value: Any) -> TensorSpec:
+    """TensorSpec of one execution-plan EValue."""
+    val = value.val
+    if hasattr(val, "scalar_type") and hasattr(val, "sizes"):
+        name = _enum_name(val.scalar_type).upper()
+        return TensorSpec(SCALAR_TYPES.get(name, name.lower()), tuple(int(s) for s in val.sizes))
+    return TensorSpec(type(val).__name__.lower(), ())
+
+
+def _qnn_delegate(method: str, spec_value: bytes) -> QnnDelegate:
+    from executorch.backends.qualcomm.serialization.qc_schema import (
+        QnnExecuTorchHtpPrecision,
+    )
+    from executorch.backends.qualcomm.serialization.qc_schema_serialize import (
+        flatbuffer_to_option,
+    )
+
+    options = flatbuffer_to_option(spec_value)
+    soc = options.soc_info.soc_model
+    htp_info = options.soc_info.htp_info
+    arch = int(htp_info.htp_arch) if htp_info is not None else 0
+    backend = options.backend_options
+    htp = backend.htp_options
+    return QnnDelegate(
+        method=method,
+        soc=_enum_name(soc),
+        soc_model=int(soc),
+        htp_arch=arch or None,  # HtpArch.NONE (0): no HTP info
+        backend_type=str(backend.backend_type),  # its __str__ is "htp", "gpu", ...
+        use_fp16=None if htp is None else htp.precision == QnnExecuTorchHtpPrecision.kHtpFp16,
+        use_multi_contexts=bool(htp.use_multi_contexts) if htp is not None else False,
+        max_sf_buf_size=int(htp.max_sf_buf_size) if htp is not None else 0,
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    """`struct.error: unpack_from requires ...`: enough to tell the failures apart, no traceback."""
+    kind = type(exc)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    lines = f"{name}: {exc}".strip().splitlines()
+    return lines[0][:300] if lines else name
+
+
+def inspect_program(path: Path) -> ProgramInfo:
+    """Read `path` in this process. Imports executorch (seconds); prefer `read_program`."""
+    path = Path(path)
+    size = check_file(path)
+    data = path.read_bytes()
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    try:
+        program = deserialize_pte_binary(data).program
+        methods: dict[str, MethodInfo] = {}
+        delegates: list[QnnDelegate] = []
+        for plan in program.execution_plan:
+            methods[plan.name] = MethodInfo(
+                plan.name, tuple(_value_spec(plan.values[i]) for i in plan.inputs),
+                tuple(_value_spec(plan.values[i]) for i in plan.outputs),
+                tuple(d.id for d in plan.delegates))
+            for delegate in plan.delegates:
+                if delegate.id != QNN_BACKEND_ID:
+                    continue
+                for spec in delegate.compile_specs:
+                    if spec.key != QNN_COMPILE_SPEC_KEY:
+                        continue
+                    try:
+                        delegates.append(_qnn_delegate(plan.name, bytes(spec.value)))
+                    except Exception as exc:
+                        raise ModelError(f"{path}: the QNN compile spec of method {plan.name} "
+                                         f"does not decode ({_one_line(exc)})") from exc
+    except ModelError:
+        raise
+    except Exception as exc:  # the flatbuffer reader raises struct.error, TypeError, ...
+        raise ModelError(f"{path}: damaged or truncated ExecuTorch program, it does not "
+                         f"deserialize ({_one_line(exc)})") from exc
+    return ProgramInfo(path, size, hashlib.sha256(data).hexdigest(), methods, tuple(delegates))
+
+
+# --- the cached, out-of-process reader ---------------------------------------------------------
+
+def _cache_file(sha256: str) -> Path:
+    return cache_root() / "programs" / f"{sha256}.json"
+
+
+def _load_cached(path: Path, sha256: str) -> ProgramInfo | None:
+    try:
+        info = ProgramInfo.from_json(json.loads(_cache_file(sha256).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent, half-written by an old version, or another format: read again
+    if info.sha256 != sha256:
+        return None
+    return dataclasses.replace(info, path=path)  # the same bytes may live under many names
+
+
+def _store(info: ProgramInfo) -> None:
+    """Write the cache entry atomically (temp file + rename), so concurrent pytest-xdist
+    workers never read a half-written file."""
+    target = _cache_file(info.sha256)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(info.to_json(), handle, indent=1)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _inspect_in_child(path: Path) -> ProgramInfo:
+    from harness.process import run_process
+
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = run_process([sys.executable, "-m", "harness.program", str(path)], env, CHILD_TIMEOUT_S)
+    if out.timed_out:
+        raise ModelError(f"{path}: reading the program timed out after {CHILD_TIMEOUT_S} s")
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    answer: dict[str, Any] | None = None
+    if lines:
+        try:
+            answer = json.loads(lines[-1])
+        except ValueError:
+            answer = None
+    if out.returncode == CHILD_ERROR_EXIT and answer and "error" in answer:
+        raise ModelError(answer["error"])
+    if out.returncode != 0 or answer is None:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
+        raise ModelError(f"{path}: reading the program failed (exit {out.returncode}):\n{tail}")
+    return ProgramInfo.from_json(answer)
+
+
+def read_program(path: Path, in_process: bool = False) -> ProgramInfo:
+    """What a `.pte` was compiled for, from the cache when these exact bytes were read before.
+
+    A miss runs `inspect_program` in a child process (the caller never imports torch), unless
+    `in_process` is set by a caller that has paid for the executorch imports anyway."""
+    path = Path(path)
+    check_file(path)
+    sha256 = file_sha256(path)
+    cached = _load_cached(path, sha256)
+    if cached is not None:
+        return cached
+    info = inspect_program(path) if in_process else _inspect_in_child(path)
+    if info.sha256 != sha256:
+        raise ModelError(f"{path}: the file changed while it was being read")
+    _store(info)
+    return dataclasses.replace(info, path=path)
+
+
+def main(argv: list[str]) -> int:
+    """Child entry: print the ProgramInfo JSON on one line, or {"error": ...} and exit 3."""
+    if len(argv) != 1:
+        print("usage: python -m harness.program PROGRAM.pte", file=sys.stderr)
+        return 2
+    try:
+        info = inspect_program(Path(argv[0]))
+    except ModelError as exc:
+        print(json.dumps({"error": str(exc)}), flush=True)
+        return CHILD_ERROR_EXIT
+    print(json.dumps(info.to_json()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
