@@ -2,6 +2,10 @@
 
   build-runner ...   build the native lifecycle runner (host, or Android with an NDK)
   doctor             check the QNN libraries, build the interposer and the runner, show the choice
+  inspect PTE... [--json]
+                     what each .pte was compiled for: methods and their input/output specs,
+                     delegates, backends, SoC(s), QNN compile options (multi-context,
+                     spill-fill size, HTP arch, fp16); --json prints a JSON list instead
   validate-configs   load every file under device_configs/ and report the first error
 """
 
@@ -45,6 +49,38 @@ def validate_configs() -> int:
     return 0
 
 
+def inspect(args: list[str]) -> int:
+    """Print what each program was compiled for; exit 1 if any file is bad (the good ones are
+    still printed, so one broken path does not hide the others)."""
+    import json
+
+    from harness.errors import ModelError
+    from harness.program import read_program
+
+    as_json = "--json" in args
+    paths = [a for a in args if a != "--json"]
+    unknown = [a for a in paths if a.startswith("-")]
+    if unknown or not paths:
+        print(f"usage: python -m harness inspect PROGRAM.pte [PROGRAM.pte ...] [--json]"
+              f"{'; unknown option ' + ', '.join(unknown) if unknown else ''}", file=sys.stderr)
+        return 2
+    infos, failed = [], False
+    for path in paths:
+        try:
+            # In this process: a CLI run pays for the executorch imports once, not per file.
+            info = read_program(path, in_process=True)
+        except ModelError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            failed = True
+            continue
+        if not as_json:
+            print(("\n" if infos else "") + info.describe(), flush=True)
+        infos.append(info)
+    if as_json:
+        print(json.dumps([info.to_json() for info in infos], indent=1))
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
@@ -57,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         return build_main(rest)
     if command == "doctor":
         return doctor()
+    if command == "inspect":
+        return inspect(rest)
     if command == "validate-configs":
         return validate_configs()
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)

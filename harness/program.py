@@ -213,9 +213,8 @@ def check_file(path: Path) -> int:
         raise ModelError(f"{path}: not an ExecuTorch program (bytes 4..8 are {ident!r}, an "
                          f"ExecuTorch .pte has the file identifier {FILE_IDENTIFIER.decode()!r})")
     if head[8:12] == EXTENDED_HEADER_MAGIC:
-        # Sizes the serializer wrote: a copy cut short (interrupted adb pull or download) is
-        # caught here; the flatbuffer reader would fail on it with an unpack error, or, with
-        # only the segment data (the delegates' blobs) cut, not at all.
+        # Sizes the serializer wrote: a copy cut short (an interrupted adb pull or download) is
+        # named as such here, instead of seconds later as an unpack or segment-overflow error.
         header_len = int.from_bytes(head[12:16], "little")
         needed = 8 + max(header_len, 24)
         if size >= needed:
@@ -278,11 +277,30 @@ def _one_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else name
 
 
+# Loggers that warn while executorch is imported (torchao's optional CUDA kernels, a torch
+# pytree deprecation): noise on the stderr of `inspect` and of the child, nothing to act on.
+IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def _quiet_import_noise() -> None:
+    """Raise the import-noise loggers to ERROR, unless executorch is imported already or the
+    application configured them itself."""
+    import logging
+
+    if "executorch.exir" in sys.modules:
+        return
+    for name in IMPORT_NOISE_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.ERROR)
+
+
 def inspect_program(path: Path) -> ProgramInfo:
     """Read `path` in this process. Imports executorch (seconds); prefer `read_program`."""
     path = Path(path)
     size = check_file(path)
     data = path.read_bytes()
+    _quiet_import_noise()
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     try:

@@ -34,7 +34,8 @@ def test_missing_pte_is_a_clear_error(compiled_model, scenario_driver, tmp_path)
         scenario_driver.run(one_step_scenario(gone))
 
 
-def test_corrupt_pte_fails_the_step_with_the_runtime_error(compiled_model, scenario_driver, tmp_path):
+def test_a_file_that_is_not_a_program_never_reaches_a_runner(compiled_model, scenario_driver,
+                                                             tmp_path):
     import dataclasses
 
     model = compiled_model("linear_relu")
@@ -42,13 +43,35 @@ def test_corrupt_pte_fails_the_step_with_the_runtime_error(compiled_model, scena
     data = bytearray(model.pte.read_bytes())
     data[4:8] = b"XXXX"  # the flatbuffer file identifier
     bad.write_bytes(bytes(data[: len(data) // 2]))
-    result = scenario_driver.run(one_step_scenario(dataclasses.replace(model, pte=bad), "corrupt"))
-    assert not result.crashed
-    assert result.steps[0].status == "error"
+    with pytest.raises(ModelError, match=r"corrupt.pte: not an ExecuTorch program"):
+        scenario_driver.run(one_step_scenario(dataclasses.replace(model, pte=bad), "corrupt"))
+    assert scenario_driver.results == []  # refused before any runner started
+
+
+@pytest.mark.parametrize("runner", ["native", "python"])
+def test_a_runner_given_random_bytes_reports_a_step_error(compiled_model, hil_device,
+                                                          hil_session, tmp_path, runner):
+    """What the runtime itself does with a file that is not a program (the harness refuses
+    such files, so this bypasses it): a load error, not a crash. The 1.5.1 pybindings abort
+    instead (known issue pybindings-abort-on-non-utf8-log)."""
+    import dataclasses
+    import random
+
+    from harness.assertions import assert_completed
+    from harness.qnn.trace import parse_trace
+    from harness.result import ScenarioResult
+
+    if hil_device.info.kind != "simulator":
+        pytest.skip("runs a chosen runner on the host simulator; adb devices use the native one")
+    noise = random.Random(7)
+    bad = tmp_path / "random.pte"
+    bad.write_bytes(bytes(noise.randrange(256) for _ in range(4096)))
+    sc = one_step_scenario(dataclasses.replace(compiled_model("linear_relu"), pte=bad), "random")
+    out = hil_device.run(sc, tmp_path / "run", hil_session.timeout, runner)
+    result = ScenarioResult.build(sc, out, parse_trace(out.trace_text), tmp_path / "run")
+    assert_completed(result)
+    assert result.steps[0].status == "error", result.summary()
     assert result.steps[0].event["message"]
-    assert result.output.returncode == 1
-    # the driver kept the evidence
-    assert (result.artifacts / "runner.stderr").exists()
 
 
 EMIT_FIRST_STEP = """
@@ -107,3 +130,32 @@ def test_refused_scenario_is_reported_with_the_runner_reason(hil_session, tmp_pa
     driver = ScenarioDriver(device, tmp_path, timeout=60, runner="python")
     with pytest.raises(AssertionError, match=r"(?s)runner refused the scenario.*missing files: x.bin"):
         driver.run(one_step_scenario(compiled_model("linear_relu"), "refused"))
+
+
+def test_python_runner_reports_a_short_input_file_as_that_steps_error(compiled_model, hil_device,
+                                                                      hil_session, tmp_path):
+    """A step that raises inside the Python runner (here: an input file shorter than its shape)
+    is that step's error, and the run still ends with its end event; it used to die with an
+    uncaught exception (exit 1, no end) that the assertions read as a finished run."""
+    import dataclasses
+
+    from harness.compile import MethodReference
+    from harness.qnn.trace import parse_trace
+    from harness.result import ScenarioResult
+    from harness.tensors import TensorFile
+
+    if hil_device.info.kind != "simulator":
+        pytest.skip("runs the Python runner on the host simulator")
+    model = compiled_model("linear_relu")
+    ref = model.methods["forward"]
+    short = tmp_path / "short.bin"
+    short.write_bytes(ref.inputs[0].file.read_bytes()[:6])
+    bad_input = TensorFile(ref.inputs[0].dtype, ref.inputs[0].shape, short)
+    bad = dataclasses.replace(model, methods={"forward": MethodReference((bad_input,), ref.expected)})
+    sc = one_step_scenario(bad, "short_input")
+    out = hil_device.run(sc, tmp_path / "run", hil_session.timeout, "python")
+    result = ScenarioResult.build(sc, out, parse_trace(out.trace_text))
+    assert result.completed and result.failure_kind is None, result.crash_report()
+    assert result.steps[1].status == "error", result.summary()
+    assert "runner error: ValueError" in result.steps[1].event["message"]
+    assert result.steps[2].ok  # and it went on with the next step

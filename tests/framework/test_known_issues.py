@@ -1,0 +1,213 @@
+"""Known issues: the schema of the file, which tests an entry applies to, and the verdict rule
+(an entry excuses a run only when every failure of it is that issue).
+
+The run outputs here are what a runner writes (events on stdout, step markers and the
+runtime's log lines on stderr, the exit status), so the code under test is the code that reads
+real runs; end-to-end runs through pytest are in test_plugin.py.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.assertions import (assert_completed, assert_isolation, assert_live_counts,
+                                assert_steps_ok)
+from harness.compile import CompiledModel, MethodReference
+from harness.errors import ConfigError
+from harness.failures import failure_of, run_failures
+from harness.known_issues import (DEFAULT_PATH, PROJECT_ROOT, KnownIssue, issue_for, load_all,
+                                  load_known_issues, uncovered)
+from harness.result import RunOutput, ScenarioResult
+from harness.runner.python_runner import EVENT_PREFIX
+from harness.scenarios import s1_two_modules
+
+ISOLATION = PROJECT_ROOT / "tests" / "hil" / "test_isolation.py"
+KNOWN_ERROR = ("E 00:00:00.069393 executorch:QnnExecuTorchBackend.cpp:128] DelegateHandle has "
+               "been deleted")
+
+
+def issue(kinds=("error",), match="DelegateHandle has been deleted") -> KnownIssue:
+    return KnownIssue("delegate-cache", ("1.5.1",), ("tests/hil/test_isolation.py::test_s1_*",),
+                      "r", match, tuple(kinds))
+
+
+# Loading -----------------------------------------------------------------------------------
+def test_project_file_loads_and_every_entry_states_kind_and_match():
+    issues = load_known_issues()
+    assert issues and all(i.kinds and i.match and i.reason for i in issues)
+    assert all(i.base == PROJECT_ROOT and i.source == DEFAULT_PATH for i in issues)
+
+
+def test_entries_match_the_test_files_real_location(tmp_path):
+    issues = load_known_issues()
+    name = "test_s1_two_modules_same_program[A-fp16]"
+    found = issue_for(ISOLATION, name, "1.5.1", issues)
+    assert found is not None and found.id == "qnn-delegate-cache-module-lifetime"
+    assert issue_for(ISOLATION, name, "1.6.0", issues) is None  # keyed by version
+    assert issue_for(ISOLATION, "test_s2_methods_share_one_context[fp16]", "1.5.1", issues) is None
+    # A user's own file at the same relative path in another project inherits nothing.
+    own = tmp_path / "tests" / "hil" / "test_isolation.py"
+    own.parent.mkdir(parents=True)
+    own.write_text("")
+    assert issue_for(own, name, "1.5.1", issues) is None
+
+
+def test_user_file_patterns_are_relative_to_its_directory(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("- id: mine\n  executorch: ['<=1.5.1']\n  tests: ['tests/test_a.py::test_x*']\n"
+                    "  kind: [check]\n  match: boom\n  reason: r\n")
+    [mine] = load_known_issues(path)
+    assert mine.base == tmp_path
+    assert mine.matches_test(tmp_path / "tests" / "test_a.py", "test_x[1]")
+    assert not mine.matches_test(PROJECT_ROOT / "tests" / "test_a.py", "test_x[1]")
+    assert mine.applies_to("1.4.0") and not mine.applies_to("1.5.2")
+    assert [i.id for i in load_all([path])][-1] == "mine"  # added to the project's, not instead
+
+
+ENTRY = ("- id: a\n  executorch: ['1.5.1']\n  tests: ['t.py::x']\n  kind: [error]\n"
+         "  match: boom\n  reason: r\n")
+
+
+@pytest.mark.parametrize("text, words", [
+    (ENTRY.replace("  match:", "  mach:"),
+     ["line 1: [0].match: Field required", "line 5: [0].mach: Extra inputs are not permitted",
+      "did you mean 'match'?"]),
+    (ENTRY.replace("  match: boom\n", ""), ["match: Field required"]),
+    (ENTRY.replace("  kind: [error]\n", ""), ["kind: Field required"]),
+    (ENTRY.replace("[error]", "[segfault]"), ["line 4: [0].kind[0]", "'error'"]),
+    (ENTRY.replace("boom", "'('"), ["line 5: [0].match", "not a valid regular expression"]),
+    (ENTRY.replace("boom", "''"), ["match", "at least 1 character"]),
+    (ENTRY.replace("['1.5.1']", "1.5.1"), ["line 2: [0].executorch", "valid list"]),
+    (ENTRY.replace("- id: a", "- id: 3"), ["line 1: [0].id", "valid string"]),
+    ("id: a\n", ["expected a list at the top level"]),
+    (ENTRY + ENTRY, ["known issue id 'a' is also defined"]),
+])
+def test_bad_entries_name_the_file_line_and_key(tmp_path, text, words):
+    path = tmp_path / "k.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_known_issues(path)
+    message = str(exc.value)
+    assert str(path) in message
+    for word in words:
+        assert word in message, message
+
+
+# Runs as a runner reports them ---------------------------------------------------------------
+def model(tmp_path: Path) -> CompiledModel:
+    pte = tmp_path / "model.pte"
+    pte.write_bytes(b"\0\0\0\0ET12")
+    return CompiledModel("linear_relu", "qnn", "SM8650", "fp16", pte,
+                         {"forward": MethodReference((), ())}, 0.05, 0.05)
+
+
+def s1_run(tmp_path, statuses: dict[int, str], stderr_by_step: dict[int, str] | None = None,
+           returncode: int | None = None, end: bool = True, last: int | None = None,
+           digests: dict[int, str] | None = None) -> ScenarioResult:
+    """An S1 run (steps: load A, load B, exec A, exec B, destroy A, exec B, destroy B,
+    snapshot) as a runner writes it; `last` stops the events after that step (a crash)."""
+    sc = s1_two_modules(model(tmp_path), "A")
+    stdout, stderr = [], []
+    for i, step in enumerate(sc.steps):
+        if last is not None and i > last:
+            stderr.append(f"HARNESS_STEP {i}")  # started, never reported
+            stderr += (stderr_by_step or {}).get(i, "").splitlines()
+            break
+        stderr.append(f"HARNESS_STEP {i}")
+        stderr += (stderr_by_step or {}).get(i, "").splitlines()
+        status = statuses.get(i, "ok")
+        event = {"event": "step", "index": i, "op": step.op, "status": status,
+                 "error_code": 1 if status == "error" else 0,
+                 "message": "execute(forward) failed: Error::Internal (0x1)" if status == "error" else "",
+                 "outputs": [{"sha256": (digests or {}).get(i, "same")}] if step.op == "execute" else [],
+                 "max_abs_diff": 0.7 if status == "mismatch" else 0.0, "trace_offset": 0,
+                 "memory": {}}
+        stdout.append(EVENT_PREFIX + json.dumps(event))
+    if end and last is None:
+        stderr.append("HARNESS_STEP -1")
+        stdout.append(EVENT_PREFIX + json.dumps({"event": "end"}))
+    failed = any(v != "ok" for v in statuses.values())
+    rc = returncode if returncode is not None else (1 if failed else 0)
+    output = RunOutput(rc, "\n".join(stdout), "\n".join(stderr), runner="native")
+    return ScenarioResult.build(sc, output, [])
+
+
+def verdict(result: ScenarioResult, known: KnownIssue):
+    """What the plugin decides: the failures of the run, and those the entry does not cover."""
+    try:
+        assert_steps_ok(result)
+    except AssertionError as exc:
+        raised = failure_of(exc)
+    failures = run_failures(result)
+    if raised.kind == "check" or not failures:
+        failures.append(raised)
+    return failures, uncovered(known, failures)
+
+
+def test_the_known_error_alone_is_covered(tmp_path):
+    result = s1_run(tmp_path, {5: "error"}, {5: KNOWN_ERROR})
+    failures, missed = verdict(result, issue())
+    assert [(f.kind, f.step) for f in failures] == [("error", 5)]
+    assert "DelegateHandle has been deleted" in failures[0].message
+    assert missed == []
+
+
+def test_the_pattern_is_matched_in_the_failing_steps_words_only(tmp_path):
+    # The runtime said the known words at step 2 (a log line), but the step that failed is 5
+    # and said something else: not the known issue.
+    result = s1_run(tmp_path, {5: "error"}, {2: KNOWN_ERROR, 5: "E QnnManager: graph execute failed"})
+    _, missed = verdict(result, issue())
+    assert [(f.kind, f.step) for f in missed] == [("error", 5)]
+
+
+def test_a_wrong_output_before_the_known_error_is_not_covered(tmp_path):
+    result = s1_run(tmp_path, {2: "mismatch", 5: "error"}, {5: KNOWN_ERROR})
+    failures, missed = verdict(result, issue())
+    assert [(f.kind, f.step) for f in failures] == [("mismatch", 2), ("error", 5)]
+    assert [(f.kind, f.step) for f in missed] == [("mismatch", 2)]
+
+
+def test_outputs_that_differ_between_modules_are_a_mismatch(tmp_path):
+    # Both executes "ok" by tolerance, but B's outputs differ from A's on the same program and
+    # inputs: a wrong output the runner could not see.
+    result = s1_run(tmp_path, {5: "error"}, {5: KNOWN_ERROR}, digests={3: "other"})
+    _, missed = verdict(result, issue())
+    assert [(f.kind, f.step) for f in missed] == [("mismatch", 3)]
+
+
+def test_a_crash_after_the_known_error_is_not_covered(tmp_path):
+    # SIGSEGV in destroy_module(B), after the known error at step 5.
+    result = s1_run(tmp_path, {5: "error"}, {5: KNOWN_ERROR, 6: "Fatal signal 11"},
+                    returncode=-11, last=5)
+    failures, missed = verdict(result, issue())
+    assert [(f.kind, f.step) for f in failures] == [("error", 5), ("crash", 6)]
+    assert [f.kind for f in missed] == ["crash"]
+    assert "runner crashed with signal SIGSEGV" in missed[0].message
+    assert "destroy_module(B)" in missed[0].where
+
+
+def test_a_known_crash_entry_does_not_cover_a_timeout(tmp_path):
+    result = s1_run(tmp_path, {}, returncode=None, last=3)
+    result.output.timed_out = True
+    _, missed = verdict(result, issue(("crash",), "runner crashed"))
+    assert [f.kind for f in missed] == ["timeout"]
+
+
+def test_a_run_without_its_end_event_fails_every_assertion(tmp_path):
+    # The runner exited 1 after reporting three steps, with no end event: the old Python runner
+    # on a short input file. Whatever it reported looks fine; the run did not finish.
+    result = s1_run(tmp_path, {}, returncode=1, last=2)
+    assert result.failure_kind == "incomplete" and result.crashed
+    for check in (assert_completed, assert_steps_ok, assert_isolation, assert_live_counts):
+        with pytest.raises(AssertionError, match="without its end event") as exc:
+            check(result)
+        assert failure_of(exc.value).kind == "incomplete"
+    assert "step in progress: execute(B.forward)" in result.crash_report()
+
+
+def test_allowed_errors_are_not_failures(tmp_path):
+    result = s1_run(tmp_path, {1: "error"}, {1: "E init failed"})
+    assert [f.step for f in run_failures(result)] == [1]
+    result.scenario.allowed_errors.add(1)
+    assert run_failures(result) == []
