@@ -186,7 +186,7 @@ def fake_result(sc, contexts_after, creates_in_step=None):
         text = "".join(f"{n + 1} {line}\n" for n, line in enumerate(lines))
         events.append({"event": "step", "index": i, "status": "ok", "error_code": 0,
                        "message": "", "outputs": [], "trace_offset": len(text.encode())})
-    stdout = "".join("HARNESS_EVENT " + json.dumps(e) + "\n" for e in events)
+    stdout = "".join("HARNESS_EVENT " + json.dumps(e) + "\n" for e in events + [{"event": "end"}])
     return ScenarioResult.build(sc, RunOutput(0, stdout, "", text), parse_trace(text))
 
 

@@ -61,7 +61,8 @@ def test_missing_trace_is_reported_not_read_as_zero(tmp_path):
 
     model = CompiledModel("m", "qnn", "SM8650", "fp16", tmp_path / "m.pte", {}, 0, 0)
     sc = Scenario("untraced").load_module("A", model)
-    events = 'HARNESS_EVENT {"event": "step", "index": 0, "op": "load_module", "status": "ok", "trace_offset": 0}\n'
+    events = ('HARNESS_EVENT {"event": "step", "index": 0, "op": "load_module", "status": "ok", '
+              '"trace_offset": 0}\nHARNESS_EVENT {"event": "end"}\n')
     result = ScenarioResult.build(sc, RunOutput(0, events, ""), [])
     with pytest.raises(AssertionError, match="no QNN call trace was recorded"):
         assert_live_counts(result)
@@ -87,7 +88,7 @@ def test_htp_memory_bound_uses_live_contexts(tmp_path):
         lines = [("HARNESS_EVENT " + json.dumps({
             "event": "step", "index": i, "op": s.op, "status": "ok", "trace_offset": offsets[i],
             "memory": {"dmabuf": {"count": 1, "bytes": kb * 1024}}})) for i, (s, kb) in
-            enumerate(zip(sc.steps, dmabuf_kb))]
+            enumerate(zip(sc.steps, dmabuf_kb))] + ['HARNESS_EVENT {"event": "end"}']
         return ScenarioResult.build(sc, RunOutput(0, "\n".join(lines), ""), trace)
 
     assert_htp_memory_bounded(result([0, 4000, 0]), per_context_kb=4096)

@@ -57,6 +57,8 @@ def result_of(scenario: Scenario, readings: list[dict], statuses: dict[int, str]
             if step.op == "execute" else [],
             "max_abs_diff": 0.5 if status == "mismatch" else 0.0,
             "option": (options or {}).get(i), "trace_offset": 0, "memory": readings[i]}))
+    if len(readings) >= len(scenario.steps):  # the runner finished
+        lines.append(EVENT_PREFIX + json.dumps({"event": "end"}))
     output = RunOutput(returncode, "\n".join(lines) + "\n", stderr, runner="native")
     return ScenarioResult.build(scenario, output, [])
 
