@@ -93,9 +93,12 @@ class KnownIssue:
             return None
         return f"{rel.as_posix()}::{name}"
 
-    def matches_test(self, path: Path, name: str) -> bool:
+    def matching_patterns(self, path: Path, name: str) -> list[str]:
         key = self.test_key(path, name)
-        return key is not None and any(fnmatch.fnmatchcase(key, p) for p in self.tests)
+        return [] if key is None else [p for p in self.tests if fnmatch.fnmatchcase(key, p)]
+
+    def matches_test(self, path: Path, name: str) -> bool:
+        return bool(self.matching_patterns(path, name))
 
     def covers(self, failure: Failure) -> bool:
         return failure.kind in self.kinds and re.search(self.match, failure.message) is not None

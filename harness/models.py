@@ -50,8 +50,21 @@ def registry(models_dir: Path = MODELS_DIR) -> dict[str, ModelSpec]:
     return specs
 
 
-def get_model(name: str, models_dir: Path = MODELS_DIR) -> ModelSpec:
-    models = registry(models_dir)
-    if name not in models:
-        raise ModelError(f"unknown model {name!r}; models in {models_dir}: {', '.join(sorted(models))}")
-    return models[name]
+def get_model(name: str, models_dir: Path = MODELS_DIR,
+              extra_dirs: tuple[Path, ...] = ()) -> ModelSpec:
+    """The model `name` from `models_dir` or any of `extra_dirs` (`--models-dir`); a name
+    defined in two directories is an error naming both files."""
+    found: dict[str, ModelSpec] = {}
+    for directory in (models_dir, *extra_dirs):
+        if not Path(directory).is_dir():
+            raise ModelError(f"models directory {directory} does not exist")
+        for key, spec in registry(Path(directory)).items():
+            if key in found and found[key].path != spec.path:
+                raise ModelError(f"model {key!r} is defined twice: {found[key].path} and {spec.path}")
+            found.setdefault(key, spec)
+    if name not in found:
+        where = ", ".join(str(d) for d in (models_dir, *extra_dirs))
+        raise ModelError(f"unknown model {name!r}; models in {where}: {', '.join(sorted(found))}. "
+                         "A program file of your own runs with --pte PATH (or the hil_pte "
+                         "fixture); a model file of your own with --models-dir DIR")
+    return found[name]

@@ -12,7 +12,6 @@ checkout where the package is installed. Fixtures for test authors:
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ from harness.driver import ScenarioDriver
 from harness.errors import HarnessError
 from harness.failures import failure_of, run_failures
 from harness.known_issues import KnownIssue, issue_for, load_all, uncovered
+from harness.program_params import MARKER, params_for, unique_ids, unmet_needs
 from harness.qnn.sdk import executorch_version
 from harness.session import HilSession, Options, worker_info
 
@@ -37,6 +37,7 @@ _ISSUE_KEY = pytest.StashKey[KnownIssue]()
 _ISSUES_KEY = pytest.StashKey[list]()  # every loaded KnownIssue
 _MET_KEY = pytest.StashKey[dict]()  # issue id -> node ids it applies to
 _FILES_KEY = pytest.StashKey[set]()  # paths of the collected test files
+_PATTERNS_KEY = pytest.StashKey[set]()  # (issue id, test pattern) pairs that matched a test
 _SESSION_ID_ENV = "EXECUTORCH_HIL_SESSION_ID"
 
 
@@ -80,6 +81,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--farm", type=Path, default=None, metavar="YAML",
                     help="a device farm file (device_configs/farms/): its devices and adb server; "
                          "use with -n <number of devices>")
+    group.addoption("--pte", action="append", default=[], metavar="PATH",
+                    help="run the HIL suites on this program instead of the built-in models "
+                         "(repeatable; also the ini option hil_pte)")
+    group.addoption("--models-dir", action="append", default=[], metavar="DIR",
+                    help="a directory of model files (NAME, BACKEND, PRECISIONS, TOLERANCE, "
+                         "build()) that compiled_model(name) also finds (repeatable; also the "
+                         "ini option hil_models_dirs)")
+    group.addoption("--hil-suites", action="store_true",
+                    help="also collect the HIL suites shipped with the package (for a project "
+                         "that has the package installed, e.g. with --pte)")
+    parser.addini("hil_pte", type="paths", default=[],
+                  help="programs the HIL suites run on (like --pte), relative to the ini file")
+    parser.addini("hil_models_dirs", type="paths", default=[],
+                  help="model directories (like --models-dir), relative to the ini file")
     group.addoption("--keep-workspace", action="store_true",
                     help="leave the on-device workspace in place at the end of the session")
     group.addoption("--device-workspace", default=None, metavar="PATH",
@@ -104,6 +119,9 @@ def pytest_configure_node(node) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hil: a test that runs scenarios on a device or simulator")
+    config.addinivalue_line("markers", "hil_programs(*names, precisions=('fp16',), options={}, "
+                            "needs=()): the built-in models a suite test runs on by default "
+                            "(with --pte: the user's programs), and what it needs of a program")
     try:
         opts = _options(config)
         _check_start_up(config, opts)
@@ -127,7 +145,12 @@ def _options(config: pytest.Config) -> Options:
         adb_server = adb_server or farm_server
         device_socs = {e["serial"]: e["soc"] for e in entries if "soc" in e}
     sid = session_id(config)
+    ptes = [Path(p).resolve() for p in config.getoption("pte")] or \
+        [Path(p).resolve() for p in config.getini("hil_pte")]
+    models_dirs = [Path(p).resolve() for p in config.getoption("models_dir")] + \
+        [Path(p).resolve() for p in config.getini("hil_models_dirs")]
     return Options(
+        ptes=ptes, models_dirs=models_dirs,
         devices=devices, simulator=config.getoption("simulator"),
         soc=config.getoption("soc"), device_config=config.getoption("device_config"),
         artifacts_dir=(Path(config.getoption("artifacts_dir")) / sid).resolve(),
@@ -160,6 +183,17 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
             soc_config(opts.soc)
     if not config.getoption("ignore_known_issues"):
         config.stash[_ISSUES_KEY] = load_all([Path(p) for p in config.getoption("known_issues")])
+    from harness.program import check_file
+
+    for pte in opts.ptes:
+        check_file(pte)  # a wrong path or a file that is not a program: now, not per test
+    for directory in opts.models_dirs:
+        if not directory.is_dir():
+            raise HarnessError(f"--models-dir {directory}: no such directory")
+    if config.getoption("hil_suites"):
+        from harness.paths import SUITES_DIR
+
+        config.args.append(str(SUITES_DIR))
 
 
 def _link_latest(artifacts: Path) -> None:
@@ -190,12 +224,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests of known issues as strict xfails (before -k/-m deselection, so an entry
     counts as matched whatever subset runs)."""
+    _skip_builtin_only_suites(config, items)
     if config.getoption("ignore_known_issues"):
         return
     issues = config.stash.get(_ISSUES_KEY, [])
     version = executorch_version()
     met = config.stash[_MET_KEY]
     config.stash[_FILES_KEY] = {item.path for item in items}
+    config.stash[_PATTERNS_KEY] = set()
     for item in items:
         if "hil_device" not in getattr(item, "fixturenames", ()):
             continue
@@ -203,6 +239,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         issue = issue_for(item.path, name, version, issues)
         if issue is not None:
             met.setdefault(issue.id, []).append(item.nodeid)
+            patterns = config.stash[_PATTERNS_KEY]
+            patterns.update((issue.id, p) for p in issue.matching_patterns(item.path, name))
             item.stash[_ISSUE_KEY] = issue
             item.add_marker(pytest.mark.xfail(raises=AssertionError,
                 strict=True, reason=f"known issue {issue.id} on executorch {version}: "
@@ -215,19 +253,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{i.id} in {i.source}: tests {', '.join(i.tests)}" for i in stale))
 
 
-def unmatched_issues(config: pytest.Config, in_collected_files: bool = False) -> list[KnownIssue]:
-    """Entries for this ExecuTorch version that no collected test matched; with
-    `in_collected_files`, only those naming a file that was collected (a misspelt test name,
-    rather than a suite this run did not select)."""
+def _skip_builtin_only_suites(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --pte, the shipped suites' tests that are bound to built-in models (not
+    parametrized by hil_program) are skipped with the reason; a user's own tests are not."""
+    if not config.stash[_SESSION_KEY].options.ptes:
+        return
+    from harness.paths import SUITES_DIR
+
+    suites = SUITES_DIR.resolve()
+    reason = ("runs on the built-in models only; with --pte the suites that take a program run "
+              "on yours")
+    for item in items:
+        if ("hil_device" in getattr(item, "fixturenames", ()) and
+                "hil_program" not in item.fixturenames and
+                Path(item.path).resolve().is_relative_to(suites)):
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def unmatched_issues(config: pytest.Config) -> list[KnownIssue]:
+    """Entries for this ExecuTorch version with a test pattern that no collected test matched,
+    among patterns whose test file this run collected or that name no existing file at all (a
+    misspelt path). A pattern for a suite the run did not select is not stale."""
     version = executorch_version()
-    met = config.stash.get(_MET_KEY, {})
-    stale = [i for i in config.stash.get(_ISSUES_KEY, [])
-             if i.applies_to(version) and i.id not in met]
-    if in_collected_files:
-        files = config.stash.get(_FILES_KEY, set())
-        stale = [i for i in stale if any(
-            fnmatch.fnmatchcase((i.test_key(f, "") or "").rstrip(":"), p.split("::")[0])
-            for f in files for p in i.tests)]
+    matched = config.stash.get(_PATTERNS_KEY, set())
+    collected = {Path(f).resolve() for f in config.stash.get(_FILES_KEY, set())}
+    stale = []
+    for issue in config.stash.get(_ISSUES_KEY, []):
+        if not issue.applies_to(version):
+            continue
+        for pattern in issue.tests:
+            if (issue.id, pattern) in matched:
+                continue
+            files = {f.resolve() for f in issue.base.glob(pattern.split("::")[0])}
+            if not files or files & collected:
+                stale.append(issue)
+                break
     return stale
 
 
@@ -247,7 +307,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         if met:
             lines.append("known issues met: " + ", ".join(
                 f"{k} ({len(v)} tests)" for k, v in sorted(met.items())))
-        stale = unmatched_issues(config, in_collected_files=True)
+        stale = unmatched_issues(config)
         if stale:
             lines.append("known issues that matched no collected test: " +
                          ", ".join(f"{i.id} ({i.source.name})" for i in stale))
@@ -320,6 +380,52 @@ def compiled_model(hil_session: HilSession, hil_device) -> Callable[..., Compile
         """`options`: QNN compile options, e.g. multi_contexts=True, spill_fill=True."""
         try:
             return hil_session.model(name, precision, options or None)
+        except HarnessError as exc:
+            pytest.fail(str(exc), pytrace=False)
+    return factory
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "hil_program" not in metafunc.fixturenames:
+        return
+    mark = metafunc.definition.get_closest_marker(MARKER)
+    if mark is None:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: a test that takes hil_program "
+                                f"needs @pytest.mark.{MARKER}(<built-in model>, needs=...)")
+    params = params_for(mark, metafunc.config.stash[_SESSION_KEY].options.ptes)
+    metafunc.parametrize("hil_program", params, ids=unique_ids(params), indirect=True)
+
+
+@pytest.fixture
+def hil_program(request: pytest.FixtureRequest, hil_session: HilSession, hil_device) -> CompiledModel:
+    """The program this test runs on: a built-in model build, or with --pte the user's
+    program (with inputs and a reference from its solo run). Skips, with the reason, when the
+    program lacks what the test's hil_programs marker needs."""
+    param = request.param
+    try:
+        if param.pte is not None:
+            model = hil_session.program(param.pte)
+        else:
+            model = hil_session.model(param.name, param.precision, dict(param.options) or None)
+    except HarnessError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    reason = unmet_needs(model, param.needs)
+    if reason:
+        pytest.skip(f"{reason}: {request.node.originalname} needs it")
+    return model
+
+
+@pytest.fixture(scope="session")
+def hil_pte(hil_session: HilSession, hil_device) -> Callable[[str | Path], CompiledModel]:
+    """`hil_pte(path)`: a program file of your own as a model for scenarios: its methods and
+    inputs read from it, its reference outputs from a solo run on the session's device, and
+    refused if it was compiled for another SoC than the device's."""
+    def factory(path: str | Path) -> CompiledModel:
+        from harness.program import check_file
+
+        try:
+            check_file(Path(path))
+            return hil_session.program(Path(path))
         except HarnessError as exc:
             pytest.fail(str(exc), pytrace=False)
     return factory

@@ -96,8 +96,10 @@ class Scenario:
     def load_method(self, module: str, method: str) -> "Scenario":
         return self._add(Step("load_method", module, self._method(module, method)))
 
-    def execute(self, module: str, method: str) -> "Scenario":
-        return self._add(Step("execute", module, self._method(module, method)))
+    def execute(self, module: str, method: str, emit_outputs: bool = False) -> "Scenario":
+        """`emit_outputs`: the runner reports the outputs' bytes too (a reference run)."""
+        args = {"emit_outputs": True} if emit_outputs else {}
+        return self._add(Step("execute", module, self._method(module, method), args))
 
     def unload_method(self, module: str, method: str) -> "Scenario":
         return self._add(Step("unload_method", module, self._method(module, method)))

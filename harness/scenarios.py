@@ -10,40 +10,63 @@ from harness.compile import CompiledModel
 from harness.scenario import Scenario
 
 
+def first_method(model: CompiledModel) -> str:
+    """The method a one-method scenario drives: `forward` when the program has it, else its
+    first method (a user's program may name its methods anything)."""
+    return "forward" if "forward" in model.methods else next(iter(model.methods))
+
+
+def method_pair(model: CompiledModel) -> tuple[str, str]:
+    """The two methods S2/S3 drive: `prefill` and `decode` when the program has them, else its
+    first two QNN methods (or first two methods)."""
+    if {"prefill", "decode"} <= set(model.methods):
+        return "prefill", "decode"
+    qnn = sorted({d["method"] for d in model.qnn_delegates}) or list(model.methods)
+    if len(qnn) < 2:
+        raise ValueError(f"program {model.name} has fewer than two methods: {', '.join(qnn)}")
+    return qnn[0], qnn[1]
+
+
 def s1_two_modules(model: CompiledModel, destroy_first: str = "A", name: str = "") -> Scenario:
     """Two modules of one program both execute; destroy one; the other must still execute."""
     survivor = "B" if destroy_first == "A" else "A"
+    method = first_method(model)
     sc = Scenario(name or f"s1_destroy_{destroy_first}")
     sc.load_module("A", model).load_module("B", model)
-    sc.execute("A", "forward").execute("B", "forward")
-    sc.destroy_module(destroy_first).execute(survivor, "forward")
+    sc.execute("A", method).execute("B", method)
+    sc.destroy_module(destroy_first).execute(survivor, method)
     return sc.destroy_module(survivor).snapshot()
 
 
 def s2_shared_context(model: CompiledModel, name: str = "") -> Scenario:
     """Both methods of one module loaded and executed (they must share one context)."""
+    first, second = method_pair(model)
     sc = Scenario(name or "s2_shared_context")
-    sc.load_module("M", model).load_method("M", "prefill").load_method("M", "decode")
-    sc.execute("M", "prefill").execute("M", "decode").snapshot()
+    sc.load_module("M", model).load_method("M", first).load_method("M", second)
+    sc.execute("M", first).execute("M", second).snapshot()
     return sc.destroy_module("M").snapshot()
 
 
 def s3_unload_one(model: CompiledModel, unload: str, name: str = "") -> Scenario:
-    """Unload one method of a shared context; the other must still execute."""
-    keep = "decode" if unload == "prefill" else "prefill"
+    """Unload one method of a shared context; the other must still execute. `unload` is a
+    method name, or "first"/"second" of `method_pair`."""
+    first, second = method_pair(model)
+    unload = {"first": first, "second": second}.get(unload, unload)
+    keep = second if unload == first else first
     sc = Scenario(name or f"s3_unload_{unload}")
-    sc.load_module("M", model).load_method("M", "prefill").load_method("M", "decode")
-    sc.execute("M", "prefill").execute("M", "decode")
+    sc.load_module("M", model).load_method("M", first).load_method("M", second)
+    sc.execute("M", first).execute("M", second)
     sc.unload_method("M", unload).execute("M", keep)
     return sc.destroy_module("M").snapshot()
 
 
 def s4_cleanup_reload(model: CompiledModel, cycles: int = 3, name: str = "") -> Scenario:
     """Destroy everything and load again, `cycles` times; a snapshot ends each cycle."""
+    method = first_method(model)
     sc = Scenario(name or "s4_cleanup_reload")
     for _ in range(cycles):
         sc.load_module("A", model).load_module("B", model)
-        sc.execute("A", "forward")
+        sc.execute("A", method)
         sc.destroy_module("A")
         sc.load_module("A", model)
         sc.destroy_module("A").destroy_module("B").snapshot()

@@ -13,10 +13,11 @@ from pathlib import Path
 from harness.compile import CompiledModel, compile_model
 from harness.config import SocConfig, load_soc, simulator_config, soc_config
 from harness.devices.base import Device
-from harness.errors import HarnessError
+from harness.errors import HarnessError, ModelError
 from harness.models import get_model
 from harness.qnn.sdk import QnnSdk, discover, executorch_version
 from harness.runner.select import RunnerChoice, choose_runner
+from harness.user_program import check_soc
 
 
 @dataclasses.dataclass
@@ -37,6 +38,8 @@ class Options:
     worker: str  # pytest-xdist worker id, "master" without xdist
     worker_count: int
     session_id: str = ""
+    ptes: list[Path] = dataclasses.field(default_factory=list)  # --pte: the user's programs
+    models_dirs: list[Path] = dataclasses.field(default_factory=list)  # --models-dir
 
 
 class HilSession:
@@ -46,6 +49,7 @@ class HilSession:
         self._sdk: QnnSdk | None = None
         self._runners: dict[str, RunnerChoice] = {}
         self._models: dict[tuple[str, str, str], CompiledModel] = {}
+        self._programs: dict[Path, CompiledModel] = {}
         self.notices: list[str] = []
 
     # Pieces --------------------------------------------------------------------------------
@@ -152,10 +156,36 @@ class HilSession:
         normalized = normalize_options(options)
         key = (name, precision, json.dumps(normalized, sort_keys=True))
         if key not in self._models:
-            self._models[key] = compile_model(get_model(name), self.soc, precision, self.sdk,
+            spec = get_model(name, extra_dirs=tuple(self.options.models_dirs))
+            self._models[key] = compile_model(spec, self.soc, precision, self.sdk,
                                               self.options.artifacts_dir / "compile-logs",
                                               options=normalized, notice=self.notices.append)
         return self._models[key]
+
+    def program(self, path: Path) -> CompiledModel:
+        """A user's own `.pte` (harness.user_program): read, checked against the device's SoC,
+        given inputs, and its reference taken from a solo run on this session's device."""
+        from harness.driver import ScenarioDriver
+        from harness.failures import run_failures
+        from harness.program import read_program
+        from harness.user_program import program_model, solo_scenario, with_reference
+
+        path = Path(path).resolve()
+        if path not in self._programs:
+            info = read_program(path)
+            device = self.device
+            check_soc(info, device.info.soc, f"the device {device.info.serial}")
+            work = self.options.artifacts_dir / "programs" / f"{path.stem}-{info.sha256[:12]}"
+            model = program_model(info, device.info.soc, work)
+            driver = ScenarioDriver(device, work / "solo", self.timeout, self.runner_kind)
+            result = driver.run(solo_scenario(model), allow_crash=True)
+            failures = run_failures(result)
+            if failures:
+                raise ModelError(f"{path}: the solo run (one module, each method once, nothing "
+                                 f"else live) failed, so the program has no reference output: "
+                                 f"{failures[0].describe()}\nartifacts: {work / 'solo'}")
+            self._programs[path] = with_reference(model, result, work / "reference")
+        return self._programs[path]
 
     def header(self) -> list[str]:
         lines = [f"executorch {executorch_version()}; runner requested: {self.options.runner}"]

@@ -15,6 +15,7 @@ runner is the one that makes the loads overlap; this one exists for parity.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -122,6 +123,9 @@ class Runner:
             array = out.detach().contiguous().numpy()
             report.append({"dtype": str(array.dtype), "shape": list(array.shape),
                            "sha256": hashlib.sha256(array.tobytes()).hexdigest()})
+            if step.get("emit_outputs"):
+                raw = array.astype(array.dtype.newbyteorder("<")).tobytes()
+                report[-1]["data"] = base64.b64encode(raw).decode("ascii")
             if i < len(expected):
                 ref = self.tensor(expected[i]).numpy().astype(np.float64)
                 got = array.astype(np.float64)

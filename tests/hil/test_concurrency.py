@@ -27,6 +27,7 @@ from harness.assertions import (assert_isolation, assert_live_counts, assert_out
                                 assert_steps_ok)
 from harness.compile import CompiledModel
 from harness.failures import HilFailure, failure_of
+from harness.scenarios import first_method
 from harness.reference import predict
 from harness.result import ScenarioResult
 from harness.scenario import Scenario
@@ -58,9 +59,9 @@ def s5_parallel_load(models: dict[str, CompiledModel], name: str,
         sc.load_module("W", warm).load_method("W", next(iter(warm.methods)))
     for module, model in models.items():
         sc.load_module(module, model)
-    sc.parallel(*[("load_method", module, "forward") for module in models])
-    for module in models:
-        sc.execute(module, "forward")
+    sc.parallel(*[("load_method", module, first_method(m)) for module, m in models.items()])
+    for module, model in models.items():
+        sc.execute(module, first_method(model))
     for module in models:
         sc.destroy_module(module)
     if warm is not None:
@@ -138,13 +139,22 @@ def test_s5_parallel_load_backend_warm(compiled_model, scenario_driver, program)
     check_s5(result)
 
 
-@pytest.mark.parametrize("program", ["same", "different"])
-def test_s5_parallel_cold_load(compiled_model, scenario_driver, program):
-    """The parallel loads are the process's first QNN contexts. Races are probabilistic and
-    their odds move with machine load, so the same S5 runs in up to REPEATS fresh processes and
-    must pass every time; the first failing launch ends the test with its evidence."""
-    one = compiled_model("linear_relu")
-    models = {"A": one, "B": one if program == "same" else compiled_model("mlp_tanh")}
+@pytest.mark.hil_programs("linear_relu", needs=("qnn",))
+def test_s5_parallel_cold_load_same_program(hil_program, scenario_driver):
+    """The parallel loads are the process's first QNN contexts, both modules of one program.
+    Races are probabilistic and their odds move with machine load, so the same S5 runs in up
+    to REPEATS fresh processes and must pass every time; the first failing launch ends the test
+    with its evidence."""
+    cold_loads(scenario_driver, {"A": hil_program, "B": hil_program}, "same")
+
+
+def test_s5_parallel_cold_load_different_programs(compiled_model, scenario_driver):
+    """The same with two different programs."""
+    models = {"A": compiled_model("linear_relu"), "B": compiled_model("mlp_tanh")}
+    cold_loads(scenario_driver, models, "different")
+
+
+def cold_loads(scenario_driver, models: dict[str, CompiledModel], program: str) -> None:
     for n in range(REPEATS):
         # One name for every launch: the artifacts keep the last (failing) launch, and a
         # device workspace holds one scenario file whatever the number of launches.

@@ -8,8 +8,11 @@ itself refuses it during delegate init.
 
 import dataclasses
 
+import pytest
+
 from harness.assertions import assert_completed
 from harness.scenario import Scenario
+from harness.scenarios import first_method
 
 CONTEXT_MAGIC = (0x5678ABCD).to_bytes(4, "little")
 ZERO = {"backend": 0, "context": 0, "device": 0}
@@ -24,15 +27,17 @@ def damaged_context_binary(pte: bytes) -> bytes:
     return bytes(data)
 
 
-def test_s6_failed_init_releases_every_handle(compiled_model, scenario_driver, tmp_path):
-    good = compiled_model("linear_relu")
+@pytest.mark.hil_programs("linear_relu", needs=("qnn",))
+def test_s6_failed_init_releases_every_handle(hil_program, scenario_driver, tmp_path):
+    good = hil_program
+    method = first_method(good)
     bad_pte = tmp_path / "damaged-context.pte"
     bad_pte.write_bytes(damaged_context_binary(good.pte.read_bytes()))
     bad = dataclasses.replace(good, pte=bad_pte)
     sc = Scenario("s6_bad_context")
-    sc.load_module("X", bad).execute("X", "forward").allow_error().snapshot()  # 0, 1, 2
-    sc.destroy_module("X").snapshot()                              # 3, 4
-    sc.load_module("A", good).execute("A", "forward")              # 5, 6
+    sc.load_module("X", bad).execute("X", method).allow_error().snapshot()  # 0, 1, 2
+    sc.destroy_module("X").snapshot()                                      # 3, 4
+    sc.load_module("A", good).execute("A", method)                         # 5, 6
     sc.destroy_module("A").snapshot()                              # 7, 8
     result = scenario_driver.run(sc)
     assert_completed(result)

@@ -2,7 +2,8 @@
 
 S1 and S3 fail on executorch 1.5.1 (a process-wide delegate cache); they are strict xfails
 through device_configs/known_issues.yaml, and fail with the runtime's own error under
---ignore-known-issues.
+--ignore-known-issues. Each runs on the built-in model named in its hil_programs marker, in
+fp16 and int8, or with --pte on the user's programs.
 """
 
 import pytest
@@ -11,15 +12,14 @@ from harness.assertions import (assert_htp_memory_bounded, assert_isolation, ass
                                 assert_memory_within, assert_outputs_consistent, assert_steps_ok)
 from harness.scenarios import s1_two_modules, s2_shared_context, s3_unload_one, s4_cleanup_reload
 
-# Every scenario runs on the fp16 and the quantized (int8) build of its model.
-pytestmark = pytest.mark.parametrize("precision", ["fp16", "int8"])
+BOTH_PRECISIONS = ("fp16", "int8")
 
 
+@pytest.mark.hil_programs("linear_relu", precisions=BOTH_PRECISIONS, needs=("qnn",))
 @pytest.mark.parametrize("destroy_first", ["A", "B"])
-def test_s1_two_modules_same_program(compiled_model, scenario_driver, destroy_first, precision):
+def test_s1_two_modules_same_program(hil_program, scenario_driver, destroy_first):
     """Two modules of one .pte; destroying either leaves the other executing, same output."""
-    sc = s1_two_modules(compiled_model("linear_relu", precision), destroy_first,
-                        f"s1_destroy_{destroy_first}_{precision}")
+    sc = s1_two_modules(hil_program, destroy_first, f"s1_destroy_{destroy_first}")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_outputs_consistent(result)
@@ -27,9 +27,10 @@ def test_s1_two_modules_same_program(compiled_model, scenario_driver, destroy_fi
     assert_live_counts(result)
 
 
-def test_s2_methods_share_one_context(compiled_model, scenario_driver, hil_session, precision):
-    """prefill and decode of one module run on one QNN context (same handle)."""
-    sc = s2_shared_context(compiled_model("prefill_decode", precision), f"s2_shared_context_{precision}")
+@pytest.mark.hil_programs("prefill_decode", precisions=BOTH_PRECISIONS, needs=("qnn", "two_methods"))
+def test_s2_methods_share_one_context(hil_program, scenario_driver, hil_session):
+    """Two methods (prefill and decode) of one module run on one QNN context (same handle)."""
+    sc = s2_shared_context(hil_program, "s2_shared_context")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_isolation(result)
@@ -44,20 +45,21 @@ def test_s2_methods_share_one_context(compiled_model, scenario_driver, hil_sessi
     assert_htp_memory_bounded(result, hil_session.htp_context_kb)
 
 
-@pytest.mark.parametrize("unload", ["prefill", "decode"])
-def test_s3_unload_one_method_keeps_the_other(compiled_model, scenario_driver, unload, precision):
+@pytest.mark.hil_programs("prefill_decode", precisions=BOTH_PRECISIONS, needs=("qnn", "two_methods"))
+@pytest.mark.parametrize("unload", ["first", "second"])
+def test_s3_unload_one_method_keeps_the_other(hil_program, scenario_driver, unload):
     """Unloading one method of a shared context leaves the other executing."""
-    sc = s3_unload_one(compiled_model("prefill_decode", precision), unload,
-                       f"s3_unload_{unload}_{precision}")
+    sc = s3_unload_one(hil_program, unload, f"s3_unload_{unload}")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_isolation(result)
     assert_live_counts(result)
 
 
-def test_s4_cleanup_and_reload(compiled_model, scenario_driver, hil_session, precision):
+@pytest.mark.hil_programs("linear_relu", precisions=BOTH_PRECISIONS)
+def test_s4_cleanup_and_reload(hil_program, scenario_driver, hil_session):
     """Destroy everything, load again, execute: counts return to zero in between, no leak."""
-    sc = s4_cleanup_reload(compiled_model("linear_relu", precision), 3, f"s4_cleanup_reload_{precision}")
+    sc = s4_cleanup_reload(hil_program, 3, "s4_cleanup_reload")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_live_counts(result)

@@ -29,30 +29,34 @@ import pytest
 from harness.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
                                 assert_steps_ok)
 from harness.scenario import Scenario
+from harness.scenarios import method_pair
 
 OPTIONS = {"multi_contexts": True, "spill_fill": True}
 # prefill/decode methods whose prefill activations need a spill-fill buffer.
 SPILL_FILL_MODEL = "prefill_decode_spill"
 ALL_RELEASED = {"backend": 0, "context": 0, "device": 0}
 
-pytestmark = pytest.mark.parametrize("precision", ["fp16", "int8"])
+BOTH_PRECISIONS = ("fp16", "int8")
+MULTI_CONTEXT = ("qnn", "two_methods", "multi_context")
 
 
 def _contexts(step) -> list[str]:
     return step.trace["contexts"]
 
 
-def test_s7_methods_of_one_module_add_no_context(compiled_model, scenario_driver, precision):
+@pytest.mark.hil_programs("prefill_decode", precisions=BOTH_PRECISIONS, options=OPTIONS,
+                          needs=MULTI_CONTEXT)
+def test_s7_methods_of_one_module_add_no_context(hil_program, scenario_driver):
     """One module, both methods loaded and executed: one live context (the program's single
     context binary holds both graphs), both methods execute on it, all released at the end.
 
     On 1.5.1 with use_multi_contexts: load_method(prefill) -> 1 live context (context_create
     binary=<one blob>, graph_retrieve prefill + decode on it); load_method(decode) -> still that
     one context; both executes count on it."""
-    model = compiled_model("prefill_decode", precision, **OPTIONS)
-    sc = Scenario(f"s7_one_module_{precision}")
-    sc.load_module("M", model).load_method("M", "prefill").load_method("M", "decode")
-    sc.execute("M", "prefill").execute("M", "decode").snapshot()
+    first, second = method_pair(hil_program)
+    sc = Scenario("s7_one_module")
+    sc.load_module("M", hil_program).load_method("M", first).load_method("M", second)
+    sc.execute("M", first).execute("M", second).snapshot()
     sc.destroy_module("M").snapshot()
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
@@ -65,25 +69,27 @@ def test_s7_methods_of_one_module_add_no_context(compiled_model, scenario_driver
         f"{result.summary()}")
     executed = result.steps[4].trace["executes"]
     assert set(executed) == set(_contexts(both)) and sum(executed.values()) == 2, (
-        f"prefill and decode did not both execute on {_contexts(both)}: {executed}")
+        f"{first} and {second} did not both execute on {_contexts(both)}: {executed}")
     assert result.steps[-1].live == ALL_RELEASED, result.summary()
 
 
-def test_s7_two_modules_hold_their_own_contexts(compiled_model, scenario_driver, precision):
+@pytest.mark.hil_programs("prefill_decode", precisions=BOTH_PRECISIONS, options=OPTIONS,
+                          needs=MULTI_CONTEXT)
+def test_s7_two_modules_hold_their_own_contexts(hil_program, scenario_driver):
     """Two live modules of one multi-context program: each holds its own context (two live
     contexts, each module executing on its own); destroying one leaves the other executing.
 
     Fails on executorch 1.5.1 (qnn-delegate-cache-module-lifetime): module B creates no
     context ("Use cached delegate handle for current method"), and after A is destroyed B's
     execute fails with "DelegateHandle has been deleted"."""
-    model = compiled_model("prefill_decode", precision, **OPTIONS)
-    sc = Scenario(f"s7_two_modules_{precision}")
+    first, second = method_pair(hil_program)
+    sc = Scenario("s7_two_modules")
     for module in ("A", "B"):
-        sc.load_module(module, model).load_method(module, "prefill").load_method(module, "decode")
+        sc.load_module(module, hil_program).load_method(module, first).load_method(module, second)
     for module in ("A", "B"):
-        sc.execute(module, "prefill").execute(module, "decode")
+        sc.execute(module, first).execute(module, second)
     sc.snapshot()
-    sc.destroy_module("A").execute("B", "prefill").execute("B", "decode")
+    sc.destroy_module("A").execute("B", first).execute("B", second)
     sc.destroy_module("B").snapshot()
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
@@ -96,9 +102,10 @@ def test_s7_two_modules_hold_their_own_contexts(compiled_model, scenario_driver,
 
 
 def _spill_fill_run(model, scenario_driver, name: str):
+    first, second = method_pair(model)
     sc = Scenario(name)
-    sc.load_module("M", model).load_method("M", "prefill").load_method("M", "decode")
-    sc.execute("M", "prefill").execute("M", "decode").execute("M", "prefill").snapshot()
+    sc.load_module("M", model).load_method("M", first).load_method("M", second)
+    sc.execute("M", first).execute("M", second).execute("M", first).snapshot()
     sc.destroy_module("M").snapshot()
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
@@ -119,19 +126,21 @@ def _assert_carried(model) -> None:
                        f"{model.spill_fill_bytes}: {wrong}")
 
 
-def test_s7_spill_fill_program_loads_and_releases(compiled_model, scenario_driver, precision):
+@pytest.mark.hil_programs("prefill_decode", precisions=BOTH_PRECISIONS, options=OPTIONS,
+                          needs=MULTI_CONTEXT)
+def test_s7_spill_fill_program_loads_and_releases(hil_program, scenario_driver):
     """prefill_decode with spill-fill set up: every delegate carries the computed size (0
     bytes for this small model: its activations fit in VTCM), both methods load and execute,
     and every context is released. HTP memory (dma-buf) is not visible on the simulator."""
-    model = compiled_model("prefill_decode", precision, **OPTIONS)
-    _assert_carried(model)
-    _spill_fill_run(model, scenario_driver, f"s7_spill_fill_{precision}")
+    _assert_carried(hil_program)
+    _spill_fill_run(hil_program, scenario_driver, "s7_spill_fill")
 
 
-def test_s7_nonzero_spill_fill(compiled_model, scenario_driver, precision):
+@pytest.mark.hil_programs(SPILL_FILL_MODEL, precisions=BOTH_PRECISIONS, options=OPTIONS,
+                          needs=MULTI_CONTEXT + ("spill_fill",))
+def test_s7_nonzero_spill_fill(hil_program, scenario_driver):
     """A program that needs a spill-fill buffer: nonzero size carried by every delegate; both
     methods load and execute with it; everything is released."""
-    model = compiled_model(SPILL_FILL_MODEL, precision, **OPTIONS)
-    _assert_carried(model)
-    assert model.spill_fill_bytes > 0, f"{model.pte}: spill-fill size is 0"
-    _spill_fill_run(model, scenario_driver, f"s7_nonzero_spill_fill_{precision}")
+    _assert_carried(hil_program)
+    assert hil_program.spill_fill_bytes > 0, f"{hil_program.pte}: spill-fill size is 0"
+    _spill_fill_run(hil_program, scenario_driver, "s7_nonzero_spill_fill")

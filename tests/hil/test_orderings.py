@@ -10,6 +10,7 @@ set runs; the native runner runs all of them.
 import pytest
 
 from harness.orderings import ModulePlan, explore, interleavings, random_interleavings
+from harness.scenarios import first_method
 
 PYTHON_RUNNER_SAMPLE = 6
 
@@ -35,10 +36,11 @@ def test_orderings_distinct_programs(compiled_model, scenario_driver, hil_sessio
     assert exploration.ran in (70, PYTHON_RUNNER_SAMPLE)
 
 
-def test_orderings_shared_program(compiled_model, scenario_driver, hil_session):
+@pytest.mark.hil_programs("linear_relu", needs=("qnn",))
+def test_orderings_shared_program(hil_program, scenario_driver, hil_session):
     """Two modules of one program: the S1 family, in every interleaving."""
-    model = compiled_model("linear_relu")
-    plans = [ModulePlan("A", model), ModulePlan("B", model)]
+    method = (first_method(hil_program),)
+    plans = [ModulePlan("A", hil_program, method), ModulePlan("B", hil_program, method)]
     run_all(scenario_driver, hil_session, "ord_shared", plans, interleavings(plans))
 
 

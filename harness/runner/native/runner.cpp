@@ -234,7 +234,7 @@ Runner::StepResult Runner::execute(const Step& step) {
   }
   const std::vector<EValue>& outputs = *result;
   for (const auto& out : outputs) {
-    r.outputs.push(describe_output(out));
+    r.outputs.push(describe_output(out, step.emit_outputs));
   }
   r.max_abs_diff = json::Value::number(0.0);
   if (!step.expected.empty()) {

@@ -295,6 +295,9 @@ class StepReader {
         s.expected = tensors("expected");
         s.atol = number("atol", kDefaultAtol);
         s.rtol = number("rtol", kDefaultRtol);
+        if (const json::Value* e = opt("emit_outputs", json::Value::Type::Bool)) {
+          s.emit_outputs = e->as_bool();
+        }
         break;
       case Op::DestroyModule:
         s.module = req_string("module");

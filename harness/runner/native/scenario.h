@@ -76,6 +76,7 @@ struct Step {
   std::vector<TensorSpec> expected;  // empty: outputs are not compared
   double atol = 0.0;
   double rtol = 0.0;
+  bool emit_outputs = false;  // put each output tensor's bytes in the event
   // set_option / get_option
   std::string backend;
   std::string key;

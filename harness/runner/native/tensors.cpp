@@ -158,7 +158,29 @@ executorch::extension::TensorPtr make_input(
       to_scalar_type(spec.dtype));
 }
 
-json::Value describe_output(const EValue& value) {
+namespace {
+
+std::string base64(const void* data, size_t size) {
+  static const char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* p = static_cast<const uint8_t*>(data);
+  std::string out;
+  out.reserve((size + 2) / 3 * 4);
+  for (size_t i = 0; i < size; i += 3) {
+    uint32_t n = static_cast<uint32_t>(p[i]) << 16;
+    if (i + 1 < size) n |= static_cast<uint32_t>(p[i + 1]) << 8;
+    if (i + 2 < size) n |= p[i + 2];
+    out.push_back(kAlphabet[(n >> 18) & 63]);
+    out.push_back(kAlphabet[(n >> 12) & 63]);
+    out.push_back(i + 1 < size ? kAlphabet[(n >> 6) & 63] : '=');
+    out.push_back(i + 2 < size ? kAlphabet[n & 63] : '=');
+  }
+  return out;
+}
+
+}  // namespace
+
+json::Value describe_output(const EValue& value, bool with_data) {
   json::Value out = json::Value::object();
   if (value.isTensor()) {
     const Tensor& t = value.toTensor();
@@ -170,6 +192,9 @@ json::Value describe_output(const EValue& value) {
     out.set("shape", std::move(shape));
     out.set(
         "sha256", json::Value::string(sha256_hex(t.const_data_ptr(), t.nbytes())));
+    if (with_data) {
+      out.set("data", json::Value::string(base64(t.const_data_ptr(), t.nbytes())));
+    }
     return out;
   }
   if (value.isInt()) {

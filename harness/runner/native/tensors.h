@@ -25,7 +25,10 @@ executorch::extension::TensorPtr make_input(
 // {"dtype": ..., "shape": [...], "sha256": ...} for one method output.
 // Non-tensor outputs are reported with their EValue tag as dtype and an
 // empty shape; the hash then covers the scalar's bytes.
-json::Value describe_output(const executorch::runtime::EValue& value);
+// `with_data`: also "data", the tensor's raw little-endian bytes in base64 (a
+// reference run whose outputs become the expected tensors of later runs).
+json::Value describe_output(const executorch::runtime::EValue& value,
+                            bool with_data = false);
 
 struct Comparison {
   bool match = true;
