@@ -2,11 +2,13 @@
 
   build-runner ...   build the native lifecycle runner (host, or Android with an NDK)
   doctor             check the QNN libraries, build the interposer and the runner, show the choice
+  env                shell `export` lines for the QNN libraries the harness found, so a script of
+                     yours can lower to QNN: eval "$(python -m harness env)"
   inspect PTE... [--json]
                      what each .pte was compiled for: methods and their input/output specs,
                      delegates, backends, SoC(s), QNN compile options (multi-context,
                      spill-fill size, HTP arch, fp16); --json prints a JSON list instead
-  validate-configs   load every file under device_configs/ and report the first error
+  validate-configs   load every file under device_configs/ and report every error
 """
 
 from __future__ import annotations
@@ -31,6 +33,22 @@ def doctor() -> int:
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def env() -> int:
+    import shlex
+
+    from harness.errors import HarnessError
+    from harness.qnn.sdk import discover
+
+    try:
+        variables = discover().environment()
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for key, value in variables.items():  # the interposer's settings too: it stands first
+        print(f"export {key}={shlex.quote(value)}")
     return 0
 
 
@@ -93,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return build_main(rest)
     if command == "doctor":
         return doctor()
+    if command == "env":
+        return env()
     if command == "inspect":
         return inspect(rest)
     if command == "validate-configs":

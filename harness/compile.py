@@ -19,6 +19,7 @@ from typing import Callable
 from harness.cache import cache_root, digest, file_lock, file_sha256
 from harness.errors import ModelError
 from harness.models import ModelSpec
+from harness.paths import PACKAGE_PARENT
 from harness.qnn.sdk import QnnSdk, executorch_version
 from harness.tensors import TensorFile
 
@@ -165,7 +166,7 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
         tmp_dir = out_dir.with_name(out_dir.name + ".tmp")
         env = {**os.environ, **sdk.environment()}
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            [str(PACKAGE_PARENT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         cmd = [sys.executable, "-m", "harness.compile_worker", str(spec.path), soc, precision, str(tmp_dir)]
         if options:
             cmd.append(json.dumps(options, sort_keys=True))

@@ -16,9 +16,8 @@ from typing import Literal
 from pydantic import Field
 
 from harness.errors import ConfigError
+from harness.paths import CONFIG_DIR
 from harness.schema import StrictModel, load_validated, load_yaml_node
-
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "device_configs"
 
 
 # -- file schemas ---------------------------------------------------------------------------------

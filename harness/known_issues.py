@@ -25,13 +25,13 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import Field, RootModel, field_validator
 
-from harness.config import CONFIG_DIR
 from harness.errors import ConfigError
 from harness.failures import KINDS, Failure
+from harness.paths import CONFIG_DIR, DATA_ROOT
 from harness.schema import StrictModel, load_validated
 
 DEFAULT_PATH = CONFIG_DIR / "known_issues.yaml"
-PROJECT_ROOT = CONFIG_DIR.parent
+PROJECT_ROOT = DATA_ROOT  # the project's own test patterns are relative to it
 
 Kind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "check"]
 assert set(Kind.__args__) == set(KINDS)  # type: ignore[attr-defined]

@@ -12,8 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from harness.errors import ModelError
-
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+from harness.paths import MODELS_DIR
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,6 +102,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "worker under /data/local/tmp); reuse one to skip pushes across runs")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> None:
+    """--hil-suites: collect the suites shipped with the package, as if their directory had
+    been given on the command line (before collection arguments are resolved)."""
+    if "--hil-suites" in args:
+        from harness.paths import SUITES_DIR
+
+        known = early_config.known_args_namespace.file_or_dir
+        extra = [] if known else ["."]  # keep the user's own tests, which a path would replace
+        extra.append(str(SUITES_DIR))
+        args.extend(extra)
+        known.extend(extra)  # what the initial conftests are looked up from
+
+
 def session_id(config: pytest.Config) -> str:
     """One id per pytest session, shared by its xdist workers (the controller hands it over),
     so concurrent sessions never write into each other's artifacts."""
@@ -187,13 +202,17 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
 
     for pte in opts.ptes:
         check_file(pte)  # a wrong path or a file that is not a program: now, not per test
+    if opts.ptes and (not opts.devices or opts.simulator):
+        # The simulator's SoC is known now: a program built for another is refused once.
+        from harness.program import read_program
+        from harness.user_program import check_soc
+
+        soc = opts.soc or simulator_config().default_soc
+        for pte in opts.ptes:
+            check_soc(read_program(pte), soc, "the HTP simulator")
     for directory in opts.models_dirs:
         if not directory.is_dir():
             raise HarnessError(f"--models-dir {directory}: no such directory")
-    if config.getoption("hil_suites"):
-        from harness.paths import SUITES_DIR
-
-        config.args.append(str(SUITES_DIR))
 
 
 def _link_latest(artifacts: Path) -> None:
@@ -238,7 +257,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
         issue = issue_for(item.path, name, version, issues)
         if issue is not None:
-            met.setdefault(issue.id, []).append(item.nodeid)
+            if not item.get_closest_marker("skip"):
+                met.setdefault(issue.id, []).append(item.nodeid)
             patterns = config.stash[_PATTERNS_KEY]
             patterns.update((issue.id, p) for p in issue.matching_patterns(item.path, name))
             item.stash[_ISSUE_KEY] = issue

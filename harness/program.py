@@ -29,6 +29,7 @@ from typing import Any
 
 from harness.cache import cache_root, file_sha256
 from harness.errors import ModelError
+from harness.paths import PACKAGE_PARENT
 
 # Flatbuffer file identifier of ExecuTorch programs (bytes 4..8), from `file_identifier` in
 # executorch's exir/_serialize/program.fbs; "ET12" for every executorch 1.x program.
@@ -366,7 +367,7 @@ def _inspect_in_child(path: Path) -> ProgramInfo:
     from harness.process import run_process
 
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(PACKAGE_PARENT)
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     out = run_process([sys.executable, "-m", "harness.program", str(path)], env, CHILD_TIMEOUT_S)
     if out.timed_out:

@@ -68,20 +68,17 @@ def unique_ids(params: list[ProgramParam]) -> list[str]:
 
 
 def unmet_needs(model: CompiledModel, needs: tuple[str, ...]) -> str:
-    """Why `model` cannot run a test with these needs ("" when it can)."""
+    """Why `model` cannot run a test with these needs, naming every need it lacks ("" when it
+    can)."""
     qnn_methods = sorted({d["method"] for d in model.qnn_delegates}) if model.qnn_delegates \
         else (sorted(model.methods) if model.backend == "qnn" else [])
-    for need in needs:
-        ok = {
-            "qnn": model.backend == "qnn",
-            "two_methods": len(qnn_methods) >= 2,
-            "multi_context": bool(model.options.get("multi_contexts")),
-            "spill_fill": bool(model.spill_fill_bytes),
-        }[need]
-        if not ok:
-            have = {"qnn": f"its backends: {model.backend}",
-                    "two_methods": f"its QNN methods: {', '.join(qnn_methods) or 'none'}",
-                    "multi_context": "its QNN delegates do not use multi-contexts",
-                    "spill_fill": "its QNN delegates carry no spill-fill size"}[need]
-            return f"program {model.name} ({model.pte.name}) has no {NEEDS[need]} ({have})"
-    return ""
+    have = {"qnn": (model.backend == "qnn", f"its backend: {model.backend}"),
+            "two_methods": (len(qnn_methods) >= 2,
+                            f"its QNN methods: {', '.join(qnn_methods) or 'none'}"),
+            "multi_context": (bool(model.options.get("multi_contexts")),
+                              "not built with use_multi_contexts"),
+            "spill_fill": (bool(model.spill_fill_bytes), "no spill-fill size in its delegates")}
+    missing = [f"{NEEDS[n]} ({have[n][1]})" for n in needs if not have[n][0]]
+    if not missing:
+        return ""
+    return f"program {model.name} ({model.pte.name}) lacks " + "; and ".join(missing)

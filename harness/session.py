@@ -174,7 +174,7 @@ class HilSession:
         if path not in self._programs:
             info = read_program(path)
             device = self.device
-            check_soc(info, device.info.soc, f"the device {device.info.serial}")
+            check_soc(info, device.info.soc, target_name(device.info))
             work = self.options.artifacts_dir / "programs" / f"{path.stem}-{info.sha256[:12]}"
             model = program_model(info, device.info.soc, work)
             driver = ScenarioDriver(device, work / "solo", self.timeout, self.runner_kind)
@@ -203,6 +203,10 @@ class HilSession:
     def close(self) -> None:
         if self._device is not None:
             self._device.close()
+
+
+def target_name(info) -> str:
+    return "the HTP simulator" if info.kind == "simulator" else f"device {info.serial}"
 
 
 def worker_info() -> tuple[str, int]:

@@ -40,14 +40,16 @@ def backend_of(info: ProgramInfo) -> str:
     return "portable"
 
 
-def check_soc(info: ProgramInfo, device_soc: str, device: str) -> None:
-    """Refuse a program whose QNN delegates were compiled for another SoC than the device's."""
+def check_soc(info: ProgramInfo, device_soc: str, target: str) -> None:
+    """Refuse a program whose QNN delegates were compiled for another SoC than the target's
+    (`target` names it, e.g. "the HTP simulator" or "device R3CX..."); both SoCs are named."""
     other = [s for s in info.socs if s != device_soc]
     if other:
         raise ModelError(
             f"{info.path}: compiled for {', '.join(info.socs)} (its QNN delegates' compile spec), "
-            f"but {device} is {device_soc}: recompile the program for {device_soc} "
-            f"(soc_model in generate_qnn_executorch_compiler_spec) or run it on a {other[0]} device")
+            f"but {target} is {device_soc}: recompile the program for {device_soc} "
+            f"(soc_model in generate_qnn_executorch_compiler_spec) or run it on an {other[0]} "
+            "device")
 
 
 def _precision(info: ProgramInfo) -> str:

@@ -1,0 +1,109 @@
+"""The package works from any project when installed from a wheel (not editable).
+
+Builds the wheel from a copy of the checkout (so the checkout's build/ is neither used nor
+left behind), installs it without its dependencies into a fresh venv that sees the system
+site-packages (torch, executorch, ... are not downloaded again; the venv's own copy shadows
+an editable install of the same distribution), and runs the harness from a directory outside
+the checkout: the data it needs (device configs, known issues, models, HIL suites) must come
+from the installed package's harness/_data/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NOT_SOURCES = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__",
+                                     ".hil-artifacts", ".pytest_cache", ".benchmarks")
+
+
+def _run(cmd: list, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    # Nothing of this pytest run may leak in: no PYTHONPATH to the checkout, no xdist worker
+    # or HIL session ids.
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONPATH" and not k.startswith(("PYTEST_", "EXECUTORCH_HIL_"))}
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _ok(proc: subprocess.CompletedProcess) -> str:
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{proc.args} exited {proc.returncode}:\n{output}"
+    return output
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "source"
+    shutil.copytree(REPO_ROOT, source, ignore=NOT_SOURCES)
+    _ok(_run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+              "--disable-pip-version-check", "-w", tmp / "dist", "."], cwd=source))
+    (wheel,) = (tmp / "dist").glob("executorch_qnn_hil-*.whl")
+    # --without-pip: the system's pip is visible through --system-site-packages and installs
+    # into the venv it runs in; saves seconds of ensurepip.
+    _ok(_run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+              tmp / "venv"], cwd=tmp))
+    python = tmp / "venv" / "bin" / "python"
+    _ok(_run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+              "--disable-pip-version-check", wheel], cwd=tmp))
+    return tmp / "venv"
+
+
+@pytest.fixture
+def outside(tmp_path) -> Path:
+    assert not tmp_path.resolve().is_relative_to(REPO_ROOT)
+    return tmp_path
+
+
+def test_installed_package_reads_its_own_data(venv, outside):
+    out = _ok(_run([venv / "bin" / "python", "-c",
+                    "import harness, harness.paths as p, sysconfig; "
+                    "print(sysconfig.get_path('purelib')); print(harness.__file__); "
+                    "print(p.DATA_ROOT); print(p.PACKAGE_PARENT)"], cwd=outside))
+    site, init, data_root, parent = out.splitlines()
+    site = Path(site)
+    assert site.resolve().is_relative_to(venv.resolve())
+    assert Path(init) == site / "harness" / "__init__.py"
+    assert Path(data_root) == site / "harness" / "_data"
+    assert Path(parent) == site
+    shipped = {p.relative_to(data_root).as_posix() for p in Path(data_root).rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
+    assert {"device_configs/known_issues.yaml", "device_configs/simulator.yaml",
+            "device_configs/socs/SM8650.yaml", "models/linear_relu.py",
+            "tests/hil/test_isolation.py", "tests/hil/__init__.py"} <= shipped
+    assert {f"tests/hil/{p.name}" for p in (REPO_ROOT / "tests" / "hil").glob("test_*.py")} <= shipped
+
+
+def test_validate_configs_outside_the_checkout(venv, outside):
+    out = _ok(_run([venv / "bin" / "python", "-m", "harness", "validate-configs"], cwd=outside))
+    assert "known issue(s)" in out
+
+
+def test_shipped_suites_are_collected_with_pyargs(venv, outside):
+    out = _ok(_run([venv / "bin" / "python", "-m", "pytest", "--collect-only", "-q",
+                    "-p", "no:cacheprovider", "--pyargs", "harness._data.tests.hil"], cwd=outside))
+    assert "known-issues file not found" not in out
+    assert "test_s1_two_modules_same_program" in out
+    for suite in (REPO_ROOT / "tests" / "hil").glob("test_*.py"):
+        assert f"{suite.name}::" in out, f"{suite.name} not collected:\n{out}"
+    # the project's known issues apply to the shipped suites (patterns relative to _data/)
+    assert "known issues met: " in out
+
+
+def test_plugin_is_registered_once(venv, outside):
+    (outside / "test_trivial.py").write_text("def test_trivial():\n    pass\n")
+    out = _ok(_run([venv / "bin" / "python", "-m", "pytest", "--co", "-q", "--trace-config",
+                    "-p", "no:cacheprovider"], cwd=outside))
+    assert "Plugin already registered" not in out
+    registered = [line for line in out.splitlines()
+                  if line.startswith("PLUGIN registered: <module 'harness.plugin'")]
+    assert len(registered) == 1, out
+    assert f"from '{venv}" in registered[0], registered[0]  # the venv's copy, not the editable one
+    assert "1 test collected" in out
