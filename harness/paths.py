@@ -25,3 +25,6 @@ DATA_ROOT = (PACKAGE_PARENT if (PACKAGE_PARENT / "device_configs").is_dir() and 
 CONFIG_DIR = DATA_ROOT / "device_configs"
 MODELS_DIR = DATA_ROOT / "models"
 SUITES_DIR = DATA_ROOT / "tests" / "hil"
+
+# True in a checkout (editable or plain), where the project's own framework tests exist too.
+IN_CHECKOUT = DATA_ROOT == PACKAGE_PARENT
