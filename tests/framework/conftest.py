@@ -1,0 +1,60 @@
+"""Markers for the framework's own tests, by what they need to run:
+
+- `unit`: nothing beyond Python (`pytest -m unit` runs in seconds);
+- `compiler`: gcc/cmake builds (the interposer, the native runner, cross builds);
+- `simulator`: the QNN HTP simulator (compiled models, runner processes, pytest sessions);
+- `adb`: the adb server (Debian `adb`) and the loopback device.
+
+Each file is listed once below; a file missing here is a collection error, so a new test file
+says what it needs.
+"""
+
+from pathlib import Path
+
+import pytest
+
+KINDS = ("unit", "compiler", "simulator", "adb")
+FILE_KIND = {
+    "test_config.py": "unit",
+    "test_known_issues.py": "unit",
+    "test_memory.py": "unit",
+    "test_ordering_generation.py": "unit",
+    "test_scenario.py": "unit",
+    "test_trace.py": "unit",
+    "test_xnnpack_classify.py": "unit",
+    "test_native_build.py": "compiler",
+    "test_qnn_sdk.py": "compiler",
+    "test_runner_select.py": "compiler",
+    "test_arm64_build.py": "compiler",
+    "test_compile_options.py": "simulator",
+    "test_error_paths.py": "simulator",
+    "test_plugin.py": "simulator",
+    "test_program.py": "simulator",
+    "test_runner_parity.py": "simulator",
+    "test_sessions.py": "simulator",
+    "test_user_program.py": "simulator",
+    "test_wheel.py": "simulator",
+    "test_report.py": "simulator",
+    "test_adb_device.py": "adb",
+    "test_loopback.py": "adb",
+    "test_device_phases.py": "adb",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for kind in KINDS:
+        config.addinivalue_line("markers", f"{kind}: framework test that needs {kind} "
+                                           "(see tests/framework/conftest.py)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        path = Path(item.path)
+        if path.parent != here:
+            continue
+        kind = FILE_KIND.get(path.name)
+        if kind is None:
+            raise pytest.UsageError(f"{path}: add it to FILE_KIND in {__file__} "
+                                    f"(one of {', '.join(KINDS)})")
+        item.add_marker(getattr(pytest.mark, kind))
