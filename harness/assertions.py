@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from harness.compile import uses_qnn
 from harness.failures import Failure, HilFailure, run_failures
 from harness.reference import predict
 from harness.result import ScenarioResult
@@ -112,8 +113,7 @@ def owned_by(owner: str | None, module: str) -> bool:
 
 def assert_traced(result: ScenarioResult) -> None:
     """A scenario with QNN programs has a QNN call trace; without one, counts would read zero."""
-    uses_qnn = any(m.backend == "qnn" for m in result.scenario.models.values())
-    if uses_qnn and not any(r.kind == "api" for r in result.trace):
+    if any(uses_qnn(m.backend) for m in result.scenario.models.values()) and not any(r.kind == "api" for r in result.trace):
         raise check_failed(result, 
             f"scenario {result.scenario.name}: no QNN call trace was recorded, so isolation and "
             "live counts cannot be checked: the harness's libQnnHtp.so interposer was not loaded "
@@ -143,7 +143,7 @@ def assert_isolation(result: ScenarioResult) -> None:
     for i, (s, exp) in enumerate(zip(result.steps, expected)):
         now = set(s.trace["contexts"])
         holders = {m for m in exp.context_holders()
-                   if result.scenario.models[m].backend == "qnn"}
+                   if uses_qnn(result.scenario.models[m].backend)}
         # A context owned jointly by a parallel step's modules serves one member that has no
         # context of its own; every such member needs one.
         shared = sorted(c for c in now if owners.get(c) and "|" in owners[c])

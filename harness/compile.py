@@ -58,6 +58,11 @@ def options_tag(options: dict[str, bool]) -> str:
     return "".join(f"-{COMPILE_OPTIONS[k]}" for k in COMPILE_OPTIONS if options.get(k))
 
 
+def uses_qnn(backend: str) -> bool:
+    """Whether a model's BACKEND ("qnn", "xnnpack", "qnn+xnnpack", ...) has QNN delegates."""
+    return "qnn" in backend.split("+")
+
+
 @dataclasses.dataclass(frozen=True)
 class MethodReference:
     inputs: tuple[TensorFile, ...]
@@ -151,7 +156,7 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
         raise ModelError(f"model {spec.name} supports precisions {', '.join(spec.precisions)}, "
                          f"not {precision!r}")
     options = normalize_options(options)
-    if options and spec.backend != "qnn":
+    if options and not uses_qnn(spec.backend):
         raise ModelError(f"model {spec.name} is a {spec.backend} model; compile options "
                          f"{', '.join(options)} are QNN options")
     tag = options_tag(options)

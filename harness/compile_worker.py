@@ -97,6 +97,30 @@ def qnn_delegate_specs(buffer: bytes) -> list[dict]:
     return out
 
 
+def lower_mixed(methods: dict, soc: str, precision: str, skip_ops: tuple[str, ...]) -> bytes:
+    """QNN first, told to leave `skip_ops` alone, then XNNPACK for what is left: one program
+    whose methods run delegates of both backends."""
+    import torch
+    from executorch.backends.qualcomm.partition.qnn_partitioner import QnnPartitioner
+    from executorch.backends.qualcomm.utils.utils import (
+        generate_htp_compiler_spec,
+        generate_qnn_executorch_compiler_spec,
+        get_soc_to_chipset_map,
+    )
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    if precision != "fp16":
+        raise SystemExit(f"mixed QNN+XNNPACK programs are built in fp16 only, not {precision}")
+    specs = generate_qnn_executorch_compiler_spec(
+        soc_model=get_soc_to_chipset_map()[soc],
+        backend_options=generate_htp_compiler_spec(use_fp16=True))
+    programs = {name: torch.export.export(m, x, strict=True) for name, (m, x) in methods.items()}
+    partitioners = [QnnPartitioner(specs, skip_node_op_set=set(skip_ops)), XnnpackPartitioner()]
+    edge = to_edge_transform_and_lower(programs, partitioner=partitioners)
+    return edge.to_executorch().buffer
+
+
 def lower_xnnpack(methods: dict) -> bytes:
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -122,6 +146,9 @@ def main(argv: list[str]) -> int:
         facts["qnn_delegates"] = qnn_delegate_specs(buffer)
     elif model.BACKEND == "xnnpack":
         buffer = lower_xnnpack(methods)
+    elif model.BACKEND == "qnn+xnnpack":
+        buffer = lower_mixed(methods, soc, precision, tuple(getattr(model, "QNN_SKIP_OPS", ())))
+        facts["qnn_delegates"] = qnn_delegate_specs(buffer)
     else:
         raise SystemExit(f"model {model.NAME}: unknown BACKEND {model.BACKEND!r}")
     out_dir.mkdir(parents=True, exist_ok=True)

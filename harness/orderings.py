@@ -6,6 +6,12 @@ it, optionally unload it; destroy the module last); an *ordering* interleaves th
 draws some (seeded, for larger ones). `explore` runs each ordering in a fresh process, checks
 it against the reference model, and shrinks the failures to the shortest ordering that still
 fails the same way, so a report names a minimal reproduction rather than a 20-step one.
+
+Modules with the same plan (program, methods, unloads, backend options) are interchangeable:
+an ordering and the same ordering with two of them renamed drive the runtime alike, so
+`interleavings(..., symmetric=True)` yields one ordering per class, the one in which such
+modules are first loaded in name order (k interchangeable modules: k! times fewer runs).
+`explore(..., jobs=N)` runs N orderings at once, each in its own process.
 """
 
 from __future__ import annotations
@@ -33,11 +39,21 @@ class ModulePlan:
     model: CompiledModel
     methods: tuple[str, ...] = ("forward",)
     unload: bool = False
+    load_method: bool = True  # False: `execute` loads the method implicitly
+    backend_options: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+
+    @property
+    def twin_key(self) -> tuple:
+        """Plans with equal keys are interchangeable up to the module's name."""
+        return (str(self.model.pte), self.methods, self.unload, self.load_method,
+                self.backend_options)
 
     def ops(self) -> list[Op]:
         ops: list[Op] = [("load_module", self.name, None)]
         for m in self.methods:
-            ops += [("load_method", self.name, m), ("execute", self.name, m)]
+            if self.load_method:
+                ops.append(("load_method", self.name, m))
+            ops.append(("execute", self.name, m))
             if self.unload:
                 ops.append(("unload_method", self.name, m))
         return ops + [("destroy_module", self.name, None)]
@@ -54,19 +70,39 @@ def _ready(op: Op, done: set[Op], plan: ModulePlan) -> bool:
         return all(o in done for o in plan.ops() if o[0] != "destroy_module")
     order = ["load_method", "execute", "unload_method"]
     before = order[:order.index(kind)]
-    return all((k, module, method) in done for k in before)
+    planned = plan.ops()
+    return all((k, module, method) in done for k in before if (k, module, method) in planned)
 
 
-def _extensions(plans: list[ModulePlan], choose: Callable[[list[Op]], list[Op]]) -> Iterator[list[Op]]:
+def _twin_before(plans: list[ModulePlan]) -> dict[str, str]:
+    """module -> the interchangeable module listed just before it (whose load must come first)."""
+    before: dict[str, str] = {}
+    last: dict[tuple, str] = {}
+    for plan in plans:
+        if plan.twin_key in last:
+            before[plan.name] = last[plan.twin_key]
+        last[plan.twin_key] = plan.name
+    return before
+
+
+def _extensions(plans: list[ModulePlan], choose: Callable[[list[Op]], list[Op]],
+                symmetric: bool = False) -> Iterator[list[Op]]:
     by_module = {p.name: p for p in plans}
     remaining = [op for p in plans for op in p.ops()]
+    twins = _twin_before(plans) if symmetric else {}
+
+    def ready_now(op: Op, done: set[Op]) -> bool:
+        if op[0] == "load_module" and op[1] in twins and \
+                ("load_module", twins[op[1]], None) not in done:
+            return False
+        return _ready(op, done, by_module[op[1]])
 
     def walk(prefix: list[Op], done: set[Op]) -> Iterator[list[Op]]:
         left = [op for op in remaining if op not in done]
         if not left:
             yield list(prefix)
             return
-        ready = [op for op in left if _ready(op, done, by_module[op[1]])]
+        ready = [op for op in left if ready_now(op, done)]
         for op in choose(ready):
             prefix.append(op)
             done.add(op)
@@ -77,9 +113,19 @@ def _extensions(plans: list[ModulePlan], choose: Callable[[list[Op]], list[Op]])
     yield from walk([], set())
 
 
-def interleavings(plans: list[ModulePlan]) -> Iterator[list[Op]]:
-    """Every ordering, in a stable order."""
-    return _extensions(plans, lambda ready: ready)
+def interleavings(plans: list[ModulePlan], symmetric: bool = False) -> Iterator[list[Op]]:
+    """Every ordering, in a stable order; with `symmetric`, one per class of orderings equal up
+    to renaming interchangeable modules."""
+    return _extensions(plans, lambda ready: ready, symmetric)
+
+
+def pruning_factor(plans: list[ModulePlan]) -> int:
+    """How many orderings each symmetric one stands for: the product of k! over the groups of
+    k interchangeable modules."""
+    import math
+    from collections import Counter
+
+    return math.prod(math.factorial(k) for k in Counter(p.twin_key for p in plans).values())
 
 
 def random_interleavings(plans: list[ModulePlan], count: int, seed: int) -> list[list[Op]]:
@@ -91,9 +137,10 @@ def random_interleavings(plans: list[ModulePlan], count: int, seed: int) -> list
 def to_scenario(name: str, plans: list[ModulePlan], ops: list[Op]) -> Scenario:
     models = {p.name: p.model for p in plans}
     sc = Scenario(name)
+    options = {p.name: {b: dict(kv) for b, kv in p.backend_options} for p in plans}
     for kind, module, method in ops:
         if kind == "load_module":
-            sc.load_module(module, models[module])
+            sc.load_module(module, models[module], options[module] or None)
         elif kind == "destroy_module":
             sc.destroy_module(module)
         else:
@@ -154,13 +201,37 @@ class Exploration:
 Runner = Callable[[Scenario], ScenarioResult]
 
 
+def scenario_jobs(device) -> int:
+    """How many orderings to run at once on `device`: every core of the host for the
+    simulator (`EXECUTORCH_HIL_SCENARIO_JOBS` to change), one at a time on adb devices, whose
+    run directories and pushes are per device."""
+    import os
+
+    if getattr(device.info, "kind", "") != "simulator":
+        return 1
+    return max(1, int(os.environ.get("EXECUTORCH_HIL_SCENARIO_JOBS", os.cpu_count() or 1)))
+
+
 def explore(run: Runner, name: str, plans: list[ModulePlan], orderings: list[list[Op]],
-            shrink_budget: int = 40) -> Exploration:
-    """Run every ordering; shrink the first failure of each kind."""
+            shrink_budget: int = 40, jobs: int = 1) -> Exploration:
+    """Run every ordering (`jobs` at a time, each in its own process, results taken in order);
+    shrink the first failure of each kind."""
     failures: list[Failure] = []
     shrunk: set[str] = set()
-    for i, ops in enumerate(orderings):
-        message = check(run(to_scenario(f"{name}_{i}", plans, ops)))
+    scenarios = (to_scenario(f"{name}_{i}", plans, ops) for i, ops in enumerate(orderings))
+    if jobs > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        results = pool.map(run, scenarios)
+    else:
+        pool, results = None, map(run, scenarios)
+    try:
+        messages = [check(result) for result in results]
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    for i, (ops, message) in enumerate(zip(orderings, messages)):
         if message is None:
             continue
         kind = signature(message)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from harness.compile import CompiledModel
+from harness.compile import CompiledModel, uses_qnn
 
 MARKER = "hil_programs"
 NEEDS = {
@@ -71,8 +71,8 @@ def unmet_needs(model: CompiledModel, needs: tuple[str, ...]) -> str:
     """Why `model` cannot run a test with these needs, naming every need it lacks ("" when it
     can)."""
     qnn_methods = sorted({d["method"] for d in model.qnn_delegates}) if model.qnn_delegates \
-        else (sorted(model.methods) if model.backend == "qnn" else [])
-    have = {"qnn": (model.backend == "qnn", f"its backend: {model.backend}"),
+        else (sorted(model.methods) if uses_qnn(model.backend) else [])
+    have = {"qnn": (uses_qnn(model.backend), f"its backend: {model.backend}"),
             "two_methods": (len(qnn_methods) >= 2,
                             f"its QNN methods: {', '.join(qnn_methods) or 'none'}"),
             "multi_context": (bool(model.options.get("multi_contexts")),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from harness.compile import uses_qnn
 from harness.scenario import Scenario
 
 
@@ -35,7 +36,7 @@ def predict(scenario: Scenario) -> list[Expected]:
     for step in scenario.steps:
         ok = all([_apply(sub, loaded) for sub in step.flat])
         qnn = {m for m, methods in loaded.items()
-               if methods and scenario.models[m].backend == "qnn"}
+               if methods and uses_qnn(scenario.models[m].backend)}
         out.append(Expected({m: frozenset(v) for m, v in loaded.items()}, len(qnn), ok))
     return out
 

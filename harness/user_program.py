@@ -32,12 +32,10 @@ SOLO_MODULE = "solo"
 
 
 def backend_of(info: ProgramInfo) -> str:
-    """"qnn" when any delegate is QNN, else "xnnpack" when any is XNNPACK, else "portable"."""
-    if "QnnBackend" in info.backends:
-        return "qnn"
-    if "XnnpackBackend" in info.backends:
-        return "xnnpack"
-    return "portable"
+    """"qnn", "xnnpack", "qnn+xnnpack" (delegates of both), or "portable" (no delegate)."""
+    names = [n for backend, n in (("QnnBackend", "qnn"), ("XnnpackBackend", "xnnpack"))
+             if backend in info.backends]
+    return "+".join(names) or "portable"
 
 
 def check_soc(info: ProgramInfo, device_soc: str, target: str) -> None:

@@ -9,7 +9,8 @@ set runs; the native runner runs all of them.
 
 import pytest
 
-from harness.orderings import ModulePlan, explore, interleavings, random_interleavings
+from harness.orderings import (ModulePlan, explore, interleavings, random_interleavings,
+                               scenario_jobs)
 from harness.scenarios import first_method
 
 PYTHON_RUNNER_SAMPLE = 6
@@ -23,8 +24,9 @@ def sample(orderings, hil_session):
     return orderings
 
 
-def run_all(scenario_driver, hil_session, name, plans, orderings):
-    exploration = explore(scenario_driver.run, name, plans, sample(orderings, hil_session))
+def run_all(scenario_driver, hil_session, name, plans, orderings, jobs=1):
+    exploration = explore(scenario_driver.run, name, plans, sample(orderings, hil_session),
+                          jobs=jobs)
     assert not exploration.failures, exploration.report()
     return exploration
 
@@ -62,3 +64,41 @@ def test_random_orderings_with_unloads(compiled_model, scenario_driver, hil_sess
              ModulePlan("B", compiled_model("linear_relu"))]
     run_all(scenario_driver, hil_session, f"ord_unload{seed}", plans,
             random_interleavings(plans, 12, seed))
+
+
+def test_orderings_mixed_backend_program(compiled_model, scenario_driver, hil_session, hil_device):
+    """Two modules of one program whose method runs XNNPACK -> QNN -> XNNPACK delegates, in
+    every interleaving (up to renaming the two modules)."""
+    model = compiled_model("mixed_qnn_xnnpack")
+    plans = [ModulePlan("A", model), ModulePlan("B", model)]
+    run_all(scenario_driver, hil_session, "ord_mixed", plans,
+            interleavings(plans, symmetric=True), jobs=scenario_jobs(hil_device))
+
+
+def test_orderings_shared_weights_with_unloads(compiled_model, scenario_driver, hil_session,
+                                               hil_device):
+    """Two methods over the same weights, loaded, executed and unloaded one by one, interleaved
+    with another module's convolution: every ordering."""
+    plans = [ModulePlan("A", compiled_model("xnn_shared_weights", "fp32"), ("prefill", "decode"),
+                        unload=True),
+             ModulePlan("B", compiled_model("xnn_convs", "fp32"), ("conv_nobias",),
+                        load_method=False)]
+    run_all(scenario_driver, hil_session, "ord_shared_weights", plans, interleavings(plans),
+            jobs=scenario_jobs(hil_device))
+
+
+@pytest.mark.parametrize("program", ["xnn_convs", "linear_relu"])
+def test_three_modules_exhaustive(compiled_model, scenario_driver, hil_session, hil_device, program):
+    """Three modules of one program, every ordering up to renaming them (6x fewer runs):
+    load / load-method / execute / destroy for the XNNPACK convolution (5775 orderings), and
+    for the QNN program load / execute (implicit method load) / destroy (280)."""
+    if program == "xnn_convs":
+        model = compiled_model(program, "fp32")
+        plans = [ModulePlan(m, model, ("conv_nobias",)) for m in "ABC"]
+    else:
+        model = compiled_model(program)
+        plans = [ModulePlan(m, model, load_method=False) for m in "ABC"]
+    orderings = list(interleavings(plans, symmetric=True))
+    assert len(orderings) == {"xnn_convs": 5775, "linear_relu": 280}[program]
+    run_all(scenario_driver, hil_session, f"ord_three_{program}", plans, orderings,
+            jobs=scenario_jobs(hil_device))
