@@ -1,6 +1,8 @@
 """Command line: `python -m harness <command>`.
 
-  build-runner ...   build the native lifecycle runner (host, or Android with an NDK)
+  build-runner ...   build the native lifecycle runner (--host; --arm64-linux with the
+                     aarch64-linux-gnu cross toolchain; --android with an NDK; the device
+                     targets build the QNN interposer too)
   doctor             check the QNN libraries, build the interposer and the runner, show the choice
   env                shell `export` lines for the QNN libraries the harness found, so a script of
                      yours can lower to QNN: eval "$(python -m harness env)"

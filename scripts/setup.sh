@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Installs everything the framework needs on a Debian/Ubuntu x86_64 host with Python 3.11:
-# the adb client/server (Debian package), the Python package with its pinned dependencies
-# (torch==2.13.0 CPU, executorch==1.5.1, onnxruntime-qnn==2.7.0 for the HTP simulator), and
-# warms the caches (QNN SDK layout, interposer, native runner).
+# the adb client/server, the arm64 cross toolchain and qemu-user (Debian packages: the
+# arm64-linux runner build and the loopback device's arm64 mode), the Python package with its
+# pinned dependencies (torch==2.13.0 CPU, executorch==1.5.1, onnxruntime-qnn==2.7.0 for the
+# HTP simulator), and warms the caches (QNN SDK layout, interposer, native runner).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v adb >/dev/null 2>&1; then
+packages=()
+command -v adb >/dev/null 2>&1 || packages+=(adb)
+if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v aarch64-linux-gnu-g++ >/dev/null 2>&1; then
+  packages+=(g++-aarch64-linux-gnu gcc-aarch64-linux-gnu)
+fi
+command -v qemu-aarch64 >/dev/null 2>&1 || packages+=(qemu-user)
+if [ "${#packages[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then apt_get="apt-get"; else apt_get="sudo apt-get"; fi
   $apt_get update -qq
-  DEBIAN_FRONTEND=noninteractive $apt_get install -y -qq adb >/dev/null
+  DEBIAN_FRONTEND=noninteractive $apt_get install -y -qq "${packages[@]}" >/dev/null
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e .

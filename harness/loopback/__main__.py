@@ -3,6 +3,10 @@
     python -m harness.loopback [--port N] [--sandbox DIR] [--prop key=value ...]
                                [--env KEY=VALUE ...] [--no-connect] [--adb PATH]
 
+`--prop ro.product.cpu.abi=arm64-v8a` starts it in arm64 mode: pushed aarch64 programs run
+under qemu-aarch64 (see harness/loopback/emulation.py), and the host's HTP simulator
+environment is not given (an arm64 device cannot load the x86_64 QNN libraries).
+
 Prints exactly one line, `serial: 127.0.0.1:<port>`, to stdout once the device is reachable
 (and, unless --no-connect, attached to the adb server), then serves until SIGTERM/SIGINT, after
 which it disconnects the device from adb and exits 0. Diagnostics go to stderr.
@@ -18,6 +22,7 @@ import threading
 from pathlib import Path
 
 from . import AdbCommandError, LoopbackDevice, connect, disconnect, start_server
+from .emulation import is_arm64_mode
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -39,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra environment for device shell commands (repeatable)")
     p.add_argument("--no-simulator-env", action="store_true",
                    help="do not give shell commands the HTP simulator's environment (by default "
-                        "the device runs pushed QNN programs on the host's HTP simulator)")
+                        "the device runs pushed QNN programs on the host's HTP simulator; "
+                        "never given in arm64 mode)")
     p.add_argument("--no-connect", action="store_true", help="do not `adb connect` the device")
     p.add_argument("--adb", default="adb", help="adb client binary (default: adb on PATH)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging to stderr")
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     env = {}
-    if not args.no_simulator_env:
+    if not args.no_simulator_env and not is_arm64_mode(dict(args.prop)):
         from harness.errors import HarnessError
         from harness.qnn.sdk import discover
 

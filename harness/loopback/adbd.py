@@ -26,6 +26,12 @@ Device filesystem - a deliberately narrow mapping:
   environment plus `extra_env`, and `<sandbox>/.bin` (getprop, setprop, logcat, getenforce)
   first on PATH.
 
+arm64 mode (`ro.product.cpu.abi=arm64-v8a`): the device stands in for an arm64 phone. Every
+program a shell command starts by path goes through `<sandbox>/.bin/loopback-exec`, which runs
+an aarch64 ELF under `qemu-aarch64 -L /usr/aarch64-linux-gnu` and anything else directly
+(`emulation.py`); `ro.product.cpu.abilist`/`abilist64` report arm64-v8a. The default (x86_64)
+mode runs commands exactly as written.
+
 Threads: one acceptor, one reader per connection, one per open stream (plus I/O pumps for
 shell). The adb flow control is honoured in both directions: we send the next WRTE of a stream
 only after the host's OKAY, and acknowledge a host WRTE only once the service consumed it.
@@ -44,7 +50,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable
 
-from . import protocol, shell, sync
+from . import emulation, protocol, shell, sync
 from .protocol import Message, ProtocolError, StreamClosed
 
 log = logging.getLogger(__name__)
@@ -339,6 +345,10 @@ class LoopbackDevice:
         self.sandbox = Path(sandbox).resolve()
         shell.check_sandbox_path(self.sandbox)
         self.properties: dict[str, str] = {**DEFAULT_PROPERTIES, **(properties or {})}
+        self.arm64 = emulation.is_arm64_mode(self.properties)
+        if self.arm64:
+            self.properties = emulation.arm64_properties(self.properties)
+        self._launcher: str | None = None
         self.extra_env = dict(extra_env or {})
         self.stopping = False
         self._listener: socket.socket | None = None
@@ -358,6 +368,12 @@ class LoopbackDevice:
         for sub in ("data/local/tmp", "data/tombstones", "sdcard"):
             (self.sandbox / sub).mkdir(parents=True, exist_ok=True)
         shell.install_tools(self.sandbox, self.properties)
+        if self.arm64:
+            qemu = emulation.find_qemu()
+            if qemu is None:
+                log.warning("arm64 mode without qemu-aarch64: pushed aarch64 programs will "
+                            "fail to start (apt-get install qemu-user)")
+            self._launcher = str(emulation.install_launcher(self.sandbox, qemu))
         self._env = shell.build_env(self.sandbox, self.extra_env)
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
@@ -472,6 +488,7 @@ class LoopbackDevice:
         request = shell.parse_service(service)
         if request is not None:
             return lambda stream: shell.run_shell(
-                stream, request, sandbox=self.sandbox, env=self._env, registry=self._processes
+                stream, request, sandbox=self.sandbox, env=self._env, registry=self._processes,
+                launcher=self._launcher,
             )
         return None

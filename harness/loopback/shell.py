@@ -32,6 +32,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .emulation import wrap_programs
 from .protocol import StreamClosed, StreamLike
 from .sync import MAPPED_ROOTS
 
@@ -273,9 +274,15 @@ def run_shell(
     sandbox: Path,
     env: dict[str, str],
     registry: ProcessRegistry,
+    launcher: str | None = None,
 ) -> None:
-    """Run one shell request to completion, relaying I/O over `stream`, then close it."""
+    """Run one shell request to completion, relaying I/O over `stream`, then close it.
+
+    `launcher` (arm64 mode, see emulation.py): put before every program the command starts by
+    path, so pushed aarch64 programs run under qemu-aarch64."""
     command = rewrite_command(sandbox, request.command)
+    if launcher:
+        command = wrap_programs(command, launcher)
     argv = ["/bin/sh", "-c", command] if command.strip() else ["/bin/sh"]
     if request.term:
         env = {**env, "TERM": request.term}

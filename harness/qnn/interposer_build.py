@@ -18,10 +18,12 @@ SOURCE = Path(__file__).with_name("interposer.c")
 LIB_NAME = "libQnnHtp.so"
 
 
-def interposer_command(output: Path, compiler: str = "gcc") -> list[str]:
-    """The compile line; also used to cross-build with an NDK clang (`compiler=`)."""
+def interposer_command(output: Path, compiler: str = "gcc", android: bool = False) -> list[str]:
+    """The compile line; also used to cross-build (`compiler=`: aarch64-linux-gnu-gcc, or an
+    NDK clang with `android=True`: bionic has no separate libpthread, `-lpthread` fails there)."""
+    libs = ["-ldl"] if android else ["-ldl", "-lpthread"]
     return [compiler, "-O2", "-Wall", "-shared", "-fPIC", "-Wl,-z,nodelete",
-            "-o", str(output), str(SOURCE), "-ldl", "-lpthread"]
+            "-o", str(output), str(SOURCE), *libs]
 
 
 def build_interposer(force: bool = False) -> Path:

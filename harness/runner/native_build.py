@@ -1,18 +1,33 @@
-"""Build the native lifecycle runner (``harness/runner/native``).
+"""Build the native lifecycle runner (``harness/runner/native``) and, for the
+device targets, the QNN interposer (``harness/qnn/interposer.c``) with it.
 
-The host build compiles against the installed ``executorch`` wheel (its CMake
-package, headers and shared libraries) with the cmake and ninja from PyPI, and
-is cached per (runner sources, executorch version, compiler), so the HIL suite
-and every pytest-xdist worker share one binary. The Android build
-cross-compiles the same sources with the NDK against an ExecuTorch install
-prefix built for arm64-v8a.
+Three targets, one CMake command builder (:func:`_cmake_commands`); they
+differ only in their extra cmake arguments:
+
+* host: against the installed ``executorch`` wheel (its CMake package, headers
+  and shared libraries) with the cmake and ninja from PyPI, cached per (runner
+  sources, executorch version, compiler), so the HIL suite and every
+  pytest-xdist worker share one binary. The host interposer is built by
+  :mod:`harness.qnn.interposer_build` on first use.
+* arm64-linux: cross-compiled with Debian's ``aarch64-linux-gnu-g++`` and a
+  generated CMake toolchain file against the executorch ``manylinux_2_28_aarch64``
+  wheel of the installed version (downloaded with ``pip download`` and unpacked
+  under the harness cache). That wheel has no QNN backend, so this runner
+  registers XnnpackBackend and OpenvinoBackend, not QnnBackend. Cached like the
+  host build; the build directory holds ``harness-runner`` and ``libQnnHtp.so``
+  (the interposer, cross-built with ``aarch64-linux-gnu-gcc``). It runs under
+  ``qemu-aarch64 -L /usr/aarch64-linux-gnu`` (the loopback device's arm64 mode).
+* android: the NDK's toolchain file against an ExecuTorch install prefix built
+  for arm64-v8a; the interposer is compiled with the NDK's clang, and the
+  prefix's shared libraries are copied to ``<build-dir>/lib``.
 
 CLI (wired as ``python -m harness build-runner``)::
 
-    build-runner --host [--force] [--cache-dir DIR]
+    build-runner --host [--force] [--cache-dir DIR]       prints the binary
+    build-runner --arm64-linux [--force] [--cache-dir DIR] prints the build dir
     build-runner --android --ndk <ndk> --executorch-prefix <prefix>
-                 [--platform 30] [--build-dir DIR]
-    build-runner (--host | --android ...) --print-commands
+                 [--platform 30] [--build-dir DIR]         prints the build dir
+    build-runner (--host | --arm64-linux | --android ...) --print-commands
 """
 
 from __future__ import annotations
@@ -36,11 +51,24 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = [
+    "ARM64_LINUX",
+    "COMPONENTS_FILE",
+    "INTERPOSER_NAME",
     "RUNNER_NAME",
     "RunnerBuildError",
+    "aarch64_executorch_dir",
     "android_build_commands",
+    "android_interposer_command",
+    "arm64_linux_available",
+    "arm64_linux_build_commands",
+    "arm64_linux_build_dir",
+    "arm64_linux_interposer_command",
+    "arm64_linux_toolchain_text",
     "build_android_runner",
+    "build_arm64_linux",
     "build_host_runner",
+    "build_backends",
+    "build_components",
     "default_cache_root",
     "executorch_package_dir",
     "host_build_commands",
@@ -51,6 +79,30 @@ __all__ = [
 
 RUNNER_NAME = "harness-runner"
 """File name of the runner executable inside a build directory."""
+
+INTERPOSER_NAME = "libQnnHtp.so"
+"""File name of the QNN interposer inside a device build directory."""
+
+COMPONENTS_FILE = "harness-runner-components.txt"
+"""Written by the runner's CMake configure: the ExecuTorch components linked."""
+
+ARM64_LINUX = "arm64-linux"
+CROSS_TRIPLE = "aarch64-linux-gnu"
+CROSS_SYSROOT = Path("/usr") / CROSS_TRIPLE
+"""Debian's cross sysroot (libc6-arm64-cross); qemu-aarch64 -L takes it."""
+AARCH64_WHEEL_PLATFORM = "manylinux_2_28_aarch64"
+CROSS_PACKAGES = "g++-aarch64-linux-gnu gcc-aarch64-linux-gnu qemu-user"
+"""Debian packages for the arm64-linux build (and running it under qemu)."""
+
+# The backend each linked component registers (the name `--list-backends` prints).
+COMPONENT_BACKENDS = {
+    "backend_qnn": "QnnBackend",
+    "backend_xnnpack": "XnnpackBackend",
+    "backend_openvino": "OpenvinoBackend",
+}
+
+# Parts of the aarch64 wheel a C++ build needs: the CMake package, headers, libraries.
+_WHEEL_PARTS = ("executorch/lib/", "executorch/include/", "executorch/share/")
 
 MIN_CMAKE = (3, 28)
 """The wheel's imported CMake targets are only defined from CMake 3.28 on."""
@@ -236,6 +288,74 @@ def _cmake_commands(build_dir: Path, source_dir: Path | None, extra: list[str]) 
     return [configure, [cmake, "--build", build, "--config", "Release"]]
 
 
+def _cross_tool(name: str) -> Path | None:
+    found = shutil.which(f"{CROSS_TRIPLE}-{name}")
+    return Path(found) if found else None
+
+
+def arm64_linux_toolchain_text(
+    executorch_prefix: Path, cc: str | None = None, cxx: str | None = None
+) -> str:
+    """The CMake toolchain file of the arm64-linux build: Debian's aarch64-linux-gnu
+    compilers, libraries and headers from the cross sysroot, packages from the sysroot or
+    the host (the unpacked aarch64 wheel is a host path)."""
+    cc = cc or _tool_or_name(_cross_tool("gcc"), f"{CROSS_TRIPLE}-gcc")
+    cxx = cxx or _tool_or_name(_cross_tool("g++"), f"{CROSS_TRIPLE}-g++")
+    return "\n".join([
+        "# Generated by harness/runner/native_build.py (arm64-linux target).",
+        "set(CMAKE_SYSTEM_NAME Linux)",
+        "set(CMAKE_SYSTEM_PROCESSOR aarch64)",
+        f'set(CMAKE_C_COMPILER "{cc}")',
+        f'set(CMAKE_CXX_COMPILER "{cxx}")',
+        f'set(CMAKE_FIND_ROOT_PATH "{CROSS_SYSROOT}")',
+        "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)",
+        f'set(CMAKE_PREFIX_PATH "{Path(executorch_prefix)}")',
+        "",
+    ])
+
+
+def arm64_linux_build_commands(
+    build_dir: Path,
+    toolchain_file: Path,
+    executorch_prefix: Path,
+    source_dir: Path | None = None,
+) -> list[list[str]]:
+    """Configure and build command lines for the arm64-linux runner: the host's, plus the
+    generated toolchain file, against the unpacked aarch64 wheel."""
+    return _cmake_commands(build_dir, source_dir, [
+        f"-DCMAKE_TOOLCHAIN_FILE={Path(toolchain_file)}",
+        f"-DCMAKE_PREFIX_PATH={Path(executorch_prefix)}",
+    ])
+
+
+def arm64_linux_interposer_command(output: Path) -> list[str]:
+    """The QNN interposer's compile line with the aarch64-linux-gnu gcc."""
+    from harness.qnn.interposer_build import interposer_command
+
+    return interposer_command(output, _tool_or_name(_cross_tool("gcc"), f"{CROSS_TRIPLE}-gcc"))
+
+
+def _ndk_host_tag() -> str:
+    system = _platform.system().lower()
+    return f"{'darwin' if system == 'darwin' else 'linux'}-x86_64"
+
+
+def ndk_clang(ndk: Path, platform: int = 30) -> Path:
+    """The NDK's clang driver for arm64-v8a at API level `platform`."""
+    return (Path(ndk) / "toolchains" / "llvm" / "prebuilt" / _ndk_host_tag() / "bin"
+            / f"aarch64-linux-android{int(platform)}-clang")
+
+
+def android_interposer_command(output: Path, ndk: Path, platform: int = 30) -> list[str]:
+    """The QNN interposer's compile line with the NDK's clang (no -lpthread on bionic)."""
+    from harness.qnn.interposer_build import interposer_command
+
+    return interposer_command(output, str(ndk_clang(ndk, platform)), android=True)
+
+
 # -------------------------------------------------------------- availability
 
 
@@ -253,24 +373,51 @@ def host_runner_available() -> tuple[bool, str]:
             f"the executorch package at {pkg} ships no libexecutorch.so, so a C++ "
             "runner has nothing to link (install the Linux executorch wheel)"
         )
-    cmake = _find_cmake()
-    if cmake is None:
-        return False, "cmake not found: pip install 'cmake>=3.28'"
-    version = _cmake_version(str(cmake))
-    if version is None or version < MIN_CMAKE:
-        shown = ".".join(map(str, version)) if version else "unknown"
-        return False, (
-            f"cmake at {cmake} is version {shown}; the executorch CMake package needs "
-            ">= 3.28: pip install 'cmake>=3.28' (into the Python running the harness)"
-        )
-    if _find_ninja() is None:
-        return False, "ninja not found: pip install ninja"
+    problem = _cmake_ninja_problem()
+    if problem:
+        return False, problem
     if _find_cxx() is None:
         return False, (
             "no C++ compiler found: install g++ or clang (e.g. apt-get install g++) "
             "or set CXX"
         )
     return True, ""
+
+
+def _cmake_ninja_problem() -> str:
+    """"" when a new enough cmake and a ninja are there, else what to install."""
+    cmake = _find_cmake()
+    if cmake is None:
+        return "cmake not found: pip install 'cmake>=3.28'"
+    version = _cmake_version(str(cmake))
+    if version is None or version < MIN_CMAKE:
+        shown = ".".join(map(str, version)) if version else "unknown"
+        return (
+            f"cmake at {cmake} is version {shown}; the executorch CMake package needs "
+            ">= 3.28: pip install 'cmake>=3.28' (into the Python running the harness)"
+        )
+    if _find_ninja() is None:
+        return "ninja not found: pip install ninja"
+    return ""
+
+
+def arm64_linux_available() -> tuple[bool, str]:
+    """Whether an arm64-linux build is possible here (cross compilers, cmake, ninja, an
+    installed executorch whose version names the aarch64 wheel), and if not, why."""
+    if _executorch_version() == "unknown":
+        return False, (
+            "executorch is not installed, so there is no version to fetch the aarch64 wheel "
+            "of: pip install executorch"
+        )
+    missing = [f"{CROSS_TRIPLE}-{t}" for t in ("gcc", "g++") if _cross_tool(t) is None]
+    if missing:
+        return False, (
+            f"the arm64 cross toolchain is not installed ({', '.join(missing)} not found): "
+            f"apt-get install {CROSS_PACKAGES} (scripts/setup.sh does it when run as root "
+            "or with sudo)"
+        )
+    problem = _cmake_ninja_problem()
+    return (False, problem) if problem else (True, "")
 
 
 # ------------------------------------------------------------------- running
@@ -396,6 +543,186 @@ def build_host_runner(cache_dir: Path | None = None, force: bool = False) -> Pat
     return binary
 
 
+# -------------------------------------------------------------- arm64-linux
+
+
+def _python_tag() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def aarch64_wheel_download_command(dest: Path, version: str | None = None) -> list[str]:
+    """``pip download`` of the executorch aarch64 wheel of the installed version into `dest`."""
+    version = version or _executorch_version()
+    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--platform", AARCH64_WHEEL_PLATFORM, "--python-version", _python_tag(),
+            f"executorch=={version}", "-d", str(dest), "--disable-pip-version-check"]
+
+
+def _aarch64_paths(version: str) -> tuple[Path, Path]:
+    """(download directory, unpack root) of the aarch64 wheel of `version`."""
+    from harness.cache import cache_root
+
+    root = cache_root()
+    return (root / "wheels" / AARCH64_WHEEL_PLATFORM,
+            root / "executorch-aarch64" / f"{version}-cp{_python_tag().replace('.', '')}")
+
+
+def aarch64_executorch_dir(version: str | None = None, download: bool = True) -> Path:
+    """The ``executorch`` directory of the unpacked aarch64 wheel (its CMake package, headers
+    and ``lib/``), fetched with pip and unpacked under the harness cache on first use.
+
+    With ``download=False`` only the path is returned (it may not exist yet). Raises
+    RunnerBuildError when pip cannot get the wheel."""
+    import zipfile
+
+    from harness.cache import file_lock
+
+    version = version or _executorch_version()
+    if version == "unknown":
+        raise RunnerBuildError("executorch is not installed: pip install executorch")
+    wheels, root = _aarch64_paths(version)
+    package = root / "executorch"
+    marker = root / "unpacked.ok"
+    if not download or marker.is_file():
+        return package
+    with file_lock(root.parent / f"{root.name}.lock"):
+        if marker.is_file():
+            return package
+        pattern = f"executorch-{version}-*-{AARCH64_WHEEL_PLATFORM}.whl"
+        found = sorted(wheels.glob(pattern))
+        if not found:
+            wheels.mkdir(parents=True, exist_ok=True)
+            cmd = aarch64_wheel_download_command(wheels, version)
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise RunnerBuildError(f"cannot run pip to fetch the aarch64 wheel: {exc}") from exc
+            found = sorted(wheels.glob(pattern))
+            if proc.returncode != 0 or not found:
+                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+                raise RunnerBuildError(
+                    f"fetching the executorch {version} {AARCH64_WHEEL_PLATFORM} wheel failed "
+                    f"(exit {proc.returncode}) running: {shlex.join(cmd)}\n{tail}\n"
+                    f"(without network access, put the wheel into {wheels} by hand)"
+                )
+        wheel = found[-1]
+        tmp = root.with_name(root.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                members = [n for n in archive.namelist() if n.startswith(_WHEEL_PARTS)]
+                archive.extractall(tmp, members)
+        except (OSError, zipfile.BadZipFile) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RunnerBuildError(
+                f"cannot unpack {wheel}: {exc} (delete it to download it again)") from exc
+        if not (tmp / "executorch" / "share" / "cmake" / "executorch-config.cmake").is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RunnerBuildError(f"{wheel} ships no CMake package (share/cmake)")
+        shutil.rmtree(root, ignore_errors=True)
+        tmp.rename(root)
+        marker.write_text(f"wheel={wheel.name}\n")
+    return package
+
+
+def _arm64_build_key(src: Path) -> str:
+    """Hash of the runner sources, the interposer source, the executorch version (which names
+    the aarch64 wheel), the cross compilers and the toolchain file's shape."""
+    from harness.qnn.interposer_build import SOURCE as interposer_source
+
+    h = hashlib.sha256(_sources_digest(src).encode())
+    h.update(interposer_source.read_bytes())
+    h.update(f"executorch={_executorch_version()}:{AARCH64_WHEEL_PLATFORM}:{_python_tag()}".encode())
+    for tool in ("gcc", "g++"):
+        found = _cross_tool(tool)
+        if found is not None:
+            real = found.resolve()
+            with contextlib.suppress(OSError):
+                st = real.stat()
+                h.update(f"{tool}={real}:{st.st_size}:{st.st_mtime_ns}".encode())
+    h.update(arm64_linux_toolchain_text(Path("<prefix>"), "<cc>", "<cxx>").encode())
+    h.update(f"cxxflags={os.environ.get('CXXFLAGS', '')}".encode())
+    return h.hexdigest()[:16]
+
+
+def arm64_linux_build_dir(cache_dir: Path | None = None) -> Path:
+    """Where :func:`build_arm64_linux` puts (or finds) the two binaries."""
+    root = Path(cache_dir) if cache_dir is not None else default_cache_root()
+    return root / ARM64_LINUX / _arm64_build_key(runner_source_dir()) / "build"
+
+
+def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Path:
+    """Cross-builds the runner and the QNN interposer for arm64 Linux once and returns the
+    build directory holding ``harness-runner`` and ``libQnnHtp.so``.
+
+    Cached under ``<cache_dir>/arm64-linux/<hash>/`` (default :func:`default_cache_root`)
+    like the host build, and safe from several processes at once. The aarch64 wheel is
+    fetched and unpacked on first use (:func:`aarch64_executorch_dir`). Raises
+    RunnerBuildError when the cross toolchain is missing or a step fails."""
+    src = runner_source_dir()
+    build_dir = arm64_linux_build_dir(cache_dir)
+    entry = build_dir.parent
+    marker = entry / "build.ok"
+    binary, interposer = build_dir / RUNNER_NAME, build_dir / INTERPOSER_NAME
+
+    def cached() -> bool:
+        return not force and marker.is_file() and binary.is_file() and interposer.is_file()
+
+    if cached():
+        return build_dir
+    ok, why = arm64_linux_available()
+    if not ok:
+        raise RunnerBuildError(f"cannot build the arm64-linux runner: {why}")
+    with _file_lock(entry.parent / f"{entry.name}.lock"):
+        if cached():
+            return build_dir
+        marker.unlink(missing_ok=True)
+        if force and build_dir.exists():
+            shutil.rmtree(build_dir)
+        started = time.monotonic()
+        prefix = aarch64_executorch_dir()
+        toolchain = entry / f"{CROSS_TRIPLE}.toolchain.cmake"
+        entry.mkdir(parents=True, exist_ok=True)
+        toolchain.write_text(arm64_linux_toolchain_text(prefix))
+        log = entry / "build.log"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        _run_commands(
+            [*arm64_linux_build_commands(build_dir, toolchain, prefix, src),
+             arm64_linux_interposer_command(interposer)],
+            log,
+            "arm64-linux build (runner and QNN interposer)",
+        )
+        for out in (binary, interposer):
+            if not out.is_file():
+                raise RunnerBuildError(
+                    f"arm64-linux build finished without producing {out}\n"
+                    f"build log: {log}\n--- last lines ---\n{_log_tail(log)}"
+                )
+        marker.write_text(
+            f"executorch={_executorch_version()}\nwheel={prefix}\n"
+            f"seconds={time.monotonic() - started:.1f}\n"
+        )
+    return build_dir
+
+
+def build_components(build_dir: Path) -> tuple[str, ...]:
+    """The ExecuTorch components the runner in `build_dir` links (from its configure)."""
+    try:
+        text = (Path(build_dir) / COMPONENTS_FILE).read_text()
+    except OSError:
+        return ()
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+def build_backends(build_dir: Path) -> tuple[str, ...]:
+    """The backends the runner in `build_dir` registers, from what its configure linked."""
+    return tuple(COMPONENT_BACKENDS[c] for c in build_components(build_dir)
+                 if c in COMPONENT_BACKENDS)
+
+
+# ------------------------------------------------------------------ android
+
+
 def build_android_runner(
     build_dir: Path, ndk: Path, executorch_prefix: Path, platform: int = 30
 ) -> Path:
@@ -431,19 +758,36 @@ def build_android_runner(
         raise RunnerBuildError("cmake not found: pip install 'cmake>=3.28'")
     if _find_ninja() is None:
         raise RunnerBuildError("ninja not found: pip install ninja")
+    clang = ndk_clang(ndk, platform)
+    if not clang.is_file():
+        raise RunnerBuildError(
+            f"the NDK at {ndk} has no {clang.name} (looked for {clang}): pass an NDK (r23 or "
+            f"newer) that supports API level {platform} with --ndk, or another --platform"
+        )
     build_dir = Path(build_dir)
     log = build_dir / "build.log"
+    interposer = build_dir / INTERPOSER_NAME
     _run_commands(
-        android_build_commands(build_dir, ndk, prefix, platform),
+        [*android_build_commands(build_dir, ndk, prefix, platform),
+         android_interposer_command(interposer, ndk, platform)],
         log,
-        "native runner Android build",
+        "Android build (runner and QNN interposer)",
     )
     binary = build_dir / RUNNER_NAME
-    if not binary.is_file():
-        raise RunnerBuildError(
-            f"native runner Android build finished without producing {binary}\n"
-            f"build log: {log}\n--- last lines ---\n{_log_tail(log)}"
-        )
+    for out in (binary, interposer):
+        if not out.is_file():
+            raise RunnerBuildError(
+                f"Android build finished without producing {out}\n"
+                f"build log: {log}\n--- last lines ---\n{_log_tail(log)}"
+            )
+    # The runner's RUNPATH is $ORIGIN: shared ExecuTorch libraries (e.g.
+    # libqnn_executorch_backend.so) go to the device next to it, from here.
+    libs = [p for p in sorted((prefix / "lib").glob("*.so*")) if p.is_file()]
+    if libs:
+        lib_dir = build_dir / "lib"
+        lib_dir.mkdir(exist_ok=True)
+        for lib in libs:
+            shutil.copy2(lib, lib_dir / lib.name)
     return binary
 
 
@@ -457,7 +801,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     target = p.add_mutually_exclusive_group()
     target.add_argument("--host", action="store_true", help="build for this machine (default)")
-    target.add_argument("--android", action="store_true", help="cross-compile for arm64-v8a Android")
+    target.add_argument("--android", action="store_true",
+                        help="cross-compile the runner and the QNN interposer for arm64-v8a "
+                             "Android (prints the build directory)")
+    target.add_argument("--arm64-linux", action="store_true",
+                        help="cross-compile the runner and the QNN interposer for arm64 Linux "
+                             "against the executorch aarch64 wheel (prints the build directory)")
     p.add_argument("--ndk", type=Path, default=None, help="Android NDK root (default: $ANDROID_NDK)")
     p.add_argument(
         "--executorch-prefix",
@@ -467,8 +816,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--platform", type=int, default=30, help="Android API level (default 30)")
     p.add_argument("--build-dir", type=Path, default=None, help="build directory")
-    p.add_argument("--cache-dir", type=Path, default=None, help="host build cache root")
-    p.add_argument("--force", action="store_true", help="rebuild the host runner even if cached")
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="build cache root (host and arm64-linux)")
+    p.add_argument("--force", action="store_true",
+                   help="rebuild the host or arm64-linux build even if cached")
     p.add_argument(
         "--print-commands",
         action="store_true",
@@ -481,6 +832,46 @@ def _default_android_build_dir() -> Path:
     return default_cache_root() / "android-arm64-v8a"
 
 
+def arm64_linux_script(cache_dir: Path | None = None, build_dir: Path | None = None) -> list[str]:
+    """The arm64-linux build as shell lines (what --print-commands shows): fetch and unpack
+    the aarch64 wheel, write the toolchain file, configure, build, compile the interposer."""
+    version = _executorch_version()
+    wheels, _ = _aarch64_paths(version)
+    prefix = aarch64_executorch_dir(version, download=False)
+    build_dir = Path(build_dir) if build_dir is not None else arm64_linux_build_dir(cache_dir)
+    toolchain = build_dir.parent / f"{CROSS_TRIPLE}.toolchain.cmake"
+    tag = "cp" + _python_tag().replace(".", "")
+    wheel = wheels / f"executorch-{version}-{tag}-{tag}-{AARCH64_WHEEL_PLATFORM}.whl"
+    lines = [
+        shlex.join(aarch64_wheel_download_command(wheels, version)),
+        shlex.join([sys.executable, "-m", "zipfile", "-e", str(wheel), str(prefix.parent)]),
+        f"mkdir -p {shlex.quote(str(build_dir))}",
+        f"cat > {shlex.quote(str(toolchain))} <<'EOF'\n"
+        f"{arm64_linux_toolchain_text(prefix)}EOF",
+    ]
+    lines += [shlex.join(c) for c in arm64_linux_build_commands(build_dir, toolchain, prefix)]
+    lines.append(shlex.join(arm64_linux_interposer_command(build_dir / INTERPOSER_NAME)))
+    return lines
+
+
+def _main_arm64_linux(args: argparse.Namespace) -> int:
+    if args.print_commands:
+        for line in arm64_linux_script(args.cache_dir, args.build_dir):
+            print(line)
+        return 0
+    if args.build_dir is not None:
+        print("build-runner: --arm64-linux builds into the cache (--cache-dir), not --build-dir; "
+              "use --print-commands for a build elsewhere", file=sys.stderr)
+        return 2
+    try:
+        build_dir = build_arm64_linux(args.cache_dir, force=args.force)
+    except RunnerBuildError as exc:
+        print(f"build-runner: {exc}", file=sys.stderr)
+        return 1
+    print(build_dir)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness build-runner``: builds (or prints how to build) the
     runner. Returns 0 on success, 1 when the build is impossible or fails,
@@ -490,18 +881,23 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0)
 
+    if args.arm64_linux:
+        return _main_arm64_linux(args)
     if args.android:
         ndk = args.ndk or (
             Path(os.environ["ANDROID_NDK"]) if os.environ.get("ANDROID_NDK") else None
         )
         build_dir = args.build_dir or _default_android_build_dir()
         if args.print_commands:
+            shown_ndk = ndk if ndk is not None else Path("<ndk>")
             cmds = android_build_commands(
                 build_dir,
-                ndk if ndk is not None else Path("<ndk>"),
+                shown_ndk,
                 args.executorch_prefix or Path("<executorch-prefix>"),
                 args.platform,
             )
+            cmds.append(android_interposer_command(
+                Path(build_dir) / INTERPOSER_NAME, shown_ndk, args.platform))
             for cmd in cmds:
                 print(shlex.join(cmd))
             return 0
@@ -524,7 +920,8 @@ def main(argv: list[str] | None = None) -> int:
         except RunnerBuildError as exc:
             print(f"build-runner: {exc}", file=sys.stderr)
             return 1
-        print(binary)
+        # The directory: runner, interposer and lib/ (EXECUTORCH_HIL_ANDROID_BUILD takes it).
+        print(binary.parent)
         return 0
 
     if args.print_commands:

@@ -2,6 +2,9 @@
 
 The native runner starts in about 0.1 s where a Python process spends over a second importing,
 and every scenario is a fresh process, so native is the default wherever it can be built.
+
+`device_build(abi)` is the one place that decides which build a device of an ABI gets (the
+runner, the QNN interposer and the libraries to push with them); see its docstring.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.errors import HarnessError
+from harness.errors import DeviceError, HarnessError
 
 RUNNERS = ("auto", "native", "python")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -57,3 +60,118 @@ def choose_runner(requested: str) -> RunnerChoice:
             raise HarnessError(f"--runner=native: {exc}") from exc
         first = str(exc).splitlines()[0]
         return RunnerChoice("python", None, f"native runner build failed ({first}); using the Python runner")
+
+
+# --------------------------------------------------------------------------- device builds
+
+ANDROID_BUILD_ENV = "EXECUTORCH_HIL_ANDROID_BUILD"
+"""A directory printed by `python -m harness build-runner --android`: the runner, the
+interposer, and lib/ with the ExecuTorch shared libraries."""
+
+ARM64_ABIS = ("arm64-v8a", "aarch64")  # Android's name, and Linux's (uname -m)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceBuild:
+    """What a device of one ABI runs: push `runner`, `interposer` (as libQnnHtp.so, ahead of
+    the real one on the library path) and every shared library in `lib_dirs`."""
+
+    abi: str
+    runner: Path
+    interposer: Path | None  # the QNN interposer built for this ABI; None when there is none
+    lib_dirs: tuple[Path, ...]  # directories whose .so files the runner needs on the device
+    backends: tuple[str, ...]  # what this runtime registers (`harness-runner --list-backends`)
+    kind: str  # "host", "arm64-linux" or "android"
+
+    def libraries(self) -> tuple[Path, ...]:
+        """The shared libraries to push next to the runner (every .so in `lib_dirs`)."""
+        found: dict[str, Path] = {}
+        for directory in self.lib_dirs:
+            for path in sorted(directory.glob("*.so*")):
+                if path.is_file() and path.name not in found:
+                    found[path.name] = path
+        return tuple(found.values())
+
+    def has_backend(self, name: str) -> bool:
+        return name in self.backends
+
+
+def device_build(abi: str) -> DeviceBuild:
+    """The build for a device of ABI `abi` (its `ro.product.cpu.abi`), built on first use.
+
+    - "x86_64": the host build (`choose_runner("native")`), with the host interposer. It finds
+      the executorch wheel's libraries by its RUNPATH, so no libraries are pushed (x86_64 adb
+      devices are stand-ins on this host: the loopback device).
+    - "arm64-v8a" (or "aarch64"):
+        1. `$EXECUTORCH_HIL_ANDROID_BUILD` set: the Android build in that directory (made by
+           `build-runner --android`), kind "android";
+        2. else, with the aarch64-linux-gnu cross toolchain installed: the arm64-linux build
+           (`build-runner --arm64-linux`, cached), kind "arm64-linux". It is a glibc program
+           without QNN: for the loopback device's arm64 mode (qemu) and arm64 Linux machines,
+           not for an Android phone;
+        3. else a DeviceError saying how to get either.
+    - anything else: DeviceError.
+    A failed build is a DeviceError carrying the build's message.
+    """
+    from harness.runner import native_build
+
+    if abi == "x86_64":
+        choice = choose_runner("native")
+        if choice.binary is None:
+            raise DeviceError(f"no native host runner for an x86_64 device ({choice.notice})")
+        from harness.qnn.interposer_build import build_interposer
+
+        return DeviceBuild(abi, choice.binary, build_interposer(), (),
+                           _backends(native_build, choice.binary.parent), "host")
+    if abi not in ARM64_ABIS:
+        raise DeviceError(f"no runner build for a device of ABI {abi!r}: the harness builds "
+                          "for x86_64 (host) and arm64-v8a (Android or arm64-linux)")
+    directory = os.environ.get(ANDROID_BUILD_ENV)
+    if directory:
+        return _android_build(abi, Path(directory).expanduser(), native_build)
+    ok, why = native_build.arm64_linux_available()
+    if not ok:
+        raise DeviceError(
+            f"a device of ABI {abi} needs an arm64 runner and none is available: {why}. "
+            "For an Android phone build one with `python -m harness build-runner --android "
+            "--ndk <ndk> --executorch-prefix <arm64-v8a ExecuTorch install prefix>` and set "
+            f"{ANDROID_BUILD_ENV} to the directory it prints; for the loopback device's arm64 "
+            f"mode install the cross toolchain (apt-get install {native_build.CROSS_PACKAGES}) "
+            "and the arm64-linux build is made on first use")
+    try:
+        build_dir = native_build.build_arm64_linux()
+        lib_dir = native_build.aarch64_executorch_dir() / "lib"
+    except native_build.RunnerBuildError as exc:
+        raise DeviceError(f"the arm64-linux build for a device of ABI {abi} failed: {exc}") from exc
+    return DeviceBuild(abi, build_dir / native_build.RUNNER_NAME,
+                       build_dir / native_build.INTERPOSER_NAME, (lib_dir,),
+                       _backends(native_build, build_dir), "arm64-linux")
+
+
+def _android_build(abi: str, directory: Path, native_build) -> DeviceBuild:
+    runner = directory / native_build.RUNNER_NAME
+    if not runner.is_file():
+        raise DeviceError(
+            f"{ANDROID_BUILD_ENV}={directory} holds no {native_build.RUNNER_NAME}: set it to the "
+            "directory `python -m harness build-runner --android ...` prints")
+    interposer = directory / native_build.INTERPOSER_NAME
+    lib_dir = directory / "lib"
+    return DeviceBuild(abi, runner, interposer if interposer.is_file() else None,
+                       (lib_dir,) if lib_dir.is_dir() else (),
+                       native_build.build_backends(directory), "android")
+
+
+def _backends(native_build, build_dir: Path) -> tuple[str, ...]:
+    """From the build's configure (harness-runner-components.txt); a build older than that
+    file is asked with --list-backends (it runs on this host)."""
+    found = native_build.build_backends(build_dir)
+    if found or (build_dir / native_build.COMPONENTS_FILE).is_file():
+        return found
+    import subprocess
+
+    try:
+        out = subprocess.run([str(build_dir / native_build.RUNNER_NAME), "--list-backends"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(out.stdout.split()) if out.returncode == 0 else ()

@@ -38,6 +38,7 @@ FILE_KIND = {
     "test_adb_device.py": "adb",
     "test_loopback.py": "adb",
     "test_device_phases.py": "adb",
+    "test_adb_robustness.py": "adb",
 }
 
 
