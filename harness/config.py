@@ -133,6 +133,53 @@ def soc_config(soc: str, config_dir: Path = CONFIG_DIR) -> SocConfig:
     return load_soc(path)
 
 
+def resolve_soc_config(serial: str, reported: str, *, farm_soc: str | None = None,
+                       soc: str | None = None, device_config: Path | None = None,
+                       reported_from: str = "the device",
+                       config_dir: Path = CONFIG_DIR) -> tuple[SocConfig, str]:
+    """Which SoC config device `serial` runs with, and where its SoC came from.
+
+    Precedence: the farm file's `soc:` for this serial, then `--soc`, then what the device
+    reports (`reported`, found through `reported_from`). `--device-config FILE` replaces
+    `socs/<SOC>.yaml`: it must be for the chosen SoC (or names it when nothing else does),
+    because compiling for one SoC while pushing another's HTP libraries fails only on the
+    phone. An unknown SoC is one ConfigError listing the known SoCs and how to add one."""
+    chosen, source = next(((value, where) for value, where in (
+        (farm_soc, "farm file"), (soc, "--soc"), (reported, reported_from)) if value), (None, ""))
+    if device_config is not None:
+        config = load_soc(Path(device_config))
+        if chosen is None:
+            return config, "--device-config"
+        if config.soc != chosen:
+            raise ConfigError(f"device {serial}: --device-config {device_config} is the config of "
+                              f"{config.soc}, but the device's SoC is {chosen} ({source}); pass a "
+                              f"config for {chosen}, or --soc {config.soc} to run it as "
+                              f"{config.soc}")
+        return config, source
+    if chosen is None:
+        raise ConfigError(f"device {serial}: no SoC: {reported_from}. Pass --soc SOC, give the "
+                          "device a `soc:` in the farm file, or add the platform to a SoC "
+                          "config's board_platforms")
+    path = config_dir / "socs" / f"{chosen}.yaml"
+    if not path.exists():
+        raise ConfigError(unknown_soc_message(chosen, f"device {serial} ({source})", config_dir))
+    return load_soc(path), source
+
+
+def unknown_soc_message(soc: str, who: str, config_dir: Path = CONFIG_DIR) -> str:
+    """What to do about a SoC without a config: the known ones, and how to add it from the
+    config of its nearest neighbour by name."""
+    known = known_socs(config_dir)
+    neighbour = max((k for k in known if k < soc), default=known[0] if known else None)
+    copy = (f"copy a neighbour's config, e.g. `cp {config_dir / 'socs' / f'{neighbour}.yaml'} "
+            f"{soc}.yaml`, " if neighbour else "write one ")
+    return (f"{who}: SoC {soc} has no config (no {config_dir / 'socs' / f'{soc}.yaml'}). "
+            f"Known SoCs: {', '.join(known) or '(none)'}. To add it, {copy}set soc: {soc}, "
+            "htp_arch, vtcm_mb, board_platforms and memory, and put it in that directory "
+            "(`python -m harness validate-configs` checks it there) or pass it with "
+            "--device-config; or pass --soc SOC to run the device as a known SoC.")
+
+
 def soc_for_board_platform(platform: str, config_dir: Path = CONFIG_DIR) -> str | None:
     """The SoC whose config lists `platform` (an `ro.board.platform` code name such as
     "pineapple") in `board_platforms`, or None when no config does."""

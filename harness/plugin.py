@@ -385,7 +385,11 @@ def hil_device(hil_session: HilSession, pytestconfig: pytest.Config):
     try:
         device = hil_session.device
     except HarnessError as exc:
-        pytest.fail(f"HIL device unavailable: {exc}", pytrace=False)
+        unavailable = str(exc)  # failed outside the handler: one message, not two chained
+    else:
+        unavailable = ""
+    if unavailable:
+        pytest.fail(f"HIL device unavailable: {unavailable}", pytrace=False)
     problems = device.preflight()
     if problems:
         pytest.fail(f"preflight of {device.info.serial} failed:\n  " + "\n  ".join(problems),
@@ -402,10 +406,24 @@ def compiled_model(hil_session: HilSession, hil_device) -> Callable[..., Compile
     def factory(name: str, precision: str = "fp16", **options: bool) -> CompiledModel:
         """`options`: QNN compile options, e.g. multi_contexts=True, spill_fill=True."""
         try:
-            return hil_session.model(name, precision, options or None)
+            model = hil_session.model(name, precision, options or None)
         except HarnessError as exc:
             pytest.fail(str(exc), pytrace=False)
+        skip_without_backend(hil_device, model)
+        return model
     return factory
+
+
+def skip_without_backend(device, model: CompiledModel) -> None:
+    """Skip, saying so, when the device's runtime lacks a backend the model's delegates need."""
+    backends = getattr(device, "backends", None)
+    if backends is None:
+        return
+    needed = {"qnn": "QnnBackend", "xnnpack": "XnnpackBackend"}
+    missing = [needed[b] for b in model.backend.split("+") if b in needed and needed[b] not in backends]
+    if missing:
+        pytest.skip(f"device {device.info.serial}'s runtime has no {', '.join(missing)} (it "
+                    f"registers {', '.join(backends) or 'none'}): {model.name} needs it")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -432,6 +450,7 @@ def hil_program(request: pytest.FixtureRequest, hil_session: HilSession, hil_dev
             model = hil_session.model(param.name, param.precision, dict(param.options) or None)
     except HarnessError as exc:
         pytest.fail(str(exc), pytrace=False)
+    skip_without_backend(hil_device, model)
     reason = unmet_needs(model, param.needs)
     if reason:
         pytest.skip(f"{reason}: {request.node.originalname} needs it")

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from harness.compile import CompiledModel, compile_model
-from harness.config import SocConfig, load_soc, simulator_config, soc_config
+from harness.config import SocConfig, load_soc, resolve_soc_config, simulator_config, soc_config
 from harness.devices.base import Device
 from harness.errors import HarnessError, ModelError
 from harness.models import get_model
@@ -40,12 +40,18 @@ class Options:
     session_id: str = ""
     ptes: list[Path] = dataclasses.field(default_factory=list)  # --pte: the user's programs
     models_dirs: list[Path] = dataclasses.field(default_factory=list)  # --models-dir
+    # How long adb waits for a device at the start and after it dropped off mid-session
+    # (None: harness.devices.adb.CONNECT_S / REACQUIRE_S). No options: tests shorten them.
+    connect_s: float | None = None
+    reacquire_s: float | None = None
 
 
 class HilSession:
     def __init__(self, options: Options) -> None:
         self.options = options
         self._device: Device | None = None
+        self._device_error: HarnessError | None = None
+        self._soc_config: SocConfig | None = None  # the device's, resolved when it is built
         self._sdk: QnnSdk | None = None
         self._runners: dict[str, RunnerChoice] = {}
         self._models: dict[tuple[str, str, str], CompiledModel] = {}
@@ -84,8 +90,16 @@ class HilSession:
 
     @property
     def device(self) -> Device:
+        """The session's device, built on first use. A device that cannot be built fails once:
+        the same error is raised again, without touching adb, to every later caller."""
         if self._device is None:
-            self._device = self._make_device()
+            if self._device_error is not None:
+                raise self._device_error
+            try:
+                self._device = self._make_device()
+            except HarnessError as exc:
+                self._device_error = exc
+                raise
         return self._device
 
     def _make_device(self) -> Device:
@@ -93,24 +107,69 @@ class HilSession:
         if serial is None:
             from harness.devices.simulator import SimulatorDevice
 
-            soc = self.options.soc or simulator_config().default_soc
-            self.soc_config  # validate the SoC before any work
-            return SimulatorDevice(self.sdk, soc, self.runner_for, self.options.abi_bridge)
-        from harness.devices.adb import AdbDevice
+            _ = self.soc_config  # resolve (and validate) the SoC before any work
+            return SimulatorDevice(self.sdk, self._simulated_soc(), self.runner_for,
+                                   self.options.abi_bridge)
+        return self._open_adb_device(serial)
 
-        return AdbDevice.connect(serial, self)
+    def _open_adb_device(self, serial: str) -> Device:
+        """An adb device in phases: identify it, resolve its SoC config, set it up with
+        explicit arguments. Nothing here reads the half-built session: the config is stored
+        only once the device works."""
+        from pathlib import PurePosixPath
 
-    @property
-    def soc(self) -> str:
-        if self._device is not None:
-            return self._device.info.soc
+        from harness.devices import adb
+
+        opts = self.options
+        client = adb.adb_client(opts.adb_server)
+        adb.wait_online(client, serial, opts.connect_s or adb.CONNECT_S)
+        identity = adb.identify(client, serial)
+        config, source = resolve_soc_config(
+            serial, identity.soc, farm_soc=opts.device_socs.get(serial), soc=opts.soc,
+            device_config=opts.device_config, reported_from=identity.soc_source)
+        workspace = (PurePosixPath(opts.device_workspace) if opts.device_workspace
+                     else adb.new_workspace(opts.worker))
+        device = adb.AdbDevice(client, identity, config, workspace,
+                               artifacts_dir=opts.artifacts_dir,
+                               keep_workspace=opts.keep_workspace,
+                               reacquire_s=opts.reacquire_s or adb.REACQUIRE_S,
+                               soc_source=source, notice=self.notices.append)
+        if self.runner_kind == "python":
+            self.notices.append("adb devices always use the native runner; "
+                                "--runner=python applies to the simulator only")
+        from harness.runner.select import device_build
+
+        payload = adb.device_payload(identity, device_build(identity.abi), config.htp_arch,
+                                     workspace, sdk_root=os.environ.get("QNN_SDK_ROOT"),
+                                     simulator_lib_dir=lambda: self.sdk.lib_dir)
+        device.setup(payload.runner, payload.files, payload.env, payload.backends)
+        self._soc_config = config
+        return device
+
+    def _simulated_soc(self) -> str:
         return self.options.soc or simulator_config().default_soc
 
     @property
+    def soc(self) -> str:
+        """The SoC scenarios are compiled for: the device's resolved one (the simulated one on
+        the simulator)."""
+        if self.device_serial is None:
+            return self._simulated_soc()
+        return self.device.info.soc
+
+    @property
     def soc_config(self) -> SocConfig:
-        if self.options.device_config is not None:
-            return load_soc(self.options.device_config)
-        return soc_config(self.soc)
+        """The resolved config of the session's device (building the device if needed); on the
+        simulator, that of the simulated SoC, or --device-config's file."""
+        if self._soc_config is None:
+            if self.device_serial is None:
+                if self.options.device_config is not None:
+                    self._soc_config = load_soc(self.options.device_config)
+                else:
+                    self._soc_config = soc_config(self._simulated_soc())
+            else:
+                _ = self.device  # building it resolves and stores the config
+        return self._soc_config  # type: ignore[return-value]
 
     @property
     def runner_kind(self) -> str:
@@ -127,6 +186,7 @@ class HilSession:
 
     @property
     def timeout(self) -> float:
+        """--runner-timeout, else the simulator's, else the device's resolved SoC config's."""
         if self.options.runner_timeout:
             return self.options.runner_timeout
         if self.device_serial is None:
@@ -135,6 +195,8 @@ class HilSession:
 
     @property
     def rss_leak_kb(self) -> int:
+        """Rss growth tolerated over a reload cycle: the device's resolved SoC config's (the
+        simulator's own unless --device-config is given)."""
         if self.device_serial is None and self.options.device_config is None:
             return simulator_config().rss_leak_kb
         return self.soc_config.rss_leak_kb

@@ -1,12 +1,29 @@
 """An Android device over adb (adbutils and the adb server), running scenarios natively.
 
-Per session it creates a workspace under /data/local/tmp (unique per session and worker),
-pushes the runner and the QNN libraries for the device's HTP arch once, and pushes each `.pte`
-and reference tensor at most once, skipping any file whose sha256 the device already holds.
-A run streams the runner's events back; a timeout kills the remote process by pid; a crash
-collects the exit signal, the `logcat -d` tail and the newest tombstone. A device that drops
-off mid-test fails that test and is re-acquired with a bounded wait; if it does not come back,
-every later test fails at once with the reason, so the session never hangs.
+A device is built in phases, so that nothing reads a half-built session:
+
+1. `wait_online` and `identify(client, serial)`: what the device says about itself (SoC from
+   `ro.soc.model`, else `ro.board.platform` through the SoC configs' `board_platforms`; ABI;
+   Android version), as a `DeviceIdentity`;
+2. `harness.config.resolve_soc_config`: which SoC config it runs with (farm entry, `--soc`,
+   what it reports; `--device-config` replaces the file);
+3. `AdbDevice(client, identity, soc_config, workspace, ...)` and `setup(runner, libraries)`
+   with explicit arguments: the device build's payload (`device_payload`: runner, runtime
+   libraries, the interposer and QNN libraries where its runtime has QNN) for the
+   resolved HTP arch (`qnn_device_libraries`, or `qnn_simulator_libraries` on an x86_64 device).
+
+`HilSession` drives the phases and keeps the resolved config; `AdbDevice` never sees the session.
+
+Per session the device gets a workspace under /data/local/tmp (unique per session and worker),
+the runner and the QNN libraries pushed once, and each `.pte` and reference tensor at most once,
+skipping any file whose sha256 the device already holds. A run starts the runner as a process
+group leader (`setsid`) with a pid file in its run directory, records the device time, and
+streams the runner's events back; a timeout kills the whole process group; a crash collects the
+exit signal, the `logcat` of the run's time window and the tombstones written since it started.
+A device that drops off mid-test fails that test (keeping what the run streamed) and is
+re-acquired for the full window, whatever `adb connect` answers meanwhile; if it does not come
+back, every later test fails at once with what happened, so the session never hangs. A session
+that starts in an existing workspace kills runners an earlier session left running there.
 
 Every shell command is built with `shlex.quote` around each argument: serials, paths and model
 names are untrusted input.
@@ -22,27 +39,27 @@ import socket
 import time
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import adbutils
 
 from harness.cache import file_sha256
-from harness.config import known_socs
+from harness.config import SocConfig, soc_for_board_platform
 from harness.devices.base import Device, DeviceInfo
 from harness.errors import ConfigError, DeviceError
-from harness.result import RunOutput
+from harness.result import RunOutput, parse_events
+from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
 
-if TYPE_CHECKING:
-    from harness.session import HilSession
-
 WORKSPACE_BASE = PurePosixPath("/data/local/tmp")
-# ro.board.platform code names, for devices whose ro.soc.model is empty.
-PLATFORM_SOC = {"kalama": "SM8550", "pineapple": "SM8650", "sun": "SM8750"}
+RUNNER_NAME = "executorch_hil_runner"
+PID_FILE = "runner.pid"  # in each run's directory while its runner may be running
 SHADOW_DIRS = ("/vendor/lib64", "/system/lib64", "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp",
                "/system/lib/rfsa/adsp", "/odm/lib64")
 FASTRPC_NODES = ("/dev/fastrpc-cdsp", "/dev/fastrpc-cdsp-secure", "/dev/adsprpc-smd")
-REACQUIRE_S = 30.0
+CONNECT_S = 10.0  # how long a session start waits for its device
+REACQUIRE_S = 30.0  # how long a device that dropped off mid-session is waited for
+LOGCAT_LINES = 300
 q = shlex.quote
 
 
@@ -72,6 +89,135 @@ def adb_client(server: str | None = None) -> adbutils.AdbClient:
     return adbutils.AdbClient(host=host, port=port)
 
 
+# Phase 1: identify -------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class DeviceIdentity:
+    """What a device says about itself, before any config is chosen for it."""
+
+    serial: str
+    soc: str  # the SoC it reports; "" when neither property names one
+    soc_source: str  # which property named it, or why none did (for messages)
+    abi: str
+    android: str
+    model: str = ""
+    board_platform: str = ""
+    product: str = ""  # ro.product.name
+
+
+IDENTITY_PROPS = ("ro.soc.model", "ro.board.platform", "ro.product.cpu.abi",
+                  "ro.build.version.release", "ro.product.model", "ro.product.name")
+LOOPBACK_PRODUCT = "loopback"  # ro.product.name of the harness's loopback device
+
+
+def identify(client: adbutils.AdbClient, serial: str) -> DeviceIdentity:
+    """Read the device's identity in one shell call. The SoC comes from `ro.soc.model`, else
+    from the SoC config whose `board_platforms` lists `ro.board.platform` (older builds leave
+    ro.soc.model empty)."""
+    command = "; ".join(f"getprop {q(p)}; echo @@" for p in IDENTITY_PROPS)
+    try:
+        out = client.device(serial).shell2(command, timeout=30, rstrip=False).output
+    except (adbutils.AdbError, OSError) as exc:
+        raise DeviceError(f"{serial}: cannot read its properties: {exc}") from exc
+    values = [v.strip() for v in out.split("@@")][:len(IDENTITY_PROPS)]
+    props = dict(zip(IDENTITY_PROPS, values + [""] * (len(IDENTITY_PROPS) - len(values))))
+    soc, source = props["ro.soc.model"], "ro.soc.model"
+    platform = props["ro.board.platform"]
+    if not soc:
+        soc = soc_for_board_platform(platform) or ""
+        source = (f"ro.board.platform={platform}" if soc else
+                  f"ro.soc.model is empty and ro.board.platform {platform!r} is in no SoC "
+                  "config's board_platforms")
+    return DeviceIdentity(serial, soc, source, props["ro.product.cpu.abi"],
+                          props["ro.build.version.release"], props["ro.product.model"], platform,
+                          props["ro.product.name"])
+
+
+# Phase 3 inputs: what to push ---------------------------------------------------------------------
+
+def new_workspace(worker: str) -> PurePosixPath:
+    """A fresh workspace directory for one session and worker."""
+    return WORKSPACE_BASE / f"executorch-hil-{uuid.uuid4().hex[:8]}-{worker}"
+
+
+def qnn_device_libraries(sdk_root: Path, htp_arch: int,
+                         workspace: PurePosixPath) -> dict[Path, PurePosixPath]:
+    """The QAIRT SDK's arm64 libraries for HTP v`htp_arch` -> where they go in the workspace:
+    `lib/aarch64-android/{libQnnHtp,libQnnSystem,libQnnHtpV<arch>Stub}.so` and
+    `lib/hexagon-v<arch>/unsigned/libQnnHtpV<arch>Skel.so`. A missing file is a DeviceError
+    naming every missing one, because a phone without its Skel fails only at the first load."""
+    root = Path(sdk_root)
+    android = root / "lib" / "aarch64-android"
+    files = {android / "libQnnHtp.so": workspace / "libQnnHtp.so",
+             android / "libQnnSystem.so": workspace / "libQnnSystem.so",
+             android / f"libQnnHtpV{htp_arch}Stub.so": workspace / f"libQnnHtpV{htp_arch}Stub.so",
+             root / "lib" / f"hexagon-v{htp_arch}" / "unsigned" / f"libQnnHtpV{htp_arch}Skel.so":
+                 workspace / f"libQnnHtpV{htp_arch}Skel.so"}
+    missing = [str(p) for p in files if not p.is_file()]
+    if missing:
+        raise DeviceError(f"QNN SDK at {root} lacks {', '.join(missing)} (HTP v{htp_arch})")
+    return files
+
+
+def qnn_simulator_libraries(lib_dir: Path, workspace: PurePosixPath) -> dict[Path, PurePosixPath]:
+    """The host's simulator libraries, for an x86_64 device (the loopback stand-in)."""
+    return {lib_dir / n: workspace / n for n in ("libQnnHtp.so", "libQnnSystem.so")}
+
+
+def qnn_libraries(abi: str, htp_arch: int, workspace: PurePosixPath, *, sdk_root: str | None,
+                  simulator_lib_dir: Callable[[], Path]) -> dict[Path, PurePosixPath]:
+    """The QNN libraries a device of `abi` gets: the simulator's on x86_64 (`simulator_lib_dir`
+    is only called then), else the SDK's at `sdk_root` (QNN_SDK_ROOT) for the HTP arch."""
+    if abi == "x86_64":
+        return qnn_simulator_libraries(simulator_lib_dir(), workspace)
+    if not sdk_root:
+        raise DeviceError("set QNN_SDK_ROOT to a QAIRT SDK: its lib/aarch64-android and "
+                          "lib/hexagon-v<arch> libraries are pushed to the device")
+    return qnn_device_libraries(Path(sdk_root), htp_arch, workspace)
+
+
+@dataclasses.dataclass(frozen=True)
+class Payload:
+    """What a device gets for its build: the runner, the runtime's shared libraries, the QNN
+    libraries (none when the device's runtime has no QNN backend) and the variables its runs
+    need (the interposer's, on a phone)."""
+
+    runner: Path
+    files: dict[Path, PurePosixPath]
+    env: dict[str, str]
+    backends: tuple[str, ...]
+
+
+def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
+                   workspace: PurePosixPath, *, sdk_root: str | None,
+                   simulator_lib_dir: Callable[[], Path]) -> Payload:
+    """The files and run variables for `build` on this device. On an arm64 phone the harness's
+    interposer takes the name libQnnHtp.so in the workspace (first on LD_LIBRARY_PATH) and the
+    SDK's real library goes to `qnn/`, so the QNN call trace works there as on the simulator."""
+    if build.kind == "arm64-linux" and identity.product != LOOPBACK_PRODUCT:
+        raise DeviceError(
+            f"{identity.serial} is an arm64 Android device, and the only arm64 runner here is the "
+            "arm64-linux (glibc) build: build the Android one with `python -m harness "
+            "build-runner --android --ndk <ndk> --executorch-prefix <prefix>` and set "
+            "EXECUTORCH_HIL_ANDROID_BUILD to the directory it prints")
+    files = {lib: workspace / lib.name for lib in build.libraries()}
+    env: dict[str, str] = {}
+    if not build.has_backend("QnnBackend"):
+        return Payload(build.runner, files, env, build.backends)
+    qnn = qnn_libraries(identity.abi, htp_arch, workspace, sdk_root=sdk_root,
+                        simulator_lib_dir=simulator_lib_dir)
+    if identity.abi != "x86_64" and build.interposer is not None:
+        from harness.qnn.sdk import built_against_core_api
+
+        real = workspace / "qnn" / "libQnnHtp.so"
+        qnn = {src: (real if dst.name == "libQnnHtp.so" else dst) for src, dst in qnn.items()}
+        files[build.interposer] = workspace / "libQnnHtp.so"
+        env = {"HARNESS_QNN_REAL_HTP": str(real), "HARNESS_QNN_ABI_BRIDGE": "auto",
+               "HARNESS_QNN_BRIDGE_ABOVE": built_against_core_api()}
+    files.update(qnn)
+    return Payload(build.runner, files, env, build.backends)
+
+
 @dataclasses.dataclass
 class PushStats:
     pushed: int = 0
@@ -81,32 +227,53 @@ class PushStats:
         return {"pushed": self.pushed, "skipped": self.skipped}
 
 
+class RunInterrupted(DeviceError):
+    """A run whose adb stream ended before the runner's exit was reported (the device dropped
+    off, or the connection did). It keeps what the run streamed until then and names the step
+    that was running, so the test's failure says where it stopped."""
+
+    def __init__(self, message: str, output: RunOutput, step: str) -> None:
+        super().__init__(message)
+        self.output = output
+        self.step = step
+
+
+# Phase 3: the device --------------------------------------------------------------------------------
+
 class AdbDevice(Device):
-    def __init__(self, client: adbutils.AdbClient, serial: str, session: "HilSession") -> None:
+    def __init__(self, client: adbutils.AdbClient, identity: DeviceIdentity,
+                 soc_config: SocConfig, workspace: PurePosixPath, *, artifacts_dir: Path,
+                 keep_workspace: bool = False, reacquire_s: float = REACQUIRE_S,
+                 soc_source: str = "", notice: Callable[[str], None] | None = None) -> None:
+        """No I/O: everything comes in as arguments (the resolved config, the workspace, the
+        session's options it uses); `setup` does the pushes."""
         self.client = client
-        self.serial = serial
-        self.session = session
-        self.adb = client.device(serial)
+        self.serial = identity.serial
+        self.identity = identity
+        self.soc_config = soc_config
+        self.workspace = workspace
+        self.artifacts_dir = artifacts_dir
+        self.keep_workspace = keep_workspace
+        self.reacquire_s = reacquire_s
+        self.notice = notice or (lambda line: None)
+        self.adb = client.device(self.serial)
         self.lost: str | None = None
-        self.reacquire_s = REACQUIRE_S
         self.stats = PushStats()
         self._remote_sha: dict[str, str] = {}  # remote path -> sha256 known to be there
-        self.info = self._identify()
-        worker = session.options.worker
-        self.workspace = PurePosixPath(session.options.device_workspace) \
-            if session.options.device_workspace else \
-            WORKSPACE_BASE / f"executorch-hil-{uuid.uuid4().hex[:8]}-{worker}"
-        self.runner_path = self.workspace / "executorch_hil_runner"
+        self._reacquiring = False
+        details = {"model": identity.model.replace(" ", "_")}
+        if soc_source:
+            details["soc_from"] = soc_source.replace(" ", "_")
+        if identity.soc and identity.soc != soc_config.soc:
+            details["reported_soc"] = identity.soc
+        self.info = DeviceInfo(self.serial, "adb", soc_config.soc, identity.abi, identity.android,
+                               details)
+        self.runner_path = workspace / RUNNER_NAME  # what runs start (tests swap in scripts)
+        self.runner_source: Path | None = None
+        self.qnn_libraries: dict[Path, PurePosixPath] = {}
+        self.run_env: dict[str, str] = {}  # extra variables every run gets (the interposer's)
+        self.backends: tuple[str, ...] | None = None  # what the device's runtime registers
         self.preflight_report: dict = {}
-
-    # Connecting and identifying ------------------------------------------------------------
-    @classmethod
-    def connect(cls, serial: str, session: "HilSession") -> "AdbDevice":
-        client = adb_client(session.options.adb_server)
-        _wait_online(client, serial, timeout=10.0)
-        device = cls(client, serial, session)
-        device.setup()
-        return device
 
     def sh(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
         """Run a shell command (already quoted) and return (exit code, stdout+stderr)."""
@@ -130,69 +297,46 @@ class AdbDevice(Device):
     def prop(self, name: str) -> str:
         return self.sh(f"getprop {q(name)}")[1].strip()
 
-    def _identify(self) -> DeviceInfo:
-        soc = self.prop("ro.soc.model") or PLATFORM_SOC.get(self.prop("ro.board.platform"), "")
-        if not soc:
-            raise DeviceError(f"{self.serial}: neither ro.soc.model nor a known ro.board.platform "
-                              f"({self.prop('ro.board.platform')!r}) names the SoC; pass --soc")
-        soc = self.session.options.device_socs.get(self.serial) or self.session.options.soc or soc
-        if soc not in known_socs() and self.session.options.device_config is None:
-            raise DeviceError(f"{self.serial}: SoC {soc} has no device config. Known SoCs: "
-                              f"{', '.join(known_socs())}. Add device_configs/socs/{soc}.yaml "
-                              "or pass --device-config.")
-        return DeviceInfo(self.serial, "adb", soc, self.prop("ro.product.cpu.abi"),
-                          self.prop("ro.build.version.release"),
-                          {"model": self.prop("ro.product.model").replace(" ", "_")})
-
     # Workspace and pushes ------------------------------------------------------------------
-    def setup(self) -> None:
-        code, out = self.sh(f"mkdir -p {q(str(self.workspace / 'files'))} {q(str(self.workspace / 'runs'))}")
-        if code != 0:
-            raise DeviceError(f"{self.serial}: cannot create workspace {self.workspace}: {out.strip()}")
-        # Always the native runner: a phone has no Python.
-        if self.session.runner_kind == "python":
-            self.session.notices.append("adb devices always use the native runner; "
-                                        "--runner=python applies to the simulator only")
-        self.runner_path = self.workspace / "executorch_hil_runner"
-        self.push_files({self._runner_binary(): self.runner_path}, mode=0o755)
-        self.push_files(self._qnn_libraries())
+    def setup(self, runner: Path, qnn_libraries: dict[Path, PurePosixPath],
+              env: dict[str, str] | None = None, backends: tuple[str, ...] | None = None) -> None:
+        """Create the workspace (killing runners an earlier session left running in it) and
+        push the runner and the QNN libraries, each only when the device lacks its bytes."""
+        self.runner_source = runner
+        self.qnn_libraries = dict(qnn_libraries)
+        self.run_env = dict(env or {})
+        self.backends = backends
+        if backends is not None:
+            self.info.details["backends"] = ",".join(backends) or "none"
+        self._install()
 
-    def _runner_binary(self) -> Path:
-        if self.info.abi == "x86_64":
-            choice = self.session.runner_for("native")
-            if choice.kind == "native" and choice.binary:
-                return choice.binary
-            raise DeviceError(f"{self.serial}: the native runner is needed on adb devices and "
-                              f"could not be built here ({choice.notice})")
-        override = os.environ.get("EXECUTORCH_HIL_ANDROID_RUNNER")
-        if override and Path(override).is_file():
-            return Path(override)
-        raise DeviceError(
-            f"{self.serial} is {self.info.abi}: build the Android runner with `python -m harness "
-            "build-runner --android --ndk <ndk> --executorch-prefix <prefix>` and set "
-            "EXECUTORCH_HIL_ANDROID_RUNNER to the binary it prints")
-
-    def _qnn_libraries(self) -> dict[Path, PurePosixPath]:
-        """QNN libraries for this device: the simulator's for x86_64, else the SDK's for the arch."""
+    def _install(self) -> None:
         ws = self.workspace
-        if self.info.abi == "x86_64":
-            lib = self.session.sdk.lib_dir
-            return {lib / n: ws / n for n in ("libQnnHtp.so", "libQnnSystem.so")}
-        root = os.environ.get("QNN_SDK_ROOT")
-        if not root:
-            raise DeviceError("set QNN_SDK_ROOT to a QAIRT SDK: its lib/aarch64-android and "
-                              "lib/hexagon-v<arch> libraries are pushed to the device")
-        arch = self.session.soc_config.htp_arch
-        android = Path(root) / "lib" / "aarch64-android"
-        files = {android / "libQnnHtp.so": ws / "libQnnHtp.so",
-                 android / "libQnnSystem.so": ws / "libQnnSystem.so",
-                 android / f"libQnnHtpV{arch}Stub.so": ws / f"libQnnHtpV{arch}Stub.so",
-                 Path(root) / "lib" / f"hexagon-v{arch}" / "unsigned" / f"libQnnHtpV{arch}Skel.so":
-                     ws / f"libQnnHtpV{arch}Skel.so"}
-        missing = [str(p) for p in files if not p.is_file()]
-        if missing:
-            raise DeviceError(f"QNN SDK at {root} lacks {', '.join(missing)} (HTP v{arch})")
-        return files
+        dirs = f"{q(str(ws / 'files'))} {q(str(ws / 'runs'))}"
+        code, out = self.sh(f"mkdir -p {dirs} && {{ {self._leftover_script()}; }}")
+        if code != 0:
+            raise DeviceError(f"{self.serial}: cannot create workspace {ws}: {out.strip()}")
+        killed = [l.split()[1] for l in out.splitlines()
+                  if l.startswith("HARNESS_KILLED ") and len(l.split()) > 1]
+        if killed:
+            self.notice(f"{self.serial}: killed {len(killed)} runner(s) left running in workspace "
+                        f"{ws} by an earlier session or an interrupted run "
+                        f"(pid {', '.join(killed)})")
+        if self.runner_source is not None:
+            self.push_files({self.runner_source: ws / RUNNER_NAME}, mode=0o755)
+        self.push_files(self.qnn_libraries)
+
+    def _leftover_script(self) -> str:
+        """Shell code that kills the process group of every runner whose pid file is still in
+        the workspace, if that process still runs in that run directory (so a reused pid is
+        never killed), and removes the pid files. Prints `HARNESS_KILLED <pid>` per kill."""
+        runs = q(str(self.workspace / "runs"))
+        return (f"for f in {runs}/*/{q(PID_FILE)}; do [ -f \"$f\" ] || continue; "
+                "p=$(cat \"$f\"); d=${f%/*}; rm -f \"$f\"; "
+                "case \"$p\" in ''|*[!0-9]*) continue;; esac; "
+                "if [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = \"$d\" ]; then "
+                "kill -9 -$p 2>/dev/null; kill -9 $p 2>/dev/null; echo HARNESS_KILLED $p; fi; "
+                "done; true")
 
     def push_files(self, files: dict[Path, PurePosixPath], mode: int = 0o644) -> PushStats:
         """Push each file unless the device already holds the same bytes (by sha256)."""
@@ -231,13 +375,16 @@ class AdbDevice(Device):
     def preflight(self) -> list[str]:
         problems: list[str] = []
         report: dict = {"serial": self.serial, "soc": self.info.soc, "abi": self.info.abi,
+                        "htp_arch": self.soc_config.htp_arch,
+                        "soc_config": str(self.soc_config.path),
                         "workspace": str(self.workspace), "pushes": self.stats.as_dict()}
-        libs = self._qnn_libraries()
+        libs = self.qnn_libraries
         shas = self._device_sha256([str(r) for r in libs.values()])
         report["qnn_libraries"] = {}
         for path, remote in libs.items():
             want, got = file_sha256(path.resolve()), shas.get(str(remote))
-            report["qnn_libraries"][str(remote)] = {"sha256": got, "matches_sdk": want == got}
+            report["qnn_libraries"][str(remote)] = {"source": str(path), "sha256": got,
+                                                    "matches_sdk": want == got}
             if want != got:
                 problems.append(f"{remote} on the device does not match {path} (sha256 {got} != {want})")
         _, out = self.sh(" ".join(["ls", "-1"] + [q(f"{d}/") + "libQnnHtp*" for d in SHADOW_DIRS])
@@ -246,6 +393,8 @@ class AdbDevice(Device):
         report["shadowing_libraries"] = shadows
         if self.info.abi == "x86_64":
             report["fastrpc"] = "not needed: x86_64 device runs the HTP simulator"
+        elif self.backends is not None and "QnnBackend" not in self.backends:
+            report["fastrpc"] = "not needed: the device's runtime has no QNN backend"
         else:
             _, out = self.sh("ls " + " ".join(q(n) for n in FASTRPC_NODES) + " 2>/dev/null")
             nodes = [l.strip() for l in out.splitlines() if l.strip()]
@@ -257,9 +406,9 @@ class AdbDevice(Device):
         report["mem_available_kb"] = int(out.split()[1]) if len(out.split()) > 1 else None
         report["problems"] = problems
         self.preflight_report = report
-        artifacts = self.session.options.artifacts_dir
-        artifacts.mkdir(parents=True, exist_ok=True)
-        (artifacts / f"preflight-{_safe(self.serial)}.json").write_text(json.dumps(report, indent=1))
+        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        (self.artifacts_dir / f"preflight-{_safe(self.serial)}.json").write_text(
+            json.dumps(report, indent=1))
         self.info.details.update({"mem_available_kb": report["mem_available_kb"],
                                   "shadowing_libQnnHtp": len(shadows) and ",".join(shadows) or "none",
                                   "workspace": str(self.workspace)})
@@ -282,45 +431,47 @@ class AdbDevice(Device):
         pushes = {"pushed": self.stats.pushed - before.pushed,
                   "skipped": self.stats.skipped - before.skipped,
                   "session_pushed": self.stats.pushed, "session_skipped": self.stats.skipped}
-        command = self._run_command(run_dir, runner)
-        stdout, timed_out, pid = self._stream(command, timeout)
+        stdout, timed_out, pid, start, cut = self._stream(self._run_command(run_dir), timeout)
         exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
         if timed_out:
-            if pid:
-                self.sh(f"kill -9 {q(pid)}")
+            self._kill_group(pid, run_dir)
             returncode = None
         elif not exit_line:
-            if not self._online():
-                raise self._offline(f"scenario {scenario.name}", None)
-            returncode = None
+            raise self._interrupted(scenario, stdout, artifacts, pid, run_dir, cut)
         else:
             code = int(exit_line[-1].split()[1])
             returncode = -(code - 128) if code > 128 else code
         _, stderr = self.sh(f"cat {q(str(run_dir / 'stderr.txt'))} 2>/dev/null")
         _, trace = self.sh(f"cat {q(str(run_dir / 'qnn_trace.txt'))} 2>/dev/null")
-        logs = self._crash_logs() if returncode is None or returncode < 0 else {}
+        logs = self._crash_logs(start) if returncode is None or returncode < 0 else {}
         return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes)
 
-    def _run_command(self, run_dir: PurePosixPath, runner: str) -> str:
+    def _run_command(self, run_dir: PurePosixPath) -> str:
+        """The runner in its own process group (`setsid`), so a timeout can kill everything it
+        started; its pid in the run's pid file while it may run (for a later session to find);
+        the device time at the start, so crash logs are taken from the run's own window."""
         ws = str(self.workspace)
         adsp = ";".join([ws, "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp", "/system/lib/rfsa/adsp", "/dsp"])
         program = q(str(self.runner_path))
         env = (f"LD_LIBRARY_PATH={q(ws)}:\"$LD_LIBRARY_PATH\" ADSP_LIBRARY_PATH={q(adsp)} "
                f"HARNESS_QNN_TRACE={q(str(run_dir / 'qnn_trace.txt'))}")
+        env += "".join(f" {k}={q(v)}" for k, v in sorted(self.run_env.items()))
         stale = " ".join(q(str(run_dir / n)) for n in ("qnn_trace.txt", "stderr.txt"))
-        return (f"cd {q(str(run_dir))} && rm -f {stale} && {{ {env} {program} scenario.json "
-                f"2>{q(str(run_dir / 'stderr.txt'))} & pid=$!; echo HARNESS_PID $pid; "
-                f"wait $pid; echo HARNESS_EXIT $?; }}")
+        return (f"cd {q(str(run_dir))} && rm -f {stale} && {{ echo HARNESS_START $(date +%s); "
+                f"{env} setsid {program} scenario.json 2>{q(str(run_dir / 'stderr.txt'))} & "
+                f"pid=$!; echo $pid > {q(PID_FILE)}; echo HARNESS_PID $pid; "
+                f"wait $pid; echo HARNESS_EXIT $?; rm -f {q(PID_FILE)}; }}")
 
-    def _stream(self, command: str, timeout: float) -> tuple[str, bool, str]:
-        """Read the command's stdout until it closes or `timeout` passes."""
+    def _stream(self, command: str, timeout: float) -> tuple[str, bool, str, int | None, str]:
+        """Read the command's stdout until it closes or `timeout` passes. Returns (text,
+        timed out, runner pid, device time at start, how the stream was cut or "")."""
         try:
             conn = self.adb.shell(command, stream=True, timeout=None)
         except (adbutils.AdbError, OSError) as exc:
             raise self._offline("starting the runner", exc) from exc
         chunks: list[bytes] = []
         deadline = time.monotonic() + timeout
-        timed_out = False
+        timed_out, cut = False, ""
         try:
             while True:
                 remaining = deadline - time.monotonic()
@@ -332,7 +483,8 @@ class AdbDevice(Device):
                     data = conn.conn.recv(65536)
                 except socket.timeout:
                     continue
-                except OSError:
+                except OSError as exc:
+                    cut = str(exc) or type(exc).__name__
                     break
                 if not data:
                     break
@@ -340,34 +492,77 @@ class AdbDevice(Device):
         finally:
             conn.close()
         text = b"".join(chunks).decode("utf-8", errors="replace")
-        pid = next((l.split()[1] for l in text.splitlines()
-                    if l.startswith("HARNESS_PID ") and len(l.split()) > 1), "")
-        return text, timed_out, pid
+        return text, timed_out, _marker(text, "HARNESS_PID"), _int(_marker(text, "HARNESS_START")), cut
 
-    def _crash_logs(self) -> dict[str, str]:
-        logs = {"logcat": self.sh("logcat -d -t 300 2>&1")[1]}
-        _, newest = self.sh("ls -t /data/tombstones 2>/dev/null | head -n 1")
-        if newest.strip():
-            logs["tombstone"] = self.sh(f"cat {q('/data/tombstones/' + newest.strip())} 2>&1")[1]
+    def _kill_group(self, pid: str, run_dir: PurePosixPath) -> None:
+        """Kill the runner's whole process group (it is the group's leader), then the pid
+        itself in case it was not, and drop its pid file."""
+        if not pid.isdigit():
+            return
+        self.sh(f"kill -9 {q('-' + pid)} 2>/dev/null; kill -9 {q(pid)} 2>/dev/null; "
+                f"rm -f {q(str(run_dir / PID_FILE))}; true")
+
+    def _interrupted(self, scenario: Scenario, stdout: str, artifacts: Path, pid: str,
+                     run_dir: PurePosixPath, cut: str) -> RunInterrupted:
+        """The stream ended without the runner's exit: keep what it streamed, name the step,
+        and (device still there) kill the runner; (device gone) re-acquire it."""
+        (artifacts / "runner.stdout").write_text(stdout)
+        step = running_step(scenario, stdout)
+        output = RunOutput(None, stdout, "", runner="native")
+        kept = (f"the run of scenario {scenario.name} was interrupted during {step}; the "
+                f"{len(stdout.splitlines())} lines it streamed are kept in "
+                f"{artifacts / 'runner.stdout'}")
+        if self._online():
+            why = f" ({cut})" if cut else ""
+            try:
+                self._kill_group(pid, run_dir)
+            except DeviceError:
+                pass
+            return RunInterrupted(f"{self.serial}: the adb stream closed before the runner's exit "
+                                  f"status{why}; {kept}", output, step)
+        lost = self._offline(f"scenario {scenario.name}", None)
+        return RunInterrupted(f"{lost}\n{kept}", output, step)
+
+    def _crash_logs(self, start: int | None) -> dict[str, str]:
+        """logcat and tombstones of this run's own time window (device time `start` on): a
+        tombstone older than the run belongs to something else and is never attached."""
+        if start is None:
+            return {"logcat": _tail(self.sh("logcat -d -t 300 2>&1")[1], LOGCAT_LINES)}
+        since = q(f"{start}.000")
+        logs = {"logcat": _tail(self.sh(f"logcat -d -t {since} 2>&1 || logcat -d -t 300 2>&1")[1],
+                                LOGCAT_LINES)}
+        _, out = self.sh("cd /data/tombstones 2>/dev/null && stat -c '%Y %n' -- * 2>/dev/null")
+        fresh = []
+        for line in out.splitlines():
+            mtime, _, name = line.strip().partition(" ")
+            if mtime.isdigit() and int(mtime) >= start and name and not name.endswith(".pb"):
+                fresh.append((int(mtime), name))
+        for i, (_, name) in enumerate(sorted(fresh, reverse=True)[:3]):
+            key = "tombstone" if i == 0 else f"tombstone-{_safe(name)}"
+            logs[key] = self.sh(f"cat {q('/data/tombstones/' + name)} 2>&1")[1]
         return logs
 
     # Offline handling ----------------------------------------------------------------------
     def _online(self) -> bool:
-        try:
-            return self.client.device(self.serial).get_state() == "device"
-        except (adbutils.AdbError, OSError):
-            return False
+        return _state(self.client, self.serial) == "device"
 
     def _offline(self, what: str, exc: Exception | None) -> DeviceError:
-        """The device dropped: try to re-acquire it (bounded), and fail this test either way."""
+        """The device dropped: re-acquire it for the full window (re-installing the workspace
+        and killing the interrupted runner), and fail this test either way."""
         why = f" ({exc})" if exc else ""
-        if self._online():
+        if self._reacquiring or self._online():
             return DeviceError(f"{self.serial}: {what} failed{why}")
-        back = _reacquire(self.client, self.serial, self.reacquire_s)
-        if not back:
+        self._reacquiring = True
+        try:
+            wait_online(self.client, self.serial, self.reacquire_s)
+            self._remote_sha.clear()  # a restarted device may have lost files
+            self._install()
+        except DeviceError as gone:
             self.lost = (f"{self.serial} went offline during {what}{why} and did not come back "
-                         f"within {self.reacquire_s:.0f} s")
+                         f"within the {self.reacquire_s:.0f} s re-acquire window: {gone}")
             return DeviceError(self.lost)
+        finally:
+            self._reacquiring = False
         return DeviceError(f"{self.serial} went offline during {what}{why}; it is back, the "
                            "session goes on")
 
@@ -378,10 +573,10 @@ class AdbDevice(Device):
     def summary(self) -> list[str]:
         return [f"{self.serial}: pushes this session: {self.stats.pushed} pushed, "
                 f"{self.stats.skipped} skipped (sha256 already on the device); workspace "
-                f"{self.workspace}" + (" (kept)" if self.session.options.keep_workspace else "")]
+                f"{self.workspace}" + (" (kept)" if self.keep_workspace else "")]
 
     def close(self) -> None:
-        if self.lost or self.session.options.keep_workspace:
+        if self.lost or self.keep_workspace:
             return
         try:
             self.sh(f"rm -rf {q(str(self.workspace))}", timeout=30)
@@ -389,35 +584,90 @@ class AdbDevice(Device):
             pass
 
 
-def _wait_online(client: adbutils.AdbClient, serial: str, timeout: float) -> None:
-    if ":" in serial:
-        try:
-            answer = client.connect(serial, timeout=timeout)
-        except (adbutils.AdbError, OSError) as exc:
-            answer = str(exc)
-        if "cannot" in answer or "failed" in answer or "refused" in answer:
-            raise DeviceError(f"device {serial} is not online: adb connect says {answer.strip()!r} "
-                              f"(adb server {client.host}:{client.port})")
-    deadline = time.monotonic() + timeout
-    state = "unknown"
-    while time.monotonic() < deadline:
-        try:
-            state = client.device(serial).get_state()
-            if state == "device":
-                return
-        except (adbutils.AdbError, OSError) as exc:
-            state = str(exc)
-        time.sleep(0.5)
-    raise DeviceError(f"device {serial} is not online ({state}); check `adb devices` "
+def running_step(scenario: Scenario, stdout: str) -> str:
+    """The step a run was in when its output stopped: the first one without a step event."""
+    done = {e.get("index") for e in parse_events(stdout) if e.get("event") == "step"}
+    for i, step in enumerate(scenario.steps):
+        if i not in done:
+            last = max((j for j in done if isinstance(j, int)), default=None)
+            after = (f" (last completed: step {last} {scenario.steps[last].describe()})"
+                     if last is not None and last < len(scenario.steps) else " (no step completed)")
+            return f"step {i} {step.describe()}{after}"
+    return "teardown (every step had completed)"
+
+
+# Waiting for a device ---------------------------------------------------------------------------
+
+def _state(client: adbutils.AdbClient, serial: str) -> str:
+    """The adb server's state of `serial` ("device" when usable), or its error text."""
+    try:
+        return client.device(serial).get_state()
+    except (adbutils.AdbError, OSError) as exc:
+        return str(exc) or type(exc).__name__
+
+
+def _connect(client: adbutils.AdbClient, serial: str, timeout: float) -> str:
+    try:
+        return (client.connect(serial, timeout=timeout) or "").strip()
+    except (adbutils.AdbError, OSError) as exc:
+        return str(exc) or type(exc).__name__
+
+
+def wait_online(client: adbutils.AdbClient, serial: str, window: float,
+                poll_s: float = 0.5) -> None:
+    """Wait up to `window` seconds for the adb server to report `serial` as "device".
+
+    A `host:port` device is `adb connect`ed again on every try whatever the last answer was
+    ("Connection refused" while a phone reboots says nothing about a second later); when the
+    server still holds a dead transport ("already connected" but offline) it is disconnected
+    first, which is faster than the server's own reconnect back-off. Raises DeviceError saying
+    how long it waited, how many connects it tried, what adb said last and the last state."""
+    started = time.monotonic()
+    deadline = started + window
+    tries, answer = 0, ""
+    while True:
+        state = _state(client, serial)
+        if state == "device":
+            return
+        remaining = deadline - time.monotonic()
+        if ":" in serial and remaining > 0:
+            tries += 1
+            answer = _connect(client, serial, timeout=max(1.0, min(5.0, remaining)))
+            if "already connected" in answer:
+                client.disconnect(serial)
+                answer = _connect(client, serial, timeout=max(1.0, min(5.0, remaining)))
+            if answer.startswith("connected to") or "already connected" in answer:
+                # The transport needs a moment for its handshake before it reads "device".
+                settle = min(2.0, max(0.0, deadline - time.monotonic()))
+                end = time.monotonic() + settle
+                while time.monotonic() < end:
+                    state = _state(client, serial)
+                    if state == "device":
+                        return
+                    time.sleep(0.05)
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
+    waited = time.monotonic() - started
+    said = (f"; {tries} `adb connect` attempt(s), adb's last answer: {answer!r}"
+            if ":" in serial else "")
+    raise DeviceError(f"device {serial} is not online after waiting {waited:.1f} s "
+                      f"(window {window:g} s){said}; last state: {state}; check `adb devices` "
                       f"(adb server {client.host}:{client.port})")
 
 
-def _reacquire(client: adbutils.AdbClient, serial: str, timeout: float) -> bool:
-    try:
-        _wait_online(client, serial, timeout)
-        return True
-    except DeviceError:
-        return False
+def _marker(text: str, name: str) -> str:
+    """The value after the first `<name> ` line of the run's own output, or ""."""
+    return next((l.split()[1] for l in text.splitlines()
+                 if l.startswith(name + " ") and len(l.split()) > 1), "")
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def _safe(text: str) -> str:

@@ -33,6 +33,10 @@ class Device(abc.ABC):
     """A place to run scenarios. One instance per device per session."""
 
     info: DeviceInfo
+    # The backends the device's runtime registers; None when it has every backend the harness
+    # drives (the simulator). A device without QnnBackend (an arm64 build of the XNNPACK-only
+    # executorch wheel) skips QNN scenarios with that reason.
+    backends: tuple[str, ...] | None = None
 
     @abc.abstractmethod
     def run(self, scenario: Scenario, artifacts: Path, timeout: float, runner: str) -> RunOutput:

@@ -117,7 +117,7 @@ _NOT_COMMAND = {"for", "case", "in", "fi", "done", "esac", "}"}
 # Commands that run the program named later on their command line: name -> options taking a
 # value, and how many leading operands precede the program (timeout DURATION).
 _PREFIX = {
-    "exec": ((), 0), "nohup": ((), 0), "time": ((), 0),
+    "exec": ((), 0), "nohup": ((), 0), "time": ((), 0), "setsid": (("-w", "-f", "-c"), 0),
     "env": (("-u", "-C", "--unset", "--chdir"), 0),
     "nice": (("-n", "--adjustment"), 0),
     "timeout": (("-s", "-k", "--signal", "--kill-after"), 1),

@@ -9,7 +9,9 @@ users run against phones.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -18,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from harness.cache import cache_root
-from harness.devices.adb import AdbDevice
 from harness.driver import ScenarioDriver
-from harness.errors import DeviceError
+from harness.errors import ConfigError, DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
 from harness.qnn.sdk import discover
 from harness.scenario import Scenario
@@ -64,7 +65,7 @@ def session(phone, tmp_path, hil_session):
 
 @pytest.fixture
 def adb_device(session, phone):
-    device = AdbDevice.connect(phone.serial, session)
+    device = session.device
     yield device
     device.close()
 
@@ -102,9 +103,9 @@ def test_runs_scenario_and_dedupes_pushes(adb_device, compiled_model, tmp_path, 
     assert second.output.pushes["pushed"] == 1  # only the new scenario file
     assert second.output.pushes["skipped"] >= 3
     # A new session on the same workspace finds every file on the device already.
-    again = AdbDevice.connect(phone.serial, HilSession(options(
+    again = HilSession(options(
         tmp_path, phone.serial, runner=session.options.runner,
-        device_workspace=str(adb_device.workspace), keep_workspace=True)))
+        device_workspace=str(adb_device.workspace), keep_workspace=True)).device
     assert again.stats.pushed == 0 and again.stats.skipped >= 2
     third = ScenarioDriver(again, tmp_path / "b", 300, session.runner_kind).run(simple(model, "third"))
     assert third.output.pushes["pushed"] == 0 or third.output.pushes["pushed"] == 1
@@ -167,26 +168,28 @@ def test_unknown_soc_is_a_clear_error(tmp_path, sdk):
                         extra_env=sdk.device_environment()) as dev:
         connect(dev.serial)
         try:
-            with pytest.raises(DeviceError) as exc:
-                AdbDevice.connect(dev.serial, HilSession(options(tmp_path, dev.serial)))
+            with pytest.raises(ConfigError) as exc:
+                _ = HilSession(options(tmp_path, dev.serial)).device
         finally:
             disconnect(dev.serial, missing_ok=True)
-    assert "SoC SM1234 has no device config" in str(exc.value)
+    assert "SoC SM1234 has no config" in str(exc.value)
     assert "SM8550, SM8650, SM8750" in str(exc.value)
 
 
 def test_offline_device_is_a_clear_error(tmp_path):
-    with pytest.raises(DeviceError, match="is not online"):
-        AdbDevice.connect("127.0.0.1:1", HilSession(options(tmp_path, "127.0.0.1:1")))
+    started = time.monotonic()
+    with pytest.raises(DeviceError, match="is not online after waiting") as exc:
+        _ = HilSession(options(tmp_path, "127.0.0.1:1", connect_s=2)).device
+    assert time.monotonic() - started >= 2  # the whole window, though adb said "refused" at once
+    assert "Connection refused" in str(exc.value)
 
 
 def test_device_disappearing_mid_test_fails_fast(tmp_path, sdk, compiled_model, hil_session):
     dev = LoopbackDevice(tmp_path / "s", extra_env=sdk.device_environment()).start()
     connect(dev.serial)
     try:
-        device = AdbDevice.connect(dev.serial, HilSession(options(tmp_path, dev.serial,
-                                                                  runner=hil_session.options.runner)))
-        device.reacquire_s = 2
+        device = HilSession(options(tmp_path, dev.serial, runner=hil_session.options.runner,
+                                    reacquire_s=2)).device
         script_runner(device, tmp_path, SLEEPER)
         threading.Timer(1.5, dev.stop).start()
         started = time.monotonic()
@@ -198,6 +201,19 @@ def test_device_disappearing_mid_test_fails_fast(tmp_path, sdk, compiled_model, 
     finally:
         dev.stop()
         subprocess.run(["adb", "disconnect", dev.serial], capture_output=True)
+        kill_left_runners(dev.sandbox)
+
+
+def kill_left_runners(sandbox: Path) -> None:
+    """A runner leads its own process group, so a vanished loopback (which kills only its
+    shells) leaves it running on the host, as a phone would: kill it by its pid file."""
+    for pid_file in sandbox.glob("data/local/tmp/*/runs/*/runner.pid"):
+        pid = pid_file.read_text().strip()
+        if pid.isdigit():
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def test_farm_file_selects_devices_and_soc(pytester, phone, tmp_path, monkeypatch):

@@ -1,0 +1,313 @@
+"""What a phone needs of the adb path, against the loopback device through the real adb server:
+re-acquiring a device for the whole window, keeping an interrupted run's output, crash logs of
+the run's own time window, killing a hung runner's whole process group, and killing runners an
+earlier session left in a kept workspace.
+
+Runners here are small shell scripts pushed in place of the native runner, so everything around
+them (launch, streaming, kill, logs) is the code that runs against phones. The loopback runs
+device commands as host processes, so the tests can look at those processes directly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.devices.adb import RUNNER_NAME, RunInterrupted
+from harness.driver import ScenarioDriver
+from harness.errors import DeviceError
+from harness.loopback import LoopbackDevice, connect, start_server
+from harness.qnn.sdk import discover
+from harness.scenario import Scenario
+from harness.session import HilSession, Options
+
+pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
+                                reason="the adb client/server (Debian package adb) is not installed")
+
+STEP0 = ('echo \'HARNESS_EVENT {"event": "step", "index": 0, "op": "load_module", "status": "ok", '
+         '"trace_offset": 0}\'\n')
+
+
+def options(tmp_path: Path, serial: str, **overrides) -> Options:
+    base = dict(devices=[serial], simulator=False, soc=None, device_config=None,
+                artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
+                runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
+                keep_workspace=False, device_workspace=None, worker="master", worker_count=1)
+    base.update(overrides)
+    return Options(**base)
+
+
+@pytest.fixture(scope="module")
+def sdk():
+    return discover()
+
+
+class Phone:
+    """A loopback phone that can be unplugged and plugged in again on the same port with the
+    same storage, like a phone that reboots."""
+
+    def __init__(self, sandbox: Path, env: dict[str, str]) -> None:
+        self.sandbox_dir, self.env, self.port = sandbox, env, 0
+        self.dev: LoopbackDevice | None = None
+
+    def start(self) -> "Phone":
+        self.dev = LoopbackDevice(self.sandbox_dir, port=self.port, extra_env=self.env).start()
+        self.port = self.dev.port
+        return self
+
+    @property
+    def serial(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def sandbox(self) -> Path:
+        return self.dev.sandbox
+
+    def stop(self) -> None:
+        if self.dev is not None:
+            self.dev.stop()
+
+    def leftovers(self) -> list[int]:
+        """Runner pids whose pid files are still in the sandbox's workspaces."""
+        pids = []
+        for f in self.sandbox_dir.glob("data/local/tmp/*/runs/*/runner.pid"):
+            text = f.read_text().strip()
+            if text.isdigit():
+                pids.append(int(text))
+        return pids
+
+
+@pytest.fixture
+def phone(tmp_path, sdk):
+    start_server()
+    p = Phone(tmp_path / "phone", sdk.device_environment()).start()
+    connect(p.serial)
+    yield p
+    p.stop()
+    subprocess.run(["adb", "disconnect", p.serial], capture_output=True)
+    for pid in p.leftovers():  # runners a vanished loopback left on the host
+        kill_group(pid)
+
+
+def kill_group(pid: int) -> None:
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie waiting for a reaper."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(") ", 1)[1][0] != "Z"
+
+
+def wait_gone(pid: int, seconds: float = 5.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not running(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def device_of(tmp_path: Path, serial: str, hil_session, **overrides):
+    session = HilSession(options(tmp_path, serial, runner=hil_session.options.runner, **overrides))
+    return session, session.device
+
+
+def script_runner(device, tmp_path: Path, text: str, name: str = "runner.sh") -> None:
+    script = tmp_path / name
+    script.write_text("#!/bin/sh\n" + text)
+    device.runner_path = device.workspace / name
+    device.push_files({script: device.runner_path}, mode=0o755)
+
+
+def simple(model, name: str) -> Scenario:
+    return Scenario(name).load_module("A", model).execute("A", "forward").destroy_module("A")
+
+
+def test_a_dropped_device_is_waited_for_the_whole_window(phone, tmp_path, compiled_model,
+                                                         hil_session):
+    """adb says "Connection refused" at once; that must not end the wait early."""
+    session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
+    script_runner(device, tmp_path, STEP0 + "exec sleep 300\n")
+    threading.Timer(1.0, phone.stop).start()
+    started = time.monotonic()
+    with pytest.raises(DeviceError) as exc:
+        device.run(simple(compiled_model("linear_relu"), "gone"), tmp_path / "a", 120, "native")
+    waited = time.monotonic() - started
+    text = str(exc.value)
+    assert 8.5 <= waited < 25, f"waited {waited:.1f} s for an 8 s window"
+    assert "did not come back within the 8 s re-acquire window" in text
+    assert float(re.search(r"is not online after waiting (\d+\.\d) s", text)[1]) >= 7.9
+    assert "Connection refused" in text  # what adb said, in the failure
+    attempts = int(re.search(r"(\d+) `adb connect` attempt", text)[1])
+    assert attempts >= 5, f"adb connect was not retried through the window: {text}"
+    # Every later test fails at once with the same reason: the session never hangs.
+    started = time.monotonic()
+    with pytest.raises(DeviceError, match="did not come back"):
+        device.run(simple(compiled_model("linear_relu"), "gone2"), tmp_path / "b", 120, "native")
+    assert time.monotonic() - started < 1
+
+
+def test_a_device_back_within_the_window_is_reacquired_and_the_session_goes_on(
+        phone, tmp_path, compiled_model, hil_session):
+    """Unplugged mid-run and back 3 s later on the same port: this run fails, keeping what it
+    streamed and naming the step it was in; the runner it left is killed; the next run passes."""
+    session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
+    model = compiled_model("linear_relu")
+    script_runner(device, tmp_path, STEP0 + "echo streamed-before-the-drop\nexec sleep 300\n")
+
+    def unplug_and_replug() -> None:
+        phone.stop()
+        time.sleep(3)
+        phone.start()
+
+    threading.Timer(1.0, unplug_and_replug).start()
+    started = time.monotonic()
+    with pytest.raises(RunInterrupted) as exc:
+        device.run(simple(model, "replug"), tmp_path / "a", 120, "native")
+    assert time.monotonic() - started < 8 + 5
+    text = str(exc.value)
+    assert "went offline during scenario replug" in text and "it is back, the session goes on" in text
+    assert "interrupted during step 1 execute(A.forward) (last completed: step 0 load_module(A))" in text
+    assert exc.value.step.startswith("step 1 execute(A.forward)")
+    assert "streamed-before-the-drop" in exc.value.output.stdout
+    assert '"index": 0' in exc.value.output.stdout
+    assert "streamed-before-the-drop" in (tmp_path / "a" / "runner.stdout").read_text()
+    # The runner the drop left behind was killed when the device came back, and said so.
+    assert any("killed 1 runner(s) left running" in n for n in session.notices), session.notices
+    assert not device.lost
+    # The session goes on: the same device, with the real runner, passes the next test.
+    assert session.device is device
+    device.runner_path = device.workspace / RUNNER_NAME
+    result = ScenarioDriver(device, tmp_path / "b", 300, session.runner_kind).run(
+        simple(model, "after"))
+    assert [s.status for s in result.steps] == ["ok", "ok", "ok"]
+
+
+def test_an_interrupted_stream_on_a_live_device_keeps_the_output_and_kills_the_runner(
+        phone, tmp_path, compiled_model, hil_session):
+    """The adb server drops the stream (here: its transport is disconnected and connected
+    again at once) while the device stays: the failure names the step, the runner is killed."""
+    session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
+    script_runner(device, tmp_path, STEP0 + "echo $$ > ../../runner-pid.txt\nexec sleep 300\n")
+
+    def cut() -> None:
+        subprocess.run(["adb", "disconnect", phone.serial], capture_output=True)
+        subprocess.run(["adb", "connect", phone.serial], capture_output=True)
+
+    threading.Timer(1.0, cut).start()
+    with pytest.raises(RunInterrupted) as exc:
+        device.run(simple(compiled_model("linear_relu"), "cut"), tmp_path / "a", 120, "native")
+    assert exc.value.step.startswith("step 1 execute(A.forward)")
+    assert '"index": 0' in exc.value.output.stdout
+    pid = int((phone.sandbox / str(device.workspace).lstrip("/") / "runner-pid.txt").read_text())
+    assert wait_gone(pid), "the interrupted runner still runs"
+
+
+CRASH = STEP0 + ('echo "F libc    : Fatal signal 11 (SIGSEGV) in tid $$ (runner)" '
+                 '>> "$ANDROID_DATA/../logcat.txt"\n'
+                 '__TOMBSTONE__kill -SEGV $$\n')
+NEW_TOMBSTONE = ("printf '*** *** ***\\nsignal 11 (SIGSEGV), this run\\n' "
+                 "> \"$ANDROID_DATA/tombstones/tombstone_01\"\n")
+
+
+def test_only_tombstones_of_the_runs_own_time_window_are_attached(phone, tmp_path,
+                                                                  compiled_model, hil_session):
+    session, device = device_of(tmp_path, phone.serial, hil_session)
+    stale = phone.sandbox / "data" / "tombstones" / "tombstone_00"
+    stale.write_text("*** *** ***\nsignal 6 (SIGABRT), a crash from yesterday\n")
+    old = time.time() - 86400
+    os.utime(stale, (old, old))
+    model = compiled_model("linear_relu")
+    # A crash that leaves no tombstone: the stale one is not its tombstone.
+    script_runner(device, tmp_path, CRASH.replace("__TOMBSTONE__", ""))
+    out = device.run(simple(model, "crash1"), tmp_path / "a", 60, "native")
+    assert out.returncode == -11
+    assert "Fatal signal 11" in out.logs["logcat"]
+    assert not any("from yesterday" in text for text in out.logs.values()), out.logs.keys()
+    assert "tombstone" not in out.logs
+    # A crash that writes one: that one, and only that one, is attached.
+    script_runner(device, tmp_path, CRASH.replace("__TOMBSTONE__", NEW_TOMBSTONE))
+    out = device.run(simple(model, "crash2"), tmp_path / "b", 60, "native")
+    assert "this run" in out.logs["tombstone"]
+    assert not any("from yesterday" in text for text in out.logs.values())
+
+
+def test_a_timeout_kills_the_runners_whole_process_group(phone, tmp_path, compiled_model,
+                                                         hil_session):
+    """The runner forks a child that a plain `kill <pid>` would leave running (and that the
+    loopback's own clean-up cannot reach: the runner has its own process group)."""
+    session, device = device_of(tmp_path, phone.serial, hil_session)
+    script_runner(device, tmp_path, STEP0 + (
+        "sleep 300 &\n"
+        "echo $! > child.pid\n"
+        "cut -d' ' -f5 /proc/$$/stat > pgid\n"  # the process group (field 5 of stat)
+        "cut -d' ' -f5 /proc/$PPID/stat > shell-pgid\n"
+        "exec sleep 301\n"))
+    out = device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 2, "native")
+    assert out.timed_out and out.returncode is None
+    pid = int(next(l.split()[1] for l in out.stdout.splitlines() if l.startswith("HARNESS_PID")))
+    run_dir = next((phone.sandbox / str(device.workspace).lstrip("/") / "runs").glob("*-hang"))
+    child = int((run_dir / "child.pid").read_text())
+    try:
+        assert int((run_dir / "pgid").read_text()) == pid  # the runner leads its own group
+        assert int((run_dir / "shell-pgid").read_text()) != pid  # not the adb shell's group
+        assert wait_gone(pid), "the hung runner still runs"
+        assert wait_gone(child), "the runner's child outlived the timeout kill"
+        assert not (run_dir / "runner.pid").exists()
+    finally:
+        kill_group(pid)
+        kill_group(child)
+
+
+def test_a_session_in_a_kept_workspace_kills_runners_left_there(phone, tmp_path, compiled_model,
+                                                                hil_session):
+    workspace = "/data/local/tmp/kept-ws"
+    session, device = device_of(tmp_path, phone.serial, hil_session, device_workspace=workspace,
+                                keep_workspace=True)
+    script_runner(device, tmp_path, "sleep 300 &\nexec sleep 302\n")
+    # An earlier session that died mid-run: its runner was started and its stream dropped.
+    run_dir = device.workspace / "runs" / "0123456789abcdef-left"
+    device.sh(f"mkdir -p {shlex.quote(str(run_dir))}")
+    conn = device.adb.shell(device._run_command(run_dir), stream=True, timeout=None)
+    text = b""
+    while b"HARNESS_PID" not in text:
+        text += conn.conn.recv(4096)
+    conn.close()
+    pid = int(text.decode().split("HARNESS_PID ")[1].split()[0])
+    time.sleep(0.3)
+    assert running(pid), "the left runner should outlive its dropped stream"
+    # An unrelated process with a stale pid file of ours is left alone.
+    decoy = subprocess.Popen(["sleep", "300"])
+    other = phone.sandbox / str(device.workspace).lstrip("/") / "runs" / "fedcba9876543210-other"
+    other.mkdir(parents=True)
+    (other / "runner.pid").write_text(f"{decoy.pid}\n")
+    try:
+        device.close()  # kept: nothing removed
+        session2, again = device_of(tmp_path, phone.serial, hil_session,
+                                    device_workspace=workspace, keep_workspace=True)
+        assert wait_gone(pid), "the runner left in the kept workspace still runs"
+        notes = [n for n in session2.notices if "left running in workspace" in n]
+        assert notes and f"pid {pid}" in notes[0] and workspace in notes[0], session2.notices
+        assert decoy.poll() is None, "a process that is not our runner was killed"
+        assert not (other / "runner.pid").exists()
+        again.close()
+    finally:
+        decoy.kill()
+        decoy.wait()
