@@ -14,13 +14,18 @@ from harness.orderings import (ModulePlan, explore, interleavings, random_interl
 from harness.scenarios import first_method
 
 PYTHON_RUNNER_SAMPLE = 6
+# An adb device runs one scenario at a time with a few round trips each; the large
+# explorations take an evenly spaced sample there (the simulator runs them whole).
+ADB_DEVICE_SAMPLE = 300
 
 
 def sample(orderings, hil_session):
     orderings = list(orderings)
-    if hil_session.device_runner == "python" and len(orderings) > PYTHON_RUNNER_SAMPLE:
-        step = len(orderings) / PYTHON_RUNNER_SAMPLE
-        orderings = [orderings[int(i * step)] for i in range(PYTHON_RUNNER_SAMPLE)]
+    limit = (PYTHON_RUNNER_SAMPLE if hil_session.device_runner == "python" else
+             ADB_DEVICE_SAMPLE if hil_session.device_serial is not None else len(orderings))
+    if len(orderings) > limit:
+        step = len(orderings) / limit
+        orderings = [orderings[int(i * step)] for i in range(limit)]
     return orderings
 
 
@@ -100,5 +105,6 @@ def test_three_modules_exhaustive(compiled_model, scenario_driver, hil_session, 
         plans = [ModulePlan(m, model, load_method=False) for m in "ABC"]
     orderings = list(interleavings(plans, symmetric=True))
     assert len(orderings) == {"xnn_convs": 5775, "linear_relu": 280}[program]
+    # (on an adb device or with the Python runner, run_all explores an evenly spaced sample)
     run_all(scenario_driver, hil_session, f"ord_three_{program}", plans, orderings,
             jobs=scenario_jobs(hil_device))
