@@ -3,6 +3,10 @@
   build-runner ...   build the native lifecycle runner (--host; --arm64-linux with the
                      aarch64-linux-gnu cross toolchain; --android with an NDK; the device
                      targets build the QNN interposer too)
+  compare OLD NEW [--time-threshold 0.5] [--time-min-ms 10] [--memory-threshold-kb 8192]
+                     two runs' results.json (pytest --hil-report DIR): new failures, fixed
+                     known issues (XPASS(strict)), load/execute time and peak memory beyond
+                     thresholds; exit 1 on a regression
   doctor             check the QNN libraries, build the interposer and the runner, show the choice
   env                shell `export` lines for the QNN libraries the harness found, so a script of
                      yours can lower to QNN: eval "$(python -m harness env)"
@@ -111,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.runner.native_build import main as build_main
 
         return build_main(rest)
+    if command == "compare":
+        from harness.compare import main as compare_main
+
+        return compare_main(rest)
     if command == "doctor":
         return doctor()
     if command == "env":

@@ -23,6 +23,7 @@ counter would leave empty, so an untouched empty string means "not exposed".
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import posixpath
@@ -178,6 +179,13 @@ def classify_load(result: ScenarioResult, weight_bytes: int, module: str | None 
     `cache_path` defaults to the `packed_cache_path` of the module's `load_module` step; it
     must be in the scenario's `watch_mappings` for its mapped bytes to be measured.
     """
+    load = _classify_load(result, weight_bytes, module, cache_path)
+    _note_verdict(load, None)
+    return load
+
+
+def _classify_load(result: ScenarioResult, weight_bytes: int, module: str | None,
+                   cache_path: str | None) -> CacheLoad:
     name = result.scenario.name
     loads = [i for i, s in enumerate(result.steps) if s.step.op == "load_module"
              and (module is None or s.step.module == module)]
@@ -246,11 +254,33 @@ def memory_table(result: ScenarioResult, cache_path: str | None = None) -> str:
     return "\n".join(lines)
 
 
+# Verdicts made during a test, for reports (harness.hil_report collects them per test) ---------
+_verdict_sinks: list[list[tuple[CacheLoad, str | None]]] = []
+
+
+@contextlib.contextmanager
+def collect_verdicts():
+    """Every load classified inside the block: (CacheLoad, what the test expected: "mapped",
+    "fallback", or None for a bare `classify_load`)."""
+    sink: list[tuple[CacheLoad, str | None]] = []
+    _verdict_sinks.append(sink)
+    try:
+        yield sink
+    finally:
+        _verdict_sinks.remove(sink)
+
+
+def _note_verdict(load: CacheLoad, expected: str | None) -> None:
+    for sink in _verdict_sinks:
+        sink.append((load, expected))
+
+
 # Assertions ----------------------------------------------------------------------------------
 def assert_no_fallback(result: ScenarioResult, weight_bytes: int, module: str | None = None,
                        cache_path: str | None = None) -> CacheLoad:
     """The module's packed weights live in the cache file's mapping, not on the heap."""
-    load = classify_load(result, weight_bytes, module, cache_path)
+    load = _classify_load(result, weight_bytes, module, cache_path)
+    _note_verdict(load, "mapped")
     if load.classification != "mapped":
         raise AssertionError(
             f"XNNPACK packed weights not served from the cache file: {load.describe()}\n"
@@ -262,7 +292,8 @@ def assert_no_fallback(result: ScenarioResult, weight_bytes: int, module: str | 
 def assert_fallback(result: ScenarioResult, weight_bytes: int, module: str | None = None,
                     cache_path: str | None = None, min_heap: float = 0.8) -> CacheLoad:
     """The module's weights went to the heap (at least `min_heap` of them): a detected fallback."""
-    load = classify_load(result, weight_bytes, module, cache_path)
+    load = _classify_load(result, weight_bytes, module, cache_path)
+    _note_verdict(load, "fallback")
     if load.classification != "fallback" or load.heap_bytes < min_heap * weight_bytes:
         raise AssertionError(
             f"expected a heap fallback with >= {min_heap:.0%} of the weights on the heap: "

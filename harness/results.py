@@ -1,0 +1,232 @@
+"""A run's results as plain data: the `results.json` schema and per-test metrics.
+
+`--hil-report DIR` writes `DIR/results.json` (docs/results-schema.md documents every field):
+one entry per scenario run, with its steps (op, status, the runtime's message, elapsed ms, live
+QNN counts, memory) and failures, plus one entry per test with its outcome and metrics.
+`python -m harness compare` reads two of them. The same per-test metrics go to JUnit XML as
+properties (harness.hil_report).
+
+Everything here works on JSON-ready dicts, so a results.json read back from disk and a run in
+progress are measured by the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Iterable
+
+from harness.failures import Failure
+from harness.result import ScenarioResult, StepResult
+
+SCHEMA = "executorch-hil-results/1"
+MESSAGE_CHARS = 2000  # a failure's message (the runtime's words and log lines) is cut here
+TIMED_OPS = ("load_method", "execute")  # steps whose elapsed_ms are per-method metrics
+MEMORY_FIELDS = (("rss_kb", "Rss"), ("pss_kb", "Pss"), ("anonymous_kb", "Anonymous"),
+                 ("private_dirty_kb", "Private_Dirty"), ("swap_kb", "Swap"))
+PEAK_FIELDS = ("rss_kb", "pss_kb", "anonymous_kb", "dmabuf_bytes")
+
+
+class ResultsError(ValueError):
+    """A results.json that is not one this version understands."""
+
+
+# One scenario run -------------------------------------------------------------------------------
+def step_memory(step: StepResult) -> dict | None:
+    """The step's process memory: smaps_rollup values in kB, dma-buf in bytes; None when the
+    runner reported no reading (a step that never ran)."""
+    memory = step.memory
+    rollup = memory.get("rollup") or {}
+    dmabuf = memory.get("dmabuf") or {}
+    if not rollup and not dmabuf:
+        return None
+    out = {key: rollup.get(field) for key, field in MEMORY_FIELDS}
+    out["dmabuf_bytes"] = dmabuf.get("bytes")
+    out["dmabuf_count"] = dmabuf.get("count")
+    return out
+
+
+def step_entry(index: int, step: StepResult) -> dict:
+    event = step.event or {}
+    entry = {
+        "index": index,
+        "op": step.step.op,
+        "target": step.step.describe(),
+        "module": step.step.module,
+        "method": step.step.method,
+        "status": step.status,
+        "error_code": event.get("error_code"),
+        "message": event.get("message") or "",
+        "elapsed_ms": event.get("elapsed_ms"),
+        "live": dict(step.live),
+        "memory": step_memory(step),
+    }
+    if step.step.op == "parallel":
+        subs = event.get("substeps") or []
+        entry["substeps"] = [
+            {"op": sub.op, "module": sub.module, "method": sub.method,
+             "status": (ev or {}).get("status", "not-run"),
+             "message": (ev or {}).get("message") or "",
+             "elapsed_ms": (ev or {}).get("elapsed_ms")}
+            for sub, ev in zip(step.step.substeps, list(subs) + [None] * len(step.step.substeps))]
+    return entry
+
+
+def failure_entry(failure: Failure) -> dict:
+    return {"kind": failure.kind, "scenario": failure.scenario or None, "step": failure.step,
+            "where": failure.where, "message": _cut(failure.message)}
+
+
+def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, index: int,
+              occurrence: int, device: str | None, xnnpack: list[dict] = ()) -> dict:
+    """One scenario run of a test. `index`: its position among the test's runs (0-based);
+    `occurrence`: how many earlier runs of the test had the same scenario name."""
+    out = result.output
+    return {
+        "nodeid": nodeid,
+        "scenario": result.scenario.name,
+        "index": index,
+        "occurrence": occurrence,
+        "device": device,
+        "runner": out.runner,
+        "returncode": out.returncode,
+        "timed_out": out.timed_out,
+        "completed": result.completed,
+        "failure_kind": result.failure_kind,
+        "modules": {name: {"model": m.name, "precision": m.precision, "backend": m.backend,
+                           "pte": Path(m.pte).name}
+                    for name, m in result.scenario.models.items()},
+        "steps": [step_entry(i, s) for i, s in enumerate(result.steps)],
+        "failures": [failure_entry(f) for f in failures],
+        "xnnpack": list(xnnpack),
+        "artifacts": str(result.artifacts) if result.artifacts else None,
+    }
+
+
+def xnnpack_entry(load, expected: str | None) -> dict:
+    """One XNNPACK placement verdict a test made (harness.xnnpack.CacheLoad)."""
+    return {"scenario": load.scenario, "module": load.module, "method": load.method,
+            "cache_path": load.cache_path, "classification": load.classification,
+            "expected": expected, "weight_bytes": load.weight_bytes,
+            "heap_bytes": load.heap_bytes, "mapped_bytes": load.mapped_bytes,
+            "steps": [load.before, load.after]}
+
+
+def qnn_api(result: ScenarioResult) -> dict:
+    """The QNN API versions the library reported in the call trace (interposer's `api` line):
+    {"core": "2.40.0", "backend": "5.51.0", "provider": ...}; {} without a trace."""
+    for rec in result.trace:
+        if rec.kind == "api":
+            return dict(rec.fields)
+    return {}
+
+
+# Metrics over a test's runs ---------------------------------------------------------------------
+def method_key(run: dict, module: str | None, method: str | None) -> str:
+    """`<model>.<method>` for a step of `module` (the model loaded under that module name)."""
+    model = (run.get("modules") or {}).get(module or "", {}).get("model") or module or "?"
+    return f"{model}.{method}"
+
+
+def timed_steps(run: dict) -> Iterable[tuple[str, str, float]]:
+    """(op, method key, elapsed_ms) of every load_method/execute that reported a time, the
+    sub-steps of `parallel` steps included."""
+    for step in run.get("steps", []):
+        subs = step.get("substeps") if step.get("op") == "parallel" else [step]
+        for sub in subs or []:
+            if sub.get("op") in TIMED_OPS and isinstance(sub.get("elapsed_ms"), (int, float)):
+                yield sub["op"], method_key(run, sub.get("module"), sub.get("method")), \
+                    float(sub["elapsed_ms"])
+
+
+def run_peaks(run: dict) -> dict[str, int | None]:
+    """Peak over the run's steps of Rss, Pss, Anonymous (kB) and dma-buf (bytes)."""
+    peaks: dict[str, int | None] = {k: None for k in PEAK_FIELDS}
+    for step in run.get("steps", []):
+        memory = step.get("memory") or {}
+        for key in PEAK_FIELDS:
+            value = memory.get(key)
+            if isinstance(value, (int, float)) and (peaks[key] is None or value > peaks[key]):
+                peaks[key] = value
+    return peaks
+
+
+def metrics_of(runs: list[dict]) -> dict:
+    """What a test's runs measured: live counts after the last step of the last run, peak
+    memory over every run, and per method the load/execute milliseconds (n, median, max)."""
+    peaks: dict[str, int | None] = {k: None for k in PEAK_FIELDS}
+    times: dict[str, dict[str, list[float]]] = {"load_method": {}, "execute": {}}
+    for run in runs:
+        for key, value in run_peaks(run).items():
+            if value is not None and (peaks[key] is None or value > peaks[key]):
+                peaks[key] = value
+        for op, key, ms in timed_steps(run):
+            times[op].setdefault(key, []).append(ms)
+    last = runs[-1]["steps"][-1]["live"] if runs and runs[-1].get("steps") else None
+    return {
+        "scenarios": len(runs),
+        "failed_scenarios": sum(1 for r in runs if r.get("failures")),
+        "live_end": last,
+        "peak": peaks,
+        "load_ms": {k: _summary(v) for k, v in sorted(times["load_method"].items())},
+        "execute_ms": {k: _summary(v) for k, v in sorted(times["execute"].items())},
+    }
+
+
+def _summary(values: list[float]) -> dict:
+    return {"n": len(values), "median": round(statistics.median(values), 3),
+            "max": round(max(values), 3)}
+
+
+def junit_properties(test: dict) -> list[tuple[str, str]]:
+    """A test's entry as flat JUnit properties (name, value), names prefixed `hil.`."""
+    props: list[tuple[str, str]] = []
+    if test.get("known_issue"):
+        props.append(("hil.known_issue", test["known_issue"]))
+    if test.get("device"):
+        props.append(("hil.device", test["device"]))
+    metrics = test.get("metrics") or {}
+    if not metrics.get("scenarios"):
+        return props
+    props.append(("hil.scenarios", str(metrics["scenarios"])))
+    props.append(("hil.failed_scenarios", str(metrics["failed_scenarios"])))
+    for kind, count in sorted((metrics.get("live_end") or {}).items()):
+        props.append((f"hil.live_end.{kind}", str(count)))
+    for key, value in (metrics.get("peak") or {}).items():
+        if value is not None:
+            props.append((f"hil.peak_{key}", str(value)))
+    for family in ("load_ms", "execute_ms"):
+        for method, summary in (metrics.get(family) or {}).items():
+            props.append((f"hil.{family}.{method}.median", str(summary["median"])))
+            props.append((f"hil.{family}.{method}.max", str(summary["max"])))
+    for verdict in test.get("xnnpack") or []:
+        expected = f" (expected {verdict['expected']})" if verdict.get("expected") else ""
+        props.append((f"hil.xnnpack.{verdict['scenario']}.{verdict['module']}",
+                      f"{verdict['classification']}{expected}: heap "
+                      f"{verdict['heap_bytes'] / 2**20:.1f} MiB, mapped "
+                      f"{verdict['mapped_bytes'] / 2**20:.1f} MiB of "
+                      f"{verdict['weight_bytes'] / 2**20:.1f} MiB weights"))
+    return props
+
+
+# The file ---------------------------------------------------------------------------------------
+def load_results(path: str | Path) -> dict:
+    """A results.json, checked for its schema (a file of another schema is refused, naming it)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "results.json"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such file (write one with pytest --hil-report DIR)") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not JSON ({exc})") from None
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if schema != SCHEMA:
+        raise ResultsError(f"{path}: schema {schema!r}, expected {SCHEMA!r}")
+    return doc
+
+
+def _cut(text: str, limit: int = MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
