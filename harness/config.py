@@ -135,17 +135,18 @@ def soc_config(soc: str, config_dir: Path = CONFIG_DIR) -> SocConfig:
 
 def resolve_soc_config(serial: str, reported: str, *, farm_soc: str | None = None,
                        soc: str | None = None, device_config: Path | None = None,
-                       reported_from: str = "the device",
+                       reported_from: str = "the device", farm_from: str = "farm file",
                        config_dir: Path = CONFIG_DIR) -> tuple[SocConfig, str]:
     """Which SoC config device `serial` runs with, and where its SoC came from.
 
-    Precedence: the farm file's `soc:` for this serial, then `--soc`, then what the device
+    Precedence: the farm file's `soc:` for this serial (or a labgrid place's `soc=` tag,
+    named by `farm_from`), then `--soc`, then what the device
     reports (`reported`, found through `reported_from`). `--device-config FILE` replaces
     `socs/<SOC>.yaml`: it must be for the chosen SoC (or names it when nothing else does),
     because compiling for one SoC while pushing another's HTP libraries fails only on the
     phone. An unknown SoC is one ConfigError listing the known SoCs and how to add one."""
     chosen, source = next(((value, where) for value, where in (
-        (farm_soc, "farm file"), (soc, "--soc"), (reported, reported_from)) if value), (None, ""))
+        (farm_soc, farm_from), (soc, "--soc"), (reported, reported_from)) if value), (None, ""))
     if device_config is not None:
         config = load_soc(Path(device_config))
         if chosen is None:
@@ -232,7 +233,12 @@ def validate_all(config_dir: Path = CONFIG_DIR) -> list[str]:
                           f"{', '.join(socs)}; keep it in one")
     check("simulator.yaml", lambda: simulator_config(config_dir))
     for path in sorted((config_dir / "farms").glob("*.yaml")):
-        check(path.name, lambda p=path: load_farm(p))
+        if path.name.startswith("labgrid-"):  # a labgrid exporter config (harness/farm.py)
+            from harness.farm import load_exporter_config
+
+            check(path.name, lambda p=path: load_exporter_config(p))
+        else:
+            check(path.name, lambda p=path: load_farm(p))
     if errors:
         raise ConfigError("\n".join(errors))
     return checked

@@ -12,6 +12,7 @@ checkout where the package is installed. Fixtures for test authors:
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -40,9 +41,12 @@ _MET_KEY = pytest.StashKey[dict]()  # issue id -> node ids it applies to
 _FILES_KEY = pytest.StashKey[set]()  # paths of the collected test files
 _PATTERNS_KEY = pytest.StashKey[set]()  # (issue id, test pattern) pairs that matched a test
 _SESSION_ID_ENV = "EXECUTORCH_HIL_SESSION_ID"
+# JUnit properties and --hil-report (HTML page, results.json): harness/hil_report.py.
+pytest_plugins = ["harness.hil_report"]
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    _keep_labgrid_plugin_out(parser, pluginmanager)
     group = parser.getgroup("hil", "ExecuTorch QNN hardware-in-the-loop")
     group.addoption("--device", action="append", default=[], metavar="SERIAL",
                     help="Android device serial (USB id or host:port); repeat for several "
@@ -82,6 +86,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--farm", type=Path, default=None, metavar="YAML",
                     help="a device farm file (device_configs/farms/): its devices and adb server; "
                          "use with -n <number of devices>")
+    try:
+        group.addoption("--lg-coordinator", default=None, metavar="HOST:PORT",
+                        help="labgrid coordinator of a device farm (default: $LG_COORDINATOR); "
+                             "use with --lg-place-tags")
+    except (ValueError, argparse.ArgumentError):
+        pass  # labgrid's own pytest plugin, loaded on request, has it: the same meaning
+    group.addoption("--lg-place-tags", action="append", default=[], metavar="KEY=VALUE",
+                    help="reserve a labgrid place with these tags (repeatable, e.g. soc=SM8650) "
+                         "for each worker; the place's tags serial=, adb=HOST:PORT and soc= "
+                         "name its phone. A phone that fails preflight or drops off for good is "
+                         "tagged hil_unhealthy and the worker goes on with another place")
     group.addoption("--pte", action="append", default=[], metavar="PATH",
                     help="run the HIL suites on this program instead of the built-in models "
                          "(repeatable; also the ini option hil_pte)")
@@ -101,6 +116,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--device-workspace", default=None, metavar="PATH",
                     help="on-device workspace directory (default: a new one per session and "
                          "worker under /data/local/tmp); reuse one to skip pushes across runs")
+    group.addoption("--lease-wait", type=float, default=0.0, metavar="SECONDS",
+                    help="how long to wait for an adb device another session holds (its lease, "
+                         "/data/local/tmp/.executorch-hil-lease on the device); default 0: fail "
+                         "at once, naming the holder")
+
+
+def _keep_labgrid_plugin_out(parser: pytest.Parser, pluginmanager) -> None:
+    """labgrid is a dependency for its client (harness/farm.py), and pip registers its pytest
+    plugin for every pytest run. That plugin is not used here, and it would change plain runs:
+    its own --lg-coordinator, pytest's log format and -vv live logging, and a StepLogger that
+    fails nested (pytester) sessions. It is blocked before it loads, or taken out again if it
+    loaded first; `-p labgrid.pytestplugin` still loads it on request."""
+    plugin = pluginmanager.get_plugin("labgrid")
+    if plugin is None:
+        pluginmanager.set_blocked("labgrid")
+        return
+    pluginmanager.unregister(plugin)
+    from _pytest.logging import DEFAULT_LOG_FORMAT
+
+    parser.addini("log_format", default=DEFAULT_LOG_FORMAT,
+                  help="Default value for log format")  # labgrid's plugin had replaced it
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -145,6 +181,8 @@ def pytest_configure(config: pytest.Config) -> None:
         # Bad input stops the session once, at start-up, with the line to act on.
         raise pytest.UsageError(str(exc)) from None
     config.stash[_SESSION_KEY] = HilSession(opts)
+    if config.stash[_SESSION_KEY].uses_farm:
+        config.pluginmanager.register(_FarmReports(config.stash[_SESSION_KEY]), "hil-farm-reports")
     config.stash[_REPORTS_KEY] = {}
     config.stash[_MET_KEY] = {}
     if not opts.worker.startswith("gw"):
@@ -160,6 +198,20 @@ def _options(config: pytest.Config) -> Options:
         devices = devices or [e["serial"] for e in entries]
         adb_server = adb_server or farm_server
         device_socs = {e["serial"]: e["soc"] for e in entries if "soc" in e}
+    from harness.farm import coordinator_address, parse_tags
+
+    lg_tags = parse_tags(config.getoption("lg_place_tags"))
+    lg_coordinator = coordinator_address(config.getoption("lg_coordinator", None))
+    if lg_tags and not lg_coordinator:
+        raise HarnessError("--lg-place-tags needs a labgrid coordinator: --lg-coordinator "
+                           "HOST:PORT or LG_COORDINATOR")
+    if (config.getoption("lg_coordinator", None) and not lg_tags and
+            not config.pluginmanager.hasplugin("labgrid.pytestplugin")):
+        raise HarnessError("--lg-coordinator needs --lg-place-tags KEY=VALUE (which places to "
+                           "reserve, e.g. soc=SM8650); without them the run would not use it")
+    if lg_tags and (devices or farm is not None):
+        raise HarnessError("--lg-place-tags takes devices from labgrid places; it cannot be "
+                           "combined with --device or --farm")
     sid = session_id(config)
     ptes = [Path(p).resolve() for p in config.getoption("pte")] or \
         [Path(p).resolve() for p in config.getini("hil_pte")]
@@ -176,7 +228,23 @@ def _options(config: pytest.Config) -> Options:
         abi_bridge=config.getoption("qnn_abi_bridge"), adb_server=adb_server,
         device_socs=device_socs,
         keep_workspace=config.getoption("keep_workspace"),
-        device_workspace=config.getoption("device_workspace"), worker=worker, worker_count=count)
+        device_workspace=config.getoption("device_workspace"), worker=worker, worker_count=count,
+        lease_wait=config.getoption("lease_wait"),
+        reacquire_s=_env_seconds("EXECUTORCH_HIL_REACQUIRE_S"),
+        lg_coordinator=lg_coordinator if lg_tags else None, lg_place_tags=lg_tags)
+
+
+def _env_seconds(name: str) -> float | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        raise HarnessError(f"{name} must be a number of seconds > 0, got {value!r}")
+    return seconds
 
 
 def _check_start_up(config: pytest.Config, opts: Options) -> None:
@@ -187,12 +255,23 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
     simulator_config()
     if opts.device_config is not None:
         load_soc(Path(opts.device_config))
-    if not opts.devices or opts.simulator:
+    on_simulator = opts.simulator or (not opts.devices and not opts.lg_place_tags)
+    if on_simulator:
         soc_config(opts.soc or simulator_config().default_soc)
     else:
         from harness.devices.adb import adb_server_address
 
         adb_server_address(opts.adb_server)
+        workers = xdist_workers(config, opts)
+        if opts.devices and workers > len(opts.devices):
+            raise HarnessError(
+                f"{workers} pytest-xdist workers for {len(opts.devices)} device(s) "
+                f"({', '.join(opts.devices)}): more workers than devices is not supported, "
+                "because each worker needs a device of its own (a device is leased to one "
+                f"session at a time); run with -n {len(opts.devices)} or fewer, or give one "
+                "--device per worker")
+        if opts.lease_wait < 0:
+            raise HarnessError(f"--lease-wait must be 0 or more seconds, got {opts.lease_wait:g}")
         for soc in opts.device_socs.values():
             soc_config(soc)
         if opts.soc:
@@ -203,7 +282,7 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
 
     for pte in opts.ptes:
         check_file(pte)  # a wrong path or a file that is not a program: now, not per test
-    if opts.ptes and (not opts.devices or opts.simulator):
+    if opts.ptes and on_simulator:
         # The simulator's SoC is known now: a program built for another is refused once.
         from harness.program import read_program
         from harness.user_program import check_soc
@@ -214,6 +293,22 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
     for directory in opts.models_dirs:
         if not directory.is_dir():
             raise HarnessError(f"--models-dir {directory}: no such directory")
+
+
+def xdist_workers(config: pytest.Config, opts: Options) -> int:
+    """How many pytest-xdist workers this run has: on a worker, PYTEST_XDIST_WORKER_COUNT
+    (`worker_info`); on the controller, its `--tx` specs as `-n N` (or `-n auto`) resolved
+    them (`N*popen` counts N); 1 without xdist."""
+    if opts.worker.startswith("gw"):
+        return opts.worker_count
+    option = config.option
+    if getattr(option, "dist", "no") == "no" or not getattr(option, "tx", None):
+        return 1
+    count = 0
+    for spec in option.tx:
+        times, star, _ = str(spec).partition("*")
+        count += int(times) if star and times.isdigit() else 1
+    return count
 
 
 def _link_latest(artifacts: Path) -> None:
@@ -232,12 +327,14 @@ def _link_latest(artifacts: Path) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
-        lines = session.summary()
-        if lines:  # also for xdist workers, whose terminal summary nobody sees
-            out = session.options.artifacts_dir / f"session-{session.options.worker}.txt"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text("\n".join(lines + session.notices) + "\n")
-        session.close()
+        try:
+            session.close()  # first: on a labgrid farm, the summary then says it was released
+        finally:
+            lines = session.summary()
+            if lines:  # also for xdist workers, whose terminal summary nobody sees
+                out = session.options.artifacts_dir / f"session-{session.options.worker}.txt"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text("\n".join(lines + session.notices) + "\n")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -318,6 +415,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash[_SESSION_KEY]
     opts = session.options
     target = ", ".join(opts.devices) if opts.devices and not opts.simulator else "HTP simulator"
+    if session.uses_farm:
+        target = (f"a labgrid place with {' '.join(f'{k}={v}' for k, v in opts.lg_place_tags.items())}"
+                  f" (coordinator {opts.lg_coordinator}) per worker")
     return [f"hil: target {target}; executorch {executorch_version()}; runner {opts.runner}; "
             f"artifacts {opts.artifacts_dir}"]
 
@@ -340,9 +440,44 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             terminalreporter.write_line(line)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """On a labgrid farm: a phone that dropped off for good during an earlier test is replaced
+    by another place's before this test's fixtures are set up."""
+    session = item.config.stash.get(_SESSION_KEY, None)
+    if session is not None and session.uses_farm and "hil_device" in item.fixturenames:
+        try:
+            session.fail_over()
+        except HarnessError as exc:
+            pytest.fail(f"HIL device unavailable: {exc}", pytrace=False)
+
+
+class _FarmReports:
+    """Registered on a labgrid farm run: records which device each test ran on, from the
+    reports (in the xdist controller, the workers' reports carry it)."""
+
+    def __init__(self, session: HilSession) -> None:
+        self.session = session
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        label = getattr(report, "hil_device", None)
+        if label is None:
+            return
+        if self.session.farm_label is None:  # the controller: the workers' events arrive here
+            self.session.notices.extend(getattr(report, "hil_farm_events", []))
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            xfailed = hasattr(report, "wasxfail") and report.skipped
+            self.session.record_test(label, report.nodeid, "xfailed" if xfailed else report.outcome)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
+    hil = item.config.stash.get(_SESSION_KEY, None)
+    if (hil is not None and hil.farm_label is not None and
+            "hil_device" in getattr(item, "fixturenames", ())):
+        report.hil_device = hil.farm_label  # travels to the xdist controller with the report
+        report.hil_farm_events = hil.new_farm_events()
     issue = item.stash.get(_ISSUE_KEY, None)
     if issue is not None and hasattr(report, "wasxfail") and call.excinfo:
         problem = _not_this_issue(item, issue, call.excinfo.value)

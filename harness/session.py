@@ -9,15 +9,19 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.compile import CompiledModel, compile_model
 from harness.config import SocConfig, load_soc, resolve_soc_config, simulator_config, soc_config
 from harness.devices.base import Device
-from harness.errors import HarnessError, ModelError
+from harness.errors import DeviceError, HarnessError, ModelError
 from harness.models import get_model
 from harness.qnn.sdk import QnnSdk, discover, executorch_version
 from harness.runner.select import RunnerChoice, choose_runner
 from harness.user_program import check_soc
+
+if TYPE_CHECKING:
+    from harness.farm import Lease
 
 
 @dataclasses.dataclass
@@ -38,12 +42,20 @@ class Options:
     worker: str  # pytest-xdist worker id, "master" without xdist
     worker_count: int
     session_id: str = ""
+    # --lease-wait: how long an adb device's set-up waits for the device lease another session
+    # holds (harness/devices/lease.py); 0 fails at once, naming the holder.
+    lease_wait: float = 0.0
     ptes: list[Path] = dataclasses.field(default_factory=list)  # --pte: the user's programs
     models_dirs: list[Path] = dataclasses.field(default_factory=list)  # --models-dir
     # How long adb waits for a device at the start and after it dropped off mid-session
-    # (None: harness.devices.adb.CONNECT_S / REACQUIRE_S). No options: tests shorten them.
+    # (None: harness.devices.adb.CONNECT_S / REACQUIRE_S). Tests shorten them (reacquire_s
+    # also from EXECUTORCH_HIL_REACQUIRE_S, e.g. for a farm run in a test).
     connect_s: float | None = None
     reacquire_s: float | None = None
+    # A labgrid farm (harness/farm.py): with place tags, each worker reserves a place with
+    # those tags on the coordinator (HOST:PORT) instead of taking a --device.
+    lg_coordinator: str | None = None
+    lg_place_tags: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class HilSession:
@@ -57,6 +69,10 @@ class HilSession:
         self._models: dict[tuple[str, str, str], CompiledModel] = {}
         self._programs: dict[Path, CompiledModel] = {}
         self.notices: list[str] = []
+        self._farm = None  # harness.farm.LabgridFarm, on a labgrid farm
+        self._failover_error: HarnessError | None = None
+        self._events_sent = 0  # farm events already handed to a test report
+        self.farm_tests: dict[str, list[str]] = {}  # device label -> "nodeid outcome", in order
 
     # Pieces --------------------------------------------------------------------------------
     @property
@@ -80,8 +96,16 @@ class HilSession:
         return self._runners[kind]
 
     @property
+    def uses_farm(self) -> bool:
+        """Devices come from labgrid places (--lg-place-tags), not from --device/--farm."""
+        return bool(self.options.lg_place_tags) and not self.options.simulator
+
+    @property
     def device_serial(self) -> str | None:
-        """The device of this worker: worker N of an xdist run takes the Nth --device."""
+        """The device of this worker: worker N of an xdist run takes the Nth --device; on a
+        labgrid farm, the phone of the place it holds (reserved on first use)."""
+        if self.uses_farm:
+            return self.device.info.serial
         devices = self.options.devices
         if not devices or self.options.simulator:
             return None
@@ -103,6 +127,8 @@ class HilSession:
         return self._device
 
     def _make_device(self) -> Device:
+        if self.uses_farm:
+            return FarmDevice(*self._lease_device())
         serial = self.device_serial
         if serial is None:
             from harness.devices.simulator import SimulatorDevice
@@ -112,20 +138,23 @@ class HilSession:
                                    self.options.abi_bridge)
         return self._open_adb_device(serial)
 
-    def _open_adb_device(self, serial: str) -> Device:
+    def _open_adb_device(self, serial: str, adb_server: str | None = None,
+                         place: "Lease | None" = None) -> Device:
         """An adb device in phases: identify it, resolve its SoC config, set it up with
         explicit arguments. Nothing here reads the half-built session: the config is stored
-        only once the device works."""
+        only once the device works. A labgrid place's `adb_server` and `soc=` tag replace
+        --adb-server and the farm file's SoC."""
         from pathlib import PurePosixPath
 
         from harness.devices import adb
 
         opts = self.options
-        client = adb.adb_client(opts.adb_server)
+        client = adb.adb_client(adb_server or opts.adb_server)
         adb.wait_online(client, serial, opts.connect_s or adb.CONNECT_S)
         identity = adb.identify(client, serial)
         config, source = resolve_soc_config(
-            serial, identity.soc, farm_soc=opts.device_socs.get(serial), soc=opts.soc,
+            serial, identity.soc, farm_soc=place.soc if place else opts.device_socs.get(serial),
+            farm_from=f"place {place.place} tag soc" if place else "farm file", soc=opts.soc,
             device_config=opts.device_config, reported_from=identity.soc_source)
         workspace = (PurePosixPath(opts.device_workspace) if opts.device_workspace
                      else adb.new_workspace(opts.worker))
@@ -133,7 +162,9 @@ class HilSession:
                                artifacts_dir=opts.artifacts_dir,
                                keep_workspace=opts.keep_workspace,
                                reacquire_s=opts.reacquire_s or adb.REACQUIRE_S,
-                               soc_source=source, notice=self.notices.append)
+                               soc_source=source, notice=self.notices.append,
+                               session_id=opts.session_id, worker=opts.worker,
+                               lease_wait=opts.lease_wait)
         if self.runner_kind == "python":
             self.notices.append("adb devices always use the native runner; "
                                 "--runner=python applies to the simulator only")
@@ -145,6 +176,89 @@ class HilSession:
         device.setup(payload.runner, payload.files, payload.env, payload.backends)
         self._soc_config = config
         return device
+
+    # Labgrid farm ---------------------------------------------------------------------------
+    def _lease_device(self):
+        """(lease, device): reserve places by tags until one's phone opens and passes
+        preflight. A place whose phone is not online or fails preflight is retired (tagged
+        unhealthy, released) and the next one is reserved; an error of this host's own set-up
+        (the phone is online, the set-up failed anyway) releases the place and is raised."""
+        from harness.devices import adb
+        from harness.farm import LabgridFarm
+
+        opts = self.options
+        if self._farm is None:
+            self._farm = LabgridFarm(opts.lg_coordinator, opts.lg_place_tags,
+                                     notice=self.notices.append)
+        while True:
+            lease = self._farm.lease()
+            server = lease.adb or opts.adb_server
+            try:
+                device = self._open_adb_device(lease.serial, server, lease)
+            except HarnessError as exc:
+                try:
+                    adb.wait_online(adb.adb_client(server), lease.serial, 0)
+                except HarnessError:
+                    self._farm.retire(lease, "unavailable", str(exc).splitlines()[0])
+                    continue
+                self._farm.release(lease)
+                raise
+            try:
+                problems = device.preflight()
+            except HarnessError as exc:
+                problems = [str(exc).splitlines()[0]]
+            if problems:
+                device.close()
+                self._farm.retire(lease, "preflight", "; ".join(problems))
+                continue
+            device.info.details["place"] = lease.place
+            return lease, device
+
+    def fail_over(self) -> None:
+        """On a labgrid farm, before a test: if the phone dropped off for good (it did not come
+        back within the re-acquire window), retire its place and go on with another one. Once
+        no other place can be had, raises the same error for every later test."""
+        if self._failover_error is not None:
+            raise self._failover_error
+        farm_device = self._device
+        if not isinstance(farm_device, FarmDevice) or not getattr(farm_device.current, "lost", None):
+            return
+        old, soc = farm_device.lease, farm_device.info.soc
+        self._farm.retire(old, "offline", farm_device.current.lost)
+        farm_device.current.close()
+        try:
+            lease, device = self._lease_device()
+        except HarnessError as exc:
+            self._failover_error = DeviceError(
+                f"{old.label} dropped off for good and no other place could be had: {exc}")
+            raise self._failover_error from None
+        farm_device.switch(lease, device)
+        if device.info.soc != soc:  # models were compiled for the old phone's SoC
+            self._models.clear()
+            self._programs.clear()
+        self._farm.events.append(f"{old.label} dropped off for good; the remaining tests run "
+                                 f"on {lease.label}")
+
+    @property
+    def farm_label(self) -> str | None:
+        """The place and serial tests run on now, on a labgrid farm."""
+        if self._failover_error is not None:
+            return "no place (failover failed)"
+        return self._device.lease.label if isinstance(self._device, FarmDevice) else None
+
+    def new_farm_events(self) -> list[str]:
+        """What happened to places since the last call (for the controller's summary)."""
+        events = self._farm.events[self._events_sent:] if self._farm is not None else []
+        self._events_sent += len(events)
+        return [f"farm: {self.options.worker}: {e}" for e in events]
+
+    def record_test(self, label: str, nodeid: str, outcome: str) -> None:
+        self.farm_tests.setdefault(label, []).append(f"{nodeid} {outcome}")
+
+    def farm_summary(self) -> list[str]:
+        lines = [f"farm: {self.options.worker}: {e}" for e in self._farm.events] if self._farm else []
+        return lines + [f"farm: tests on {label}: {', '.join(tests)}"
+                        for label, tests in self.farm_tests.items()]
 
     def _simulated_soc(self) -> str:
         return self.options.soc or simulator_config().default_soc
@@ -260,11 +374,63 @@ class HilSession:
         return lines
 
     def summary(self) -> list[str]:
-        return self._device.summary() if self._device is not None else []
+        lines = self._device.summary() if self._device is not None else []
+        return lines + self.farm_summary()
 
     def close(self) -> None:
-        if self._device is not None:
-            self._device.close()
+        try:
+            if self._device is not None:
+                self._device.close()
+        finally:
+            if self._farm is not None:
+                self._farm.close()  # releases the place, cancels the reservations
+
+
+class FarmDevice(Device):
+    """The session's device on a labgrid farm: the phone of the place held now. A failover
+    switches the phone underneath, so the session-scoped fixtures that hold this object go on
+    with the new one."""
+
+    def __init__(self, lease, device: Device) -> None:
+        self.lease, self.current = lease, device
+        self.previous: list[Device] = []
+
+    def switch(self, lease, device: Device) -> None:
+        self.previous.append(self.current)
+        self.lease, self.current = lease, device
+
+    @property
+    def info(self):
+        return self.current.info
+
+    @property
+    def backends(self):
+        return self.current.backends
+
+    def run(self, scenario, artifacts, timeout, runner):
+        return self.current.run(scenario, artifacts, timeout, runner)
+
+    def scratch_dir(self) -> str:
+        return self.current.scratch_dir()
+
+    def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
+        return self.current.command(argv, timeout)
+
+    def preflight(self) -> list[str]:
+        return []  # every phone passed its preflight before its place was kept
+
+    def summary(self) -> list[str]:
+        return [line for d in self.previous + [self.current] for line in d.summary()]
+
+    def close(self) -> None:
+        self.current.close()
+
+    def __getattr__(self, name: str):  # anything else of the phone (e.g. AdbDevice.lost)
+        try:
+            current = self.__dict__["current"]
+        except KeyError:
+            raise AttributeError(name) from None
+        return getattr(current, name)
 
 
 def target_name(info) -> str:

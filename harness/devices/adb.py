@@ -14,12 +14,23 @@ A device is built in phases, so that nothing reads a half-built session:
 
 `HilSession` drives the phases and keeps the resolved config; `AdbDevice` never sees the session.
 
-Per session the device gets a workspace under /data/local/tmp (unique per session and worker),
-the runner and the QNN libraries pushed once, and each `.pte` and reference tensor at most once,
-skipping any file whose sha256 the device already holds. A run starts the runner as a process
-group leader (`setsid`) with a pid file in its run directory, records the device time, and
-streams the runner's events back; a timeout kills the whole process group; a crash collects the
-exit signal, the `logcat` of the run's time window and the tombstones written since it started.
+Per session the device is leased first (`harness.devices.lease`: one session per device at a
+time, whatever its workspace; `--lease-wait` waits for a busy one), then gets a workspace under
+/data/local/tmp (unique per session and worker), the runner and the QNN libraries pushed once,
+and each `.pte` and reference tensor at most once, skipping any file whose sha256 the device
+already holds. A run starts the runner as a process group leader (`setsid`) with a pid file in
+its run directory, records the device time, and streams the runner's events back; a timeout
+kills the whole process group; a crash collects the exit signal, the `logcat` of the run's time
+window and the tombstones written since it started.
+
+Round trips per scenario (`harness.devices.adb_wire` makes each one a single adb-server
+connection with TCP_NODELAY): files the session has not seen yet (a model's `.pte` and tensors,
+on first use) are checked in one shell call (sha256 of all of them) and the missing ones sent in
+one `sync:` session; then one shell call (shell protocol v2) does the rest: it creates the
+content-named run directory, takes the scenario file on its stdin (kept when the directory
+already holds it, as in a kept workspace), starts the runner, and at its end prints the runner's
+stderr and the QNN trace after markers of that run, so no `cat` follows. A scenario whose files
+the session already pushed costs that one call.
 A device that drops off mid-test fails that test (keeping what the run streamed) and is
 re-acquired for the full window, whatever `adb connect` answers meanwhile; if it does not come
 back, every later test fails at once with what happened, so the session never hangs. A session
@@ -32,6 +43,7 @@ names are untrusted input.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shlex
@@ -45,7 +57,9 @@ import adbutils
 
 from harness.cache import file_sha256
 from harness.config import SocConfig, soc_for_board_platform
+from harness.devices import adb_wire
 from harness.devices.base import Device, DeviceInfo
+from harness.devices.lease import DeviceLease, LeaseBusy
 from harness.errors import ConfigError, DeviceError
 from harness.result import RunOutput, parse_events
 from harness.runner.select import RunnerChoice
@@ -84,9 +98,10 @@ def adb_server_address(server: str | None = None) -> tuple[str, int]:
 
 
 def adb_client(server: str | None = None) -> adbutils.AdbClient:
-    """The adb server to talk to (see adb_server_address)."""
+    """The adb server to talk to (see adb_server_address): adbutils' client with TCP_NODELAY on
+    its connections and the server version asked once (`adb_wire.HarnessAdbClient`)."""
     host, port = adb_server_address(server)
-    return adbutils.AdbClient(host=host, port=port)
+    return adb_wire.HarnessAdbClient(host=host, port=port)
 
 
 # Phase 1: identify -------------------------------------------------------------------------------
@@ -113,10 +128,16 @@ LOOPBACK_PRODUCT = "loopback"  # ro.product.name of the harness's loopback devic
 def identify(client: adbutils.AdbClient, serial: str) -> DeviceIdentity:
     """Read the device's identity in one shell call. The SoC comes from `ro.soc.model`, else
     from the SoC config whose `board_platforms` lists `ro.board.platform` (older builds leave
-    ro.soc.model empty)."""
+    ro.soc.model empty). The harness talks to devices over the shell protocol v2 (exit codes,
+    stdin with an end; Android 7 and later), so a device without it is refused here."""
     command = "; ".join(f"getprop {q(p)}; echo @@" for p in IDENTITY_PROPS)
     try:
-        out = client.device(serial).shell2(command, timeout=30, rstrip=False).output
+        features = client.device(serial).get_features()
+        if "shell_v2" not in features.split(","):
+            raise DeviceError(f"{serial}: its adbd lacks the shell protocol v2 (features: "
+                              f"{features or 'none'}); the harness needs it (Android 7 or later)")
+        _, raw, _ = adb_wire.shell_v2(client, serial, command, timeout=30)
+        out = raw.decode("utf-8", errors="replace")
     except (adbutils.AdbError, OSError) as exc:
         raise DeviceError(f"{serial}: cannot read its properties: {exc}") from exc
     values = [v.strip() for v in out.split("@@")][:len(IDENTITY_PROPS)]
@@ -244,9 +265,10 @@ class AdbDevice(Device):
     def __init__(self, client: adbutils.AdbClient, identity: DeviceIdentity,
                  soc_config: SocConfig, workspace: PurePosixPath, *, artifacts_dir: Path,
                  keep_workspace: bool = False, reacquire_s: float = REACQUIRE_S,
-                 soc_source: str = "", notice: Callable[[str], None] | None = None) -> None:
+                 soc_source: str = "", notice: Callable[[str], None] | None = None,
+                 session_id: str = "", worker: str = "master", lease_wait: float = 0.0) -> None:
         """No I/O: everything comes in as arguments (the resolved config, the workspace, the
-        session's options it uses); `setup` does the pushes."""
+        session's options it uses); `setup` takes the device's lease and does the pushes."""
         self.client = client
         self.serial = identity.serial
         self.identity = identity
@@ -261,6 +283,11 @@ class AdbDevice(Device):
         self.stats = PushStats()
         self._remote_sha: dict[str, str] = {}  # remote path -> sha256 known to be there
         self._reacquiring = False
+        self._scratch_made = False
+        self.lease_wait = lease_wait
+        self.device_lease = DeviceLease(f"{client.host}:{client.port}", self.serial,
+                                        self._raw_sh, session=session_id, worker=worker,
+                                        notice=self.notice)
         details = {"model": identity.model.replace(" ", "_")}
         if soc_source:
             details["soc_from"] = soc_source.replace(" ", "_")
@@ -279,10 +306,15 @@ class AdbDevice(Device):
         """Run a shell command (already quoted) and return (exit code, stdout+stderr)."""
         self._check_not_lost()
         try:
-            ret = self.adb.shell2(command, timeout=timeout, rstrip=False)
+            return self._raw_sh(command, timeout)
         except (adbutils.AdbError, OSError) as exc:
             raise self._offline(f"`{command[:80]}`", exc) from exc
-        return ret.returncode, ret.output
+
+    def _raw_sh(self, command: str, timeout: float) -> tuple[int, str]:
+        """One shell-v2 call, (exit code, stdout then stderr); adb errors are raised as they
+        come (the lease's heartbeat uses it: no re-acquire from there)."""
+        code, out, err = adb_wire.shell_v2(self.client, self.serial, command, timeout=timeout)
+        return code, (out + err).decode("utf-8", errors="replace")
 
     def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
         """Run in a directory at the same depth as a run's, so `scratch_dir()` resolves alike."""
@@ -291,7 +323,9 @@ class AdbDevice(Device):
                        + " ".join(q(a) for a in argv), timeout)
 
     def scratch_dir(self) -> str:
-        self.sh(f"mkdir -p {q(str(self.workspace / 'scratch'))}")
+        if not self._scratch_made:
+            self.sh(f"mkdir -p {q(str(self.workspace / 'scratch'))}")
+            self._scratch_made = True
         return "../../scratch"
 
     def prop(self, name: str) -> str:
@@ -300,7 +334,8 @@ class AdbDevice(Device):
     # Workspace and pushes ------------------------------------------------------------------
     def setup(self, runner: Path, qnn_libraries: dict[Path, PurePosixPath],
               env: dict[str, str] | None = None, backends: tuple[str, ...] | None = None) -> None:
-        """Create the workspace (killing runners an earlier session left running in it) and
+        """Take the device's lease (waiting up to `lease_wait` seconds for another session's),
+        then create the workspace (killing runners an earlier session left running in it) and
         push the runner and the QNN libraries, each only when the device lacks its bytes."""
         self.runner_source = runner
         self.qnn_libraries = dict(qnn_libraries)
@@ -308,9 +343,15 @@ class AdbDevice(Device):
         self.backends = backends
         if backends is not None:
             self.info.details["backends"] = ",".join(backends) or "none"
-        self._install()
+        self.device_lease.acquire(self.lease_wait)
+        try:
+            self._install()
+        except BaseException:
+            self.device_lease.release()
+            raise
 
     def _install(self) -> None:
+        self._scratch_made = False
         ws = self.workspace
         dirs = f"{q(str(ws / 'files'))} {q(str(ws / 'runs'))}"
         code, out = self.sh(f"mkdir -p {dirs} && {{ {self._leftover_script()}; }}")
@@ -322,9 +363,9 @@ class AdbDevice(Device):
             self.notice(f"{self.serial}: killed {len(killed)} runner(s) left running in workspace "
                         f"{ws} by an earlier session or an interrupted run "
                         f"(pid {', '.join(killed)})")
-        if self.runner_source is not None:
-            self.push_files({self.runner_source: ws / RUNNER_NAME}, mode=0o755)
-        self.push_files(self.qnn_libraries)
+        entries = [(self.runner_source, ws / RUNNER_NAME, 0o755)] if self.runner_source else []
+        entries += [(path, remote, 0o644) for path, remote in self.qnn_libraries.items()]
+        self._push(entries)
 
     def _leftover_script(self) -> str:
         """Shell code that kills the process group of every runner whose pid file is still in
@@ -340,21 +381,31 @@ class AdbDevice(Device):
 
     def push_files(self, files: dict[Path, PurePosixPath], mode: int = 0o644) -> PushStats:
         """Push each file unless the device already holds the same bytes (by sha256)."""
+        return self._push([(path, remote, mode) for path, remote in files.items()])
+
+    def _push(self, entries: list[tuple[Path, PurePosixPath, int]]) -> PushStats:
+        """(local file, remote path, mode) each, pushed unless the device holds its bytes: the
+        sha256 of every file not known from this session in one shell call, then every missing
+        file in one sync session."""
         stats = PushStats()
-        local = {remote: file_sha256(path.resolve()) for path, remote in files.items()}
-        unknown = [str(r) for r, sha in local.items() if self._remote_sha.get(str(r)) != sha]
+        local = {str(remote): file_sha256(path.resolve()) for path, remote, _ in entries}
+        unknown = [r for r, sha in local.items() if self._remote_sha.get(r) != sha]
         if unknown:
             self._remote_sha.update(self._device_sha256(unknown))
-        for path, remote in files.items():
-            if self._remote_sha.get(str(remote)) == local[remote]:
-                stats.skipped += 1
-                continue
+        missing = [(path.resolve(), str(remote), mode) for path, remote, mode in entries
+                   if self._remote_sha.get(str(remote)) != local[str(remote)]]
+        stats.skipped = len(entries) - len(missing)
+        if missing:
+            self._check_not_lost()
             try:
-                self.adb.sync.push(path.resolve(), str(remote), mode=mode)
+                adb_wire.push_files(self.client, self.serial, missing)
             except (adbutils.AdbError, OSError) as exc:
-                raise self._offline(f"push of {path.name}", exc) from exc
-            self._remote_sha[str(remote)] = local[remote]
-            stats.pushed += 1
+                names = ", ".join(path.name for path, _, _ in missing[:4])
+                more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+                raise self._offline(f"push of {names}{more}", exc) from exc
+            for _, remote, _ in missing:
+                self._remote_sha[remote] = local[remote]
+            stats.pushed = len(missing)
         self.stats.pushed += stats.pushed
         self.stats.skipped += stats.skipped
         return stats
@@ -419,19 +470,29 @@ class AdbDevice(Device):
         self._check_not_lost()
         files = {p: self.workspace / "files" / f"{file_sha256(p)[:16]}-{p.name}" for p in scenario.files()}
         before = dataclasses.replace(self.stats)
-        self.push_files(files)
+        self.push_files(files)  # nothing to do (no adb call) once the session has pushed them
         artifacts.mkdir(parents=True, exist_ok=True)
         local_scenario = scenario.write(
             artifacts / "scenario.json", lambda p: str(PurePosixPath("../..") / "files" / files[p].name))
         # Named by content, like the files it uses: the same scenario in a later session on a
         # kept workspace finds its directory and scenario file already there.
-        run_dir = self.workspace / "runs" / f"{file_sha256(local_scenario)[:16]}-{scenario.name}"
-        self.sh(f"mkdir -p {q(str(run_dir))}")
-        self.push_files({local_scenario: run_dir / "scenario.json"})
+        content = local_scenario.read_bytes()
+        sha = hashlib.sha256(content).hexdigest()
+        run_dir = self.workspace / "runs" / f"{sha[:16]}-{scenario.name}"
+        nonce = uuid.uuid4().hex[:16]
+        text, timed_out, pid, start, cut = self._stream(
+            self._run_command(run_dir, scenario_sha=sha, nonce=nonce), timeout, stdin=content)
+        text, sent = _scenario_line(text)
+        if sent == "written":
+            self.stats.pushed += 1
+        elif sent == "kept":
+            self.stats.skipped += 1
+        if sent:
+            self._remote_sha[str(run_dir / "scenario.json")] = sha
         pushes = {"pushed": self.stats.pushed - before.pushed,
                   "skipped": self.stats.skipped - before.skipped,
                   "session_pushed": self.stats.pushed, "session_skipped": self.stats.skipped}
-        stdout, timed_out, pid, start, cut = self._stream(self._run_command(run_dir), timeout)
+        stdout, outputs = split_outputs(text, nonce)
         exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
         if timed_out:
             self._kill_group(pid, run_dir)
@@ -441,57 +502,88 @@ class AdbDevice(Device):
         else:
             code = int(exit_line[-1].split()[1])
             returncode = -(code - 128) if code > 128 else code
-        _, stderr = self.sh(f"cat {q(str(run_dir / 'stderr.txt'))} 2>/dev/null")
-        _, trace = self.sh(f"cat {q(str(run_dir / 'qnn_trace.txt'))} 2>/dev/null")
+        stderr, trace = outputs if outputs is not None else self._fetch_outputs(run_dir)
         logs = self._crash_logs(start) if returncode is None or returncode < 0 else {}
         return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes)
 
-    def _run_command(self, run_dir: PurePosixPath) -> str:
+    def _run_command(self, run_dir: PurePosixPath, scenario_sha: str = "",
+                     nonce: str = "") -> str:
         """The runner in its own process group (`setsid`), so a timeout can kill everything it
         started; its pid in the run's pid file while it may run (for a later session to find);
-        the device time at the start, so crash logs are taken from the run's own window."""
+        the device time at the start, so crash logs are taken from the run's own window.
+
+        With `scenario_sha`, the command first creates the run directory and writes the
+        scenario file from its stdin (unless the directory holds those bytes already: it prints
+        `HARNESS_SCENARIO written` or `kept`); with `nonce`, it ends by printing the runner's
+        stderr and the QNN trace after that run's markers (`split_outputs`). Without either it
+        runs in an existing directory, as a stream of the shell protocol v1 can."""
         ws = str(self.workspace)
         adsp = ";".join([ws, "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp", "/system/lib/rfsa/adsp", "/dsp"])
         program = q(str(self.runner_path))
+        directory = q(str(run_dir))
+        stderr_file, trace_file = q(str(run_dir / "stderr.txt")), q(str(run_dir / "qnn_trace.txt"))
         env = (f"LD_LIBRARY_PATH={q(ws)}:\"$LD_LIBRARY_PATH\" ADSP_LIBRARY_PATH={q(adsp)} "
-               f"HARNESS_QNN_TRACE={q(str(run_dir / 'qnn_trace.txt'))}")
+               f"HARNESS_QNN_TRACE={trace_file}")
         env += "".join(f" {k}={q(v)}" for k, v in sorted(self.run_env.items()))
-        stale = " ".join(q(str(run_dir / n)) for n in ("qnn_trace.txt", "stderr.txt"))
-        return (f"cd {q(str(run_dir))} && rm -f {stale} && {{ echo HARNESS_START $(date +%s); "
-                f"{env} setsid {program} scenario.json 2>{q(str(run_dir / 'stderr.txt'))} & "
+        if scenario_sha:
+            enter = (f"mkdir -p {directory} && cd {directory} && "
+                     f"if [ \"$(sha256sum scenario.json 2>/dev/null | cut -c1-64)\" = "
+                     f"{q(scenario_sha)} ]; then cat >/dev/null; echo HARNESS_SCENARIO kept; "
+                     "else cat > .scenario.json.tmp && mv -f .scenario.json.tmp scenario.json && "
+                     "echo HARNESS_SCENARIO written; fi && ")
+        else:
+            enter = f"cd {directory} && "
+        outputs = (_print_outputs(stderr_file, trace_file, nonce) if nonce else "")
+        return (f"{enter}rm -f {trace_file} {stderr_file} && {{ echo HARNESS_START $(date +%s); "
+                f"{env} setsid {program} scenario.json </dev/null 2>{stderr_file} & "
                 f"pid=$!; echo $pid > {q(PID_FILE)}; echo HARNESS_PID $pid; "
-                f"wait $pid; echo HARNESS_EXIT $?; rm -f {q(PID_FILE)}; }}")
+                f"wait $pid; echo HARNESS_EXIT $?; rm -f {q(PID_FILE)}{outputs}; }}")
 
-    def _stream(self, command: str, timeout: float) -> tuple[str, bool, str, int | None, str]:
-        """Read the command's stdout until it closes or `timeout` passes. Returns (text,
-        timed out, runner pid, device time at start, how the stream was cut or "")."""
+    def _fetch_outputs(self, run_dir: PurePosixPath) -> tuple[str, str]:
+        """The runner's stderr and the QNN trace of a run whose own output did not bring them
+        (a timeout cut it short): one shell call."""
+        nonce = uuid.uuid4().hex[:16]
+        _, text = self.sh("true" + _print_outputs(q(str(run_dir / "stderr.txt")),
+                                                  q(str(run_dir / "qnn_trace.txt")), nonce))
+        _, outputs = split_outputs(text, nonce)
+        return outputs if outputs is not None else ("", "")
+
+    def _stream(self, command: str, timeout: float,
+                stdin: bytes = b"") -> tuple[str, bool, str, int | None, str]:
+        """Run `command` (shell protocol v2, `stdin` sent whole and closed) and read its stdout
+        until it ends or `timeout` passes. Returns (text, timed out, runner pid, device time at
+        start, how the stream was cut or ""); what the shell itself wrote on stderr (a
+        directory it could not create) is the cut's reason when nothing else is."""
+        self._check_not_lost()
         try:
-            conn = self.adb.shell(command, stream=True, timeout=None)
+            stream = adb_wire.ShellStream(self.client, self.serial, command, stdin)
         except (adbutils.AdbError, OSError) as exc:
             raise self._offline("starting the runner", exc) from exc
         chunks: list[bytes] = []
+        errors: list[bytes] = []
         deadline = time.monotonic() + timeout
         timed_out, cut = False, ""
         try:
-            while True:
+            while not stream.closed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     timed_out = True
                     break
-                conn.conn.settimeout(min(remaining, 5.0))
                 try:
-                    data = conn.conn.recv(65536)
+                    out, err = stream.read(min(remaining, 5.0))
                 except socket.timeout:
                     continue
                 except OSError as exc:
                     cut = str(exc) or type(exc).__name__
                     break
-                if not data:
-                    break
-                chunks.append(data)
+                chunks.append(out)
+                errors.append(err)
         finally:
-            conn.close()
+            stream.close()
         text = b"".join(chunks).decode("utf-8", errors="replace")
+        shell_err = b"".join(errors).decode("utf-8", errors="replace").strip()
+        if shell_err and not cut:
+            cut = f"the device's shell said: {shell_err[-300:]}"
         return text, timed_out, _marker(text, "HARNESS_PID"), _int(_marker(text, "HARNESS_START")), cut
 
     def _kill_group(self, pid: str, run_dir: PurePosixPath) -> None:
@@ -556,7 +648,12 @@ class AdbDevice(Device):
         try:
             wait_online(self.client, self.serial, self.reacquire_s)
             self._remote_sha.clear()  # a restarted device may have lost files
+            self.device_lease.acquire(0)  # still ours (or taken over meanwhile: then lost)
             self._install()
+        except LeaseBusy as taken:
+            self.lost = (f"{self.serial} went offline during {what}{why}; it came back, but "
+                         f"another session holds it now: {taken}")
+            return DeviceError(self.lost)
         except DeviceError as gone:
             self.lost = (f"{self.serial} went offline during {what}{why} and did not come back "
                          f"within the {self.reacquire_s:.0f} s re-acquire window: {gone}")
@@ -567,6 +664,8 @@ class AdbDevice(Device):
                            "session goes on")
 
     def _check_not_lost(self) -> None:
+        if not self.lost and self.device_lease.lost:
+            self.lost = self.device_lease.lost
         if self.lost:
             raise DeviceError(self.lost)
 
@@ -576,12 +675,14 @@ class AdbDevice(Device):
                 f"{self.workspace}" + (" (kept)" if self.keep_workspace else "")]
 
     def close(self) -> None:
-        if self.lost or self.keep_workspace:
-            return
+        """Remove the workspace (unless kept, or the device is lost) and release the lease."""
         try:
-            self.sh(f"rm -rf {q(str(self.workspace))}", timeout=30)
+            if not (self.lost or self.keep_workspace):
+                self.sh(f"rm -rf {q(str(self.workspace))}", timeout=30)
         except DeviceError:
             pass
+        finally:
+            self.device_lease.release()
 
 
 def running_step(scenario: Scenario, stdout: str) -> str:
@@ -654,6 +755,37 @@ def wait_online(client: adbutils.AdbClient, serial: str, window: float,
     raise DeviceError(f"device {serial} is not online after waiting {waited:.1f} s "
                       f"(window {window:g} s){said}; last state: {state}; check `adb devices` "
                       f"(adb server {client.host}:{client.port})")
+
+
+def _print_outputs(stderr_file: str, trace_file: str, nonce: str) -> str:
+    """Shell code (to append to a command) printing the runner's stderr and the QNN trace after
+    markers carrying `nonce` (hex), each preceded by a newline of its own."""
+    return (f"; printf '\\nHARNESS_STDERR_{nonce}\\n'; cat {stderr_file} 2>/dev/null; "
+            f"printf '\\nHARNESS_TRACE_{nonce}\\n'; cat {trace_file} 2>/dev/null; "
+            f"printf '\\nHARNESS_END_{nonce}\\n'")
+
+
+def split_outputs(text: str, nonce: str) -> tuple[str, tuple[str, str] | None]:
+    """(what came before the markers, (stderr, trace) between them); None for the second when
+    the markers are not all there (the stream was cut, or the command printed none)."""
+    begin, middle, end = (f"\nHARNESS_{m}_{nonce}\n" for m in ("STDERR", "TRACE", "END"))
+    i = text.find(begin)
+    if i < 0:
+        return text, None
+    j = text.find(middle, i + len(begin))
+    k = text.find(end, j + len(middle)) if j >= 0 else -1
+    if k < 0:
+        return text[:i], None
+    return text[:i], (text[i + len(begin):j], text[j + len(middle):k])
+
+
+def _scenario_line(text: str) -> tuple[str, str]:
+    """The run's output without its leading `HARNESS_SCENARIO <written|kept>` line, and that
+    word ("" when the line is not there)."""
+    head, newline, rest = text.partition("\n")
+    if head.startswith("HARNESS_SCENARIO "):
+        return rest, head.split()[1] if len(head.split()) > 1 else ""
+    return text, ""
 
 
 def _marker(text: str, name: str) -> str:

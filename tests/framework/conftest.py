@@ -22,6 +22,7 @@ FILE_KIND = {
     "test_scenario.py": "unit",
     "test_trace.py": "unit",
     "test_xnnpack_classify.py": "unit",
+    "test_report_data.py": "unit",
     "test_native_build.py": "compiler",
     "test_qnn_sdk.py": "compiler",
     "test_runner_select.py": "compiler",
@@ -39,6 +40,8 @@ FILE_KIND = {
     "test_loopback.py": "adb",
     "test_device_phases.py": "adb",
     "test_adb_robustness.py": "adb",
+    "test_lease.py": "adb",
+    "test_farm.py": "adb",  # and labgrid (coordinator, exporter)
 }
 
 

@@ -258,7 +258,8 @@ def test_validate_all_reports_every_bad_file(tmp_path):
 def test_validate_configs_command_on_shipped_configs():
     # `python -m harness validate-configs` also loads the known issues; the device configs alone:
     checked = validate_all()
-    assert checked == ["SM8550.yaml", "SM8650.yaml", "SM8750.yaml", "simulator.yaml", "example.yaml"]
+    assert checked == ["SM8550.yaml", "SM8650.yaml", "SM8750.yaml", "simulator.yaml", "example.yaml",
+                       "labgrid-example.yaml"]
     result = subprocess.run([sys.executable, "-m", "harness", "validate-configs"],
                             capture_output=True, text=True, cwd=CONFIG_DIR.parent, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -1,0 +1,257 @@
+"""The adb path against the simulator, side by side in one run: what a scenario costs on a
+loopback device (the real adb server, adbutils, the harness's adb device code, a Python adbd)
+next to the same scenario on the host HTP simulator, and what a second device buys a suite.
+
+1. Per scenario: S1 and S4 (harness.scenarios, as tests/hil/test_isolation.py runs them) on
+   linear_relu fp16, `--repeats` rounds after one uncounted warm-up round (which pushes the
+   program and its tensors), each round running every scenario on both targets with the order
+   alternating per round. Each run is `ScenarioDriver.run` (what a test calls), timed from call
+   to return; both targets run the same native runner on the same simulator libraries, so the
+   difference is the adb path. Each run gets a scenario of its own (a new run directory and
+   scenario file on the device, as in a suite). Also counted: connections to the adb server per
+   scenario (each one adb round trip). Goal: loopback / simulator at most 1.3x.
+
+2. Suite throughput: `pytest tests/hil [-k SELECTION]` with `--device=A` and with `-n 2
+   --device=A --device=B`, wall time of the whole pytest process (start-up, collection, the
+   tests), `--suite-rounds` rounds alternating the order, for each selection (default: the
+   twelve tests of `-k "fp16 and not orderings"`, then all of tests/hil). Goal: two devices at
+   least 1.6x one. The loopback devices run their programs on this machine's cores, so two
+   "devices" share the CPUs with each other and with both pytest workers: on a 2-core machine
+   this measures the harness's overhead and the CPU the machine has, not what two phones would
+   give. `--simulator-reference` adds the same selections on the simulator with one and two
+   workers: what a second worker gets from these CPUs with no adb at all.
+
+Both loopback devices are `python -m harness.loopback` processes (a phone is another machine; an
+adbd inside this process would take CPU from the client side it is measured against).
+
+    python benchmarks/adb_path.py [--repeats N] [--suite-rounds N] [--selection EXPR ...]
+                                  [--simulator-reference] [--skip-suite] [--skip-scenarios]
+
+Exit status: 0 when every run ended as expected (the same step outcomes on both targets; the
+suites exit 0), 1 otherwise. Goals not met are reported, not failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+SCENARIO_GOAL = 1.3
+SUITE_GOAL = 1.6
+DEFAULT_SELECTIONS = ["fp16 and not orderings", ""]
+
+
+def options(artifacts: Path, devices: list[str]):
+    from harness.session import Options
+
+    return Options(devices=devices, simulator=not devices, soc=None, device_config=None,
+                   artifacts_dir=artifacts, keep_artifacts=False, runner="native",
+                   runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
+                   keep_workspace=False, device_workspace=None, worker="master", worker_count=1,
+                   session_id=f"adb-path-bench-{os.getpid()}")
+
+
+class Loopback:
+    """`python -m harness.loopback` in a process of its own, attached to the adb server."""
+
+    def __init__(self, sandbox: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.loopback", "--sandbox", str(sandbox)],
+            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("serial: "):
+            self.stop()
+            raise SystemExit(f"loopback did not start: {line!r} {self.proc.stderr.read()}")
+        self.serial = line.split()[1]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def stats(values: list[float]) -> str:
+    return (f"{statistics.median(values):8.3f} {min(values):7.3f} {max(values):7.3f}")
+
+
+def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
+    from harness.driver import ScenarioDriver
+    from harness.scenarios import s1_two_modules, s4_cleanup_reload
+    from harness.session import HilSession
+
+    sim = HilSession(options(work / "sim", []))
+    model = sim.model("linear_relu", "fp16")
+    adb_session = HilSession(options(work / "adb", [serial]))
+    device = adb_session.device
+    calls = [0]
+    make_connection = device.client.make_connection
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return make_connection(*args, **kwargs)
+
+    device.client.make_connection = counted
+    drivers = {"simulator": ScenarioDriver(sim.device, work / "sim-runs", 300, "native"),
+               "loopback": ScenarioDriver(device, work / "adb-runs", 300, "native")}
+    makers = {"s1": lambda n: s1_two_modules(model, name=n),
+              "s4": lambda n: s4_cleanup_reload(model, name=n)}
+    times = {(s, t): [] for s in makers for t in drivers}
+    ratios = {s: [] for s in makers}
+    adb_calls = {s: [] for s in makers}
+    ok = True
+    for round_ in range(repeats + 1):
+        for scenario, make in makers.items():
+            order = list(drivers) if round_ % 2 == 0 else list(reversed(drivers))
+            elapsed, outcome = {}, {}
+            for target in order:
+                before = calls[0]
+                started = time.perf_counter()
+                result = drivers[target].run(make(f"{scenario}-r{round_}"), allow_crash=True)
+                elapsed[target] = time.perf_counter() - started
+                outcome[target] = [s.status for s in result.steps]
+                if target == "loopback":
+                    adb_calls[scenario].append(calls[0] - before)
+            if outcome["simulator"] != outcome["loopback"]:
+                ok = False
+                print(f"MISMATCH {scenario} round {round_}: simulator {outcome['simulator']} "
+                      f"loopback {outcome['loopback']}")
+            if round_ == 0:
+                continue  # warm-up: first pushes, page cache
+            for target in drivers:
+                times[(scenario, target)].append(elapsed[target])
+            ratios[scenario].append(elapsed["loopback"] / elapsed["simulator"])
+    adb_session.close()
+    sim.close()
+    print(f"\n1. Per scenario ({repeats} rounds after a warm-up; wall seconds of "
+          "ScenarioDriver.run)\n")
+    print("scenario target      median s   min s   max s  adb calls")
+    print("-" * 58)
+    for scenario in makers:
+        for target in drivers:
+            per = (f"{statistics.median(adb_calls[scenario][1:]):>9.0f}"
+                   if target == "loopback" else f"{'-':>9}")
+            print(f"{scenario:8} {target:10} {stats(times[(scenario, target)])}  {per}")
+        ratio = statistics.median(ratios[scenario])
+        extra = (statistics.median(times[(scenario, 'loopback')]) -
+                 statistics.median(times[(scenario, 'simulator')]))
+        print(f"         ratio loopback/simulator {ratio:.2f}x (median of per-round ratios), "
+              f"adb path +{extra * 1000:.0f} ms; goal <= {SCENARIO_GOAL}x: "
+              f"{'met' if ratio <= SCENARIO_GOAL else 'NOT met'}")
+        print(f"         adb calls per scenario: {adb_calls[scenario][0]} in the warm-up round "
+              f"(the session's first run of the model also checks and pushes its files), then "
+              f"{statistics.median(adb_calls[scenario][1:]):.0f}")
+    return ok
+
+
+def run_suite(devices: list[str], workers: int, selection: str,
+              work: Path) -> tuple[float, str, int]:
+    """One pytest process over tests/hil (`-k selection` unless empty); no devices: the
+    simulator."""
+    argv = [sys.executable, "-m", "pytest", "tests/hil", "-q", "-p", "no:cacheprovider",
+            f"--artifacts-dir={work}"]
+    argv += ["-k", selection] if selection else []
+    argv += [f"--device={d}" for d in devices]
+    argv += ["-n", str(workers)] if workers > 1 else []
+    started = time.perf_counter()
+    proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    summary = next((l.strip("= ") for l in reversed(proc.stdout.splitlines())
+                    if re.search(r"\d+ (passed|failed|xfailed|error)", l)), "no summary")
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:] + proc.stderr[-2000:])
+    return elapsed, re.sub(r"(, \d+ warnings?)? in [\d.]+s.*", "", summary), proc.returncode
+
+
+def bench_suite(serials: list[str], rounds: int, selections: list[str], simulator: bool,
+                work: Path) -> bool:
+    print(f"\n2. Suite throughput: pytest tests/hil, one device vs two ({rounds} round(s), order "
+          "alternating; wall seconds of the whole pytest process)")
+    variants = {"one device": (serials[:1], 1), "two devices, -n 2": (serials[:2], 2)}
+    if simulator:
+        variants.update({"simulator, 1 worker": ([], 1), "simulator, -n 2": ([], 2)})
+    ok = True
+    for selection in selections:
+        print(f"\n  -k {selection!r}" if selection else "\n  all of tests/hil")
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        for round_ in range(rounds):
+            order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
+            for name in order:
+                devices, workers = variants[name]
+                elapsed, summary, code = run_suite(devices, workers, selection,
+                                                   work / f"{len(times[name])}-{workers}")
+                times[name].append(elapsed)
+                ok = ok and code == 0
+                print(f"    round {round_} {name:20} {elapsed:7.1f} s  exit {code}  {summary}")
+        one, two = (statistics.median(times[v]) for v in ("one device", "two devices, -n 2"))
+        print(f"    two devices / one: {one:.1f} s / {two:.1f} s = {one / two:.2f}x; goal >= "
+              f"{SUITE_GOAL}x: {'met' if one / two >= SUITE_GOAL else 'NOT met'}")
+        if simulator:
+            s1, s2 = (statistics.median(times[v]) for v in ("simulator, 1 worker",
+                                                             "simulator, -n 2"))
+            print(f"    for reference, the simulator with two workers / one: {s1:.1f} s / "
+                  f"{s2:.1f} s = {s1 / s2:.2f}x (what this machine's {os.cpu_count()} CPUs give "
+                  "a second worker without adb; the loopback devices share the same CPUs)")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--suite-rounds", type=int, default=1)
+    parser.add_argument("--selection", action="append", default=None, metavar="EXPR",
+                        help="a -k expression over tests/hil (repeatable; '' for all of it); "
+                             f"default: {DEFAULT_SELECTIONS}")
+    parser.add_argument("--simulator-reference", action="store_true",
+                        help="also run each selection on the simulator with one and two workers")
+    parser.add_argument("--skip-suite", action="store_true")
+    parser.add_argument("--skip-scenarios", action="store_true")
+    args = parser.parse_args(argv)
+
+    import adbutils
+    import executorch  # noqa: F401
+    from harness.loopback import start_server
+    from harness.qnn.sdk import executorch_version
+
+    print(f"executorch {executorch_version()}, adbutils {adbutils.__version__}, Python "
+          f"{platform.python_version()}, {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    start_server()
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="adb-path-bench-") as tmp:
+        work = Path(tmp)
+        devices = [Loopback(work / "phone-a")]
+        try:
+            if not args.skip_suite:
+                devices.append(Loopback(work / "phone-b"))
+            print("loopback devices: " + ", ".join(d.serial for d in devices))
+            if not args.skip_scenarios:
+                ok = bench_scenarios(devices[0].serial, args.repeats, work / "scenarios") and ok
+            if not args.skip_suite:
+                ok = bench_suite([d.serial for d in devices], args.suite_rounds,
+                                 args.selection if args.selection is not None
+                                 else DEFAULT_SELECTIONS, args.simulator_reference,
+                                 work / "suite") and ok
+        finally:
+            for device in devices:
+                device.stop()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The adb path's hot calls, on adbutils' connections to the adb server, without its per-call
+costs.
+
+Measured on the loopback device through the real adb server (see DESIGN.md and
+benchmarks/adb_path.py), a `device.shell2("true")` of adbutils 2.12 takes about 23 ms where the
+same service takes 2 ms: adbutils asks the server's version on a connection of its own before
+every transport (`host:version`), and its `AdbConnection.close()` sleeps 10 ms after shutting
+the socket down; a `sync.push` makes a STAT connection before its SEND one, and writes each DATA
+header and its payload separately, so without TCP_NODELAY the payload waits for the delayed ACK
+of the header (84 ms a 1 KB push; 43 ms with TCP_NODELAY).
+
+So:
+
+- `HarnessAdbClient` is adbutils' client with TCP_NODELAY on every connection it makes and the
+  server version asked once per client (it cannot change under a running server); every adbutils
+  call of the harness goes through it;
+- `shell_v2` runs one command over the shell protocol v2 (exit code, separate stdout/stderr,
+  stdin with an end), `ShellStream` is the same as a stream (a run's output while it runs), and
+  `push_files` sends any number of files in one `sync:` session. They open the device's transport
+  with `host:transport:<serial>` on a connection of the client (no version query) and close the
+  socket at once once the device has closed the stream (nothing is left to flush).
+
+Errors are adbutils' (`AdbError` for a refusal of the server or the device, e.g. "device
+'...' not found") or `OSError` (a cut connection, `socket.timeout`), as from adbutils itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import stat
+import struct
+from pathlib import Path
+
+import adbutils
+
+# Shell protocol v2 packet ids (adb's shell_protocol.h): a 1-byte id and a u32 LE length.
+ID_STDIN, ID_STDOUT, ID_STDERR, ID_EXIT, ID_CLOSE_STDIN = 0, 1, 2, 3, 4
+_PACKET = struct.Struct("<BI")
+# adbd rejects a shell packet larger than its buffer; the smallest adbd has used is 4 KiB.
+STDIN_CHUNK = 4096 - _PACKET.size
+SYNC_CHUNK = 64 * 1024  # the sync protocol's largest DATA payload
+_SYNC = struct.Struct("<4sI")
+
+
+def set_nodelay(connection) -> None:
+    """TCP_NODELAY on an adbutils connection's socket: small writes go out at once."""
+    try:
+        connection.conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, adbutils.AdbError):
+        pass
+
+
+class HarnessAdbClient(adbutils.AdbClient):
+    """adbutils' client with TCP_NODELAY on its connections and the server version cached."""
+
+    _server_version: int | None = None
+
+    def make_connection(self, timeout: float | None = None):
+        connection = super().make_connection(timeout=timeout)
+        set_nodelay(connection)
+        return connection
+
+    def server_version(self) -> int:
+        if self._server_version is None:
+            self._server_version = super().server_version()
+        return self._server_version
+
+
+def close_now(connection) -> None:
+    """Close an adbutils connection's socket without adbutils' 10 ms shutdown wait."""
+    try:
+        connection.conn.close()
+    except (OSError, adbutils.AdbError):
+        pass
+
+
+def open_service(client: adbutils.AdbClient, serial: str, service: str,
+                 timeout: float | None):
+    """A connection to `service` on device `serial`, through the adb server."""
+    connection = client.make_connection(timeout=timeout)
+    set_nodelay(connection)
+    try:
+        connection.send_command(f"host:transport:{serial}")
+        connection.check_okay()
+        connection.send_command(service)
+        connection.check_okay()
+    except BaseException:
+        close_now(connection)
+        raise
+    return connection
+
+
+def stdin_packets(data: bytes) -> bytes:
+    """`data` as shell-v2 stdin packets followed by the end of stdin."""
+    out = bytearray()
+    for i in range(0, len(data), STDIN_CHUNK):
+        chunk = data[i:i + STDIN_CHUNK]
+        out += _PACKET.pack(ID_STDIN, len(chunk)) + chunk
+    out += _PACKET.pack(ID_CLOSE_STDIN, 0)
+    return bytes(out)
+
+
+class ShellStream:
+    """One `shell,v2,raw:` command as a stream: stdin is sent whole (then closed) at the start;
+    `read(timeout)` returns the next stdout/stderr data as it comes."""
+
+    def __init__(self, client: adbutils.AdbClient, serial: str, command: str,
+                 stdin: bytes = b"", timeout: float | None = None) -> None:
+        self.connection = open_service(client, serial, f"shell,v2,raw:{command}", timeout)
+        self.exit_code: int | None = None
+        self.closed = False  # the device ended the stream (exit packet or EOF)
+        self._buffer = bytearray()
+        try:
+            self.connection.conn.sendall(stdin_packets(stdin))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def socket(self) -> socket.socket:
+        return self.connection.conn
+
+    def read(self, timeout: float | None) -> tuple[bytes, bytes]:
+        """(stdout, stderr) that arrived within `timeout` seconds (socket.timeout when none
+        did); both empty once the stream has ended (`closed`)."""
+        if self.closed:
+            return b"", b""
+        self.socket.settimeout(timeout)
+        data = self.socket.recv(256 * 1024)
+        if not data:
+            self.closed = True
+            return b"", b""
+        self._buffer += data
+        out, err = bytearray(), bytearray()
+        while len(self._buffer) >= _PACKET.size:
+            packet_id, length = _PACKET.unpack_from(self._buffer)
+            if len(self._buffer) < _PACKET.size + length:
+                break
+            payload = bytes(self._buffer[_PACKET.size:_PACKET.size + length])
+            del self._buffer[:_PACKET.size + length]
+            if packet_id == ID_STDOUT:
+                out += payload
+            elif packet_id == ID_STDERR:
+                err += payload
+            elif packet_id == ID_EXIT:
+                self.exit_code = payload[0] if payload else 255
+                self.closed = True
+                break
+        return bytes(out), bytes(err)
+
+    def close(self) -> None:
+        close_now(self.connection)
+
+
+def shell_v2(client: adbutils.AdbClient, serial: str, command: str, *, stdin: bytes = b"",
+             timeout: float | None = 60.0) -> tuple[int, bytes, bytes]:
+    """Run `command` on the device: (exit code, stdout, stderr). `timeout` bounds each wait
+    for data (socket.timeout past it)."""
+    stream = ShellStream(client, serial, command, stdin, timeout)
+    out, err = bytearray(), bytearray()
+    try:
+        while not stream.closed:
+            o, e = stream.read(timeout)
+            out += o
+            err += e
+    finally:
+        stream.close()
+    if stream.exit_code is None:
+        raise adbutils.AdbError(f"the shell stream of `{command[:80]}` ended without an exit "
+                                "status")
+    return stream.exit_code, bytes(out), bytes(err)
+
+
+def push_files(client: adbutils.AdbClient, serial: str,
+               files: list[tuple[Path, str, int]], timeout: float | None = 300.0) -> None:
+    """Push every (local file, remote path, mode) in one `sync:` session (SEND, DATA..., DONE,
+    then the device's OKAY, per file). The device creates missing parent directories. Raises
+    AdbError naming the file on the device's FAIL."""
+    if not files:
+        return
+    connection = open_service(client, serial, "sync:", timeout)
+    try:
+        sock = connection.conn
+        for local, remote, mode in files:
+            spec = f"{remote},{stat.S_IFREG | mode}".encode()
+            out = bytearray(_SYNC.pack(b"SEND", len(spec)) + spec)
+            with open(local, "rb") as f:
+                while True:
+                    chunk = f.read(SYNC_CHUNK)
+                    if not chunk:
+                        break
+                    out += _SYNC.pack(b"DATA", len(chunk)) + chunk
+                    if len(out) >= 4 * SYNC_CHUNK:
+                        sock.sendall(out)
+                        out.clear()
+            mtime = int(datetime.datetime.now().timestamp())
+            out += _SYNC.pack(b"DONE", mtime)
+            sock.sendall(out)
+            try:
+                reply, length = _SYNC.unpack(connection.read_exact(_SYNC.size))
+                message = (connection.read_exact(length).decode("utf-8", "replace")
+                           if reply == b"FAIL" else f"unexpected reply {reply!r}")
+            except EOFError:
+                reply, message = b"", "the device closed the sync session"
+            if reply != b"OKAY":
+                raise adbutils.AdbError(f"push of {local} to {remote} failed: {message}")
+        sock.sendall(_SYNC.pack(b"QUIT", 0))
+    finally:
+        close_now(connection)

@@ -1,0 +1,311 @@
+"""A lease on an adb device, so that two sessions never use one phone at once.
+
+Where: a directory on the device, `/data/local/tmp/.executorch-hil-lease` (`LEASE_DIR`), per
+device and not per workspace, so two sessions given the same `--device-workspace` are kept
+apart too. Taking it is one `mkdir`, which is atomic on the device's filesystem: of two sessions
+racing for a free device exactly one gets it.
+
+Format: in that directory, `owner` holds `key=value` lines written once by the holder (`token`,
+`host`, `pid`, `session`, `worker`, `since`) and `heartbeat` holds the device time (`date +%s`)
+of the holder's last heartbeat; both are replaced by rename, so a reader never sees half a
+file. Every time is the device's clock, so host clocks never matter.
+
+Heartbeat: a daemon thread per held lease rewrites `heartbeat` every `HEARTBEAT_S` (10 s), only
+while `owner` still names this process. A thread rather than a refresh per run, because a live
+session can go minutes without a run (compiling models, a hung runner waiting for its timeout,
+the device's re-acquire window) and must not look stale meanwhile; and the hot path stays free
+of lease work. It costs one shell call every 10 s.
+
+Staleness: a lease whose heartbeat is older than `STALE_S` (120 s, twelve missed heartbeats) is
+taken over by the next session that asks, with a notice naming the old holder. The takeover runs
+under a second `mkdir` lock (`<lease>.takeover`) and checks the age again inside it, so two
+sessions finding the same stale lease cannot both take it.
+
+Holder: a process. Its leases carry a token made once per process (`PROCESS_TOKEN`), so sessions
+inside one process (the framework's own tests, an in-process `pytester` run) share the lease,
+counted, and the last one to close releases it. Another process waits up to `--lease-wait`
+seconds (polling every `POLL_S`) or fails at once with a `LeaseBusy` naming the holder.
+
+Release: `DeviceLease.release()` (the device's `close()`) removes the directory if it still
+names this process; leases still held when the interpreter exits are released then, best effort.
+A session killed outright leaves its lease to go stale.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import re
+import shlex
+import socket
+import threading
+import time
+import uuid
+from typing import Callable
+
+from harness.errors import DeviceError
+
+LEASE_DIR = "/data/local/tmp/.executorch-hil-lease"
+STALE_S = 120
+HEARTBEAT_S = 10.0
+POLL_S = 1.0
+TAKEOVER_LOCK_STALE_S = 60  # a takeover lock this old was left by a session that died in it
+PROCESS_TOKEN = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+q = shlex.quote
+
+# (run, serial) of a shell runner: run(command, timeout) -> (exit code, output); raises on adb
+# errors (adbutils.AdbError / OSError).
+Run = Callable[[str, float], tuple[int, str]]
+
+
+def _clean(value: object) -> str:
+    """A value safe on one `key=value` line (and readable in a message)."""
+    return re.sub(r"[^A-Za-z0-9._:@+/-]", "_", str(value))[:200] or "-"
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder:
+    """Who holds a lease, as its `owner` file says, with the age of its heartbeat."""
+
+    fields: dict
+
+    def get(self, key: str) -> str:
+        return self.fields.get(key, "")
+
+    @property
+    def age(self) -> int | None:
+        text = self.get("age")
+        return int(text) if text.lstrip("-").isdigit() else None
+
+    def describe(self) -> str:
+        if not self.get("token"):
+            return "a session whose lease file is still being written (no owner yet)"
+        since = self.get("since")
+        when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(since)))
+                if since.isdigit() else "an unknown time")
+        age = self.age
+        beat = f"last heartbeat {age} s ago" if age is not None else "no heartbeat"
+        return (f"host {self.get('host') or '?'} pid {self.get('pid') or '?'} session "
+                f"{self.get('session') or '?'} worker {self.get('worker') or '?'}, since {when} "
+                f"(device clock; {beat})")
+
+
+class LeaseBusy(DeviceError):
+    """Another session holds the device's lease (and --lease-wait did not outlast it)."""
+
+    def __init__(self, message: str, holder: Holder) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+@dataclasses.dataclass
+class _Held:
+    """A lease this process holds on one device: how many of its sessions use it, and the
+    heartbeat thread that keeps it fresh."""
+
+    run: Run
+    release_script: str
+    count: int = 0
+    lost: str = ""
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+_HELD: dict[tuple[str, str], _Held] = {}
+_LOCK = threading.Lock()
+
+
+class DeviceLease:
+    """The lease of one device for one session (`acquire` once, `release` once)."""
+
+    def __init__(self, key: str, serial: str, run: Run, *, session: str, worker: str,
+                 notice: Callable[[str], None] | None = None, stale_s: int | None = None,
+                 heartbeat_s: float | None = None, lease_dir: str = LEASE_DIR) -> None:
+        """`key` names the device across the process (adb server and serial); `run` runs a
+        shell command on it without any re-acquire logic (the heartbeat thread uses it too)."""
+        self.key = (key, serial)
+        self.serial = serial
+        self.run = run
+        self.session = session
+        self.worker = worker
+        self.notice = notice or (lambda line: None)
+        self.stale_s = int(STALE_S if stale_s is None else stale_s)
+        self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
+        self.dir = lease_dir
+        self.held = False
+        self._entry: _Held | None = None
+
+    # Shell code ------------------------------------------------------------------------------
+    def _prelude(self) -> str:
+        return (f"L={q(self.dir)}; T={q(PROCESS_TOKEN)}; now=$(date +%s); "
+                "own() { sed -n 's/^token=//p' \"$L/owner\" 2>/dev/null; }; "
+                "age() { hb=$(cat \"$L/heartbeat\" 2>/dev/null); case \"$hb\" in ''|*[!0-9]*) "
+                "hb=$(stat -c %Y \"$L\" 2>/dev/null || echo \"$now\");; esac; "
+                "echo $((now - hb)); }; "
+                "beat() { echo \"$now\" > \"$L/hb.$$\" && mv -f \"$L/hb.$$\" \"$L/heartbeat\"; }; "
+                "show() { echo \"$1 age=$(age)\"; sed \"s/^/$1 /\" \"$L/owner\" 2>/dev/null; }; ")
+
+    def _acquire_script(self) -> str:
+        owner = " ".join(q(f"{k}={_clean(v)}") for k, v in (
+            ("host", socket.gethostname()), ("pid", os.getpid()), ("session", self.session),
+            ("worker", self.worker)))
+        stale, lock_stale = self.stale_s, TAKEOVER_LOCK_STALE_S
+        take = (f"printf '%s\\n' \"token=$T\" {owner} \"since=$now\" > \"$L/owner.tmp\" && "
+                "mv -f \"$L/owner.tmp\" \"$L/owner\" && beat")
+        return (self._prelude() +
+                f"if mkdir \"$L\" 2>/dev/null; then {take} && echo LEASE taken; "
+                "elif [ \"$(own)\" = \"$T\" ]; then beat; echo LEASE ours; "
+                f"elif [ \"$(age)\" -gt {stale} ]; then "
+                "  t=\"$L.takeover\"; "
+                "  if [ -d \"$t\" ] && [ $((now - $(stat -c %Y \"$t\" 2>/dev/null || echo \"$now\"))) "
+                f"-gt {lock_stale} ]; then rmdir \"$t\" 2>/dev/null; fi; "
+                "  if mkdir \"$t\" 2>/dev/null; then "
+                f"    if [ \"$(age)\" -gt {stale} ] && [ \"$(own)\" != \"$T\" ]; then "
+                "      show LEASE_OLD; mv \"$L\" \"$L.stale.$$\" && rm -rf \"$L.stale.$$\"; "
+                f"      if mkdir \"$L\" 2>/dev/null; then {take} && echo LEASE tookover; "
+                "      else show LEASE_HOLDER; echo LEASE held; fi; "
+                "    else show LEASE_HOLDER; echo LEASE held; fi; "
+                "    rmdir \"$t\"; "
+                "  else show LEASE_HOLDER; echo LEASE held; fi; "
+                "else show LEASE_HOLDER; echo LEASE held; fi")
+
+    def _heartbeat_script(self) -> str:
+        return (self._prelude() + "if [ \"$(own)\" = \"$T\" ]; then beat && echo LEASE beat; "
+                "else show LEASE_HOLDER; echo LEASE lost; fi")
+
+    def _release_script(self) -> str:
+        return (self._prelude() + "if [ \"$(own)\" = \"$T\" ]; then "
+                "mv \"$L\" \"$L.released.$$\" && rm -rf \"$L.released.$$\"; echo LEASE released; "
+                "else echo LEASE notours; fi")
+
+    # Taking, keeping, giving back -------------------------------------------------------------
+    def acquire(self, wait_s: float = 0.0) -> None:
+        """Take the lease (or join this process's), waiting up to `wait_s` seconds for another
+        holder to release it or go stale. Raises LeaseBusy naming the holder, or DeviceError
+        when the device cannot be asked."""
+        started = time.monotonic()
+        deadline = started + max(0.0, wait_s)
+        waiting_said = False
+        while True:
+            status, holder, old = self._try()
+            if status in ("taken", "ours", "tookover"):
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                waited = time.monotonic() - started
+                how = (f"waited {waited:.0f} s (--lease-wait {wait_s:g}) without it being released"
+                       if wait_s > 0 else "not waiting for it (--lease-wait 0, the default; "
+                       "give --lease-wait SECONDS to wait)")
+                raise LeaseBusy(
+                    f"device {self.serial} is in use by another session: {holder.describe()}; "
+                    f"{how}. A lease whose heartbeat is older than {self.stale_s} s is taken "
+                    f"over; the lease is {self.dir} on the device.", holder)
+            if not waiting_said:
+                waiting_said = True
+                self.notice(f"{self.serial}: waiting up to {wait_s:g} s for the lease held by "
+                            f"{holder.describe()}")
+            time.sleep(min(POLL_S, remaining))
+        if status == "tookover":
+            self.notice(f"{self.serial}: took over the stale lease of {old.describe()}: no "
+                        f"heartbeat for more than {self.stale_s} s, so that session is gone or "
+                        "stuck")
+        elif waiting_said:
+            self.notice(f"{self.serial}: got the lease after waiting "
+                        f"{time.monotonic() - started:.1f} s")
+        self._hold()
+
+    def _try(self) -> tuple[str, Holder, Holder]:
+        try:
+            _, out = self.run(self._acquire_script(), 30.0)
+        except Exception as exc:  # adbutils.AdbError, OSError
+            raise DeviceError(f"{self.serial}: cannot take the device lease: {exc}") from exc
+        status, holder, old = "", {}, {}
+        for line in out.splitlines():
+            head, _, rest = line.partition(" ")
+            if head == "LEASE":
+                status = rest.strip()
+            elif head in ("LEASE_HOLDER", "LEASE_OLD"):
+                key, _, value = rest.partition("=")
+                (holder if head == "LEASE_HOLDER" else old)[key.strip()] = value.strip()
+        if status not in ("taken", "ours", "tookover", "held"):
+            raise DeviceError(f"{self.serial}: cannot take the device lease {self.dir}: the "
+                              f"device answered {out.strip()[-300:]!r}")
+        return status, Holder(holder), Holder(old)
+
+    def _hold(self) -> None:
+        if self.held:
+            return
+        self.held = True
+        with _LOCK:
+            held = _HELD.get(self.key)
+            if held is None or held.stop.is_set() or held.lost:
+                held = _HELD[self.key] = _Held(self.run, self._release_script())
+            held.count += 1
+            self._entry = held
+            if held.thread is None:
+                held.thread = threading.Thread(target=self._beat, args=(held,), daemon=True,
+                                               name=f"hil-lease-{self.serial}")
+                held.thread.start()
+
+    def _beat(self, held: _Held) -> None:
+        """The heartbeat thread: refresh until released; a lease another session took over is
+        recorded as lost (and no longer touched). adb errors are left to the session's own
+        calls, which re-acquire a dropped device."""
+        while not held.stop.wait(self.heartbeat_s):
+            try:
+                _, out = held.run(self._heartbeat_script(), 15.0)
+            except Exception:  # the device is away: the session's own calls deal with that
+                continue
+            if "LEASE lost" in out:
+                fields = dict(l.split(" ", 1)[1].split("=", 1) for l in out.splitlines()
+                              if l.startswith("LEASE_HOLDER ") and "=" in l)
+                held.lost = (f"{self.serial}: this session's device lease was taken over by "
+                             f"{Holder(fields).describe()} (its heartbeat had not reached the "
+                             f"device for more than {self.stale_s} s); the device is not used "
+                             "any more in this session")
+                return
+
+    @property
+    def lost(self) -> str:
+        """Why this session no longer holds the lease, or ""."""
+        return self._entry.lost if self.held and self._entry is not None else ""
+
+    def release(self, timeout: float = 15.0) -> None:
+        """Give the lease back (the last session of this process to hold it removes it from the
+        device, if it still names this process). Best effort: a device that is gone keeps the
+        lease until it is stale."""
+        if not self.held:
+            return
+        self.held = False
+        held, self._entry = self._entry, None
+        with _LOCK:
+            if held is None:
+                return
+            held.count -= 1
+            if held.count > 0:
+                return
+            held.stop.set()
+            if _HELD.get(self.key) is held:
+                del _HELD[self.key]
+        if held.lost:
+            return
+        try:
+            self.run(self._release_script(), timeout)
+        except Exception:
+            pass
+
+
+@atexit.register
+def _release_all() -> None:
+    """Leases still held when the interpreter exits (a session that was never closed)."""
+    with _LOCK:
+        items = list(_HELD.items())
+        _HELD.clear()
+    for held in [h for _, h in items]:
+        held.stop.set()
+        if not held.lost:
+            try:
+                held.run(held.release_script, 5.0)
+            except Exception:
+                pass

@@ -1,0 +1,281 @@
+"""The device lease (harness/devices/lease.py) and the workers-per-device rule, against the
+loopback device through the real adb server.
+
+Two real pytest sessions (`python -m pytest tests/hil/test_isolation.py -k "s4 and fp16"
+--device=<serial>`) share one loopback phone: while one holds it, a second without
+--lease-wait fails at once naming the holder, and one with --lease-wait waits and then passes.
+A crashed session's lease (written by hand, heartbeat an hour old) is taken over with a notice;
+a closed session leaves no lease behind; a session whose lease another one took over stops using
+the device.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.devices import lease as lease_module
+from harness.devices.lease import LEASE_DIR, PROCESS_TOKEN, LeaseBusy
+from harness.errors import DeviceError
+from harness.loopback import LoopbackDevice, connect, disconnect, start_server
+from harness.qnn.sdk import discover
+from harness.session import HilSession, Options
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
+                                reason="the adb client/server (Debian package adb) is not installed")
+# Holds the lease at the end of its session until a file appears (the test says when).
+HOLD_PLUGIN = '''
+import os, time
+
+def pytest_sessionfinish(session):
+    flag = os.environ.get("HOLD_UNTIL")
+    deadline = time.monotonic() + 120
+    while flag and not os.path.exists(flag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+'''
+
+
+def options(tmp_path: Path, serial: str, **overrides) -> Options:
+    base = dict(devices=[serial], simulator=False, soc=None, device_config=None,
+                artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
+                runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
+                keep_workspace=False, device_workspace=None, worker="master", worker_count=1,
+                session_id="this-session")
+    base.update(overrides)
+    return Options(**base)
+
+
+@pytest.fixture(scope="module")
+def sdk():
+    return discover()
+
+
+@pytest.fixture
+def phone(tmp_path, sdk):
+    start_server()
+    dev = LoopbackDevice(tmp_path / "phone", extra_env=sdk.device_environment()).start()
+    connect(dev.serial)
+    yield dev
+    disconnect(dev.serial, missing_ok=True)
+    dev.stop()
+
+
+def lease_dir(phone) -> Path:
+    return phone.sandbox / LEASE_DIR.lstrip("/")
+
+
+def owner(phone) -> dict[str, str]:
+    text = (lease_dir(phone) / "owner").read_text()
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def write_lease(phone, age_s: int, **fields) -> None:
+    """A lease as another session's process would have written it, its heartbeat `age_s` old."""
+    now = int(time.time())
+    d = lease_dir(phone)
+    d.mkdir(parents=True)
+    values = {"token": "other-host-4242-0123456789ab", "host": "other-host", "pid": "4242",
+              "session": "crashed-session", "worker": "gw1", "since": str(now - age_s - 60)}
+    values.update(fields)
+    (d / "owner").write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    (d / "heartbeat").write_text(f"{now - age_s}\n")
+
+
+# In-process sessions ---------------------------------------------------------------------------
+
+def test_the_lease_is_held_while_the_session_runs_and_released_at_the_end(phone, tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setattr(lease_module, "HEARTBEAT_S", 0.3)
+    session = HilSession(options(tmp_path, phone.serial, worker="gw3"))
+    device = session.device
+    held = owner(phone)
+    assert held["token"] == PROCESS_TOKEN and held["pid"] == str(os.getpid())
+    assert (held["session"], held["worker"]) == ("this-session", "gw3")
+    assert held["host"] and held["since"].isdigit()
+    first = int((lease_dir(phone) / "heartbeat").read_text())
+    deadline = time.monotonic() + 10
+    while int((lease_dir(phone) / "heartbeat").read_text()) == first:  # device clock, seconds
+        assert time.monotonic() < deadline, "the heartbeat was not refreshed"
+        time.sleep(0.2)
+    session.close()
+    assert not lease_dir(phone).exists(), "the lease outlived the session"
+    assert not list(lease_dir(phone).parent.glob(".executorch-hil-lease*"))
+    assert not device.device_lease.held
+
+
+def test_a_held_lease_fails_a_second_session_at_once_naming_the_holder(phone, tmp_path):
+    write_lease(phone, age_s=3)
+    started = time.monotonic()
+    with pytest.raises(LeaseBusy) as exc:
+        _ = HilSession(options(tmp_path, phone.serial)).device
+    assert time.monotonic() - started < 5
+    text = str(exc.value)
+    assert f"device {phone.serial} is in use by another session" in text
+    for part in ("host other-host", "pid 4242", "session crashed-session", "worker gw1",
+                 "since 20", "UTC", "last heartbeat 3 s ago", "--lease-wait 0"):
+        assert part in text, (part, text)
+    assert owner(phone)["token"] == "other-host-4242-0123456789ab"  # not touched
+    # Nothing of this session reached the device: no workspace, no push.
+    assert not [p for p in (phone.sandbox / "data/local/tmp").iterdir()
+                if p.name.startswith("executorch-hil-")]
+
+
+def test_a_stale_lease_is_taken_over_with_a_notice(phone, tmp_path):
+    write_lease(phone, age_s=3600)
+    session = HilSession(options(tmp_path, phone.serial))
+    device = session.device
+    notes = [n for n in session.notices if "took over the stale lease" in n]
+    assert notes, session.notices
+    for part in (phone.serial, "host other-host", "pid 4242", "session crashed-session",
+                 "last heartbeat 3600 s ago", "more than 120 s"):
+        assert part in notes[0], (part, notes[0])
+    assert owner(phone)["token"] == PROCESS_TOKEN
+    device.close()
+    assert not lease_dir(phone).exists()
+
+
+def test_waiting_for_a_lease_that_is_not_released_gives_up_after_lease_wait(phone, tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setattr(lease_module, "POLL_S", 0.2)
+    write_lease(phone, age_s=0)
+    session = HilSession(options(tmp_path, phone.serial, lease_wait=1.5))
+    started = time.monotonic()
+    with pytest.raises(LeaseBusy, match=r"waited 2 s \(--lease-wait 1.5\)|waited 1 s"):
+        _ = session.device
+    assert 1.4 <= time.monotonic() - started < 6
+    assert any("waiting up to 1.5 s for the lease held by host other-host" in n
+               for n in session.notices), session.notices
+
+
+def test_a_session_whose_lease_was_taken_over_stops_using_the_device(phone, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.setattr(lease_module, "HEARTBEAT_S", 0.2)
+    session = HilSession(options(tmp_path, phone.serial))
+    device = session.device
+    # Another session took it over (as it would after this one's heartbeats stopped).
+    (lease_dir(phone) / "owner").write_text(
+        "token=new-host-7-abc\nhost=new-host\npid=7\nsession=newer\nworker=master\nsince=1\n")
+    deadline = time.monotonic() + 10
+    while not device.device_lease.lost:
+        assert time.monotonic() < deadline, "the heartbeat did not notice"
+        time.sleep(0.1)
+    with pytest.raises(DeviceError, match="lease was taken over by host new-host pid 7"):
+        device.command(["true"])
+    session.close()
+    assert owner(phone)["host"] == "new-host"  # the new holder's lease is left alone
+
+
+# Two real pytest sessions on one device ----------------------------------------------------------
+
+def _pytest(serial: str, tmp_path: Path, name: str, *extra: str, hold: Path | None = None):
+    env = {**os.environ, "EXECUTORCH_HIL_SESSION_ID": f"lease-test-{name}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), str(REPO),
+                                                        os.environ.get("PYTHONPATH")]))}
+    argv = [sys.executable, "-m", "pytest", "tests/hil/test_isolation.py", "-k", "s4 and fp16",
+            f"--device={serial}", f"--artifacts-dir={tmp_path / 'artifacts'}", "-p",
+            "no:cacheprovider", "-q", *extra]
+    if hold is not None:
+        env["HOLD_UNTIL"] = str(hold)
+        argv += ["-p", "hold_lease"]
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+class _Commands(logging.Handler):
+    """The loopback's shell commands (it logs each at debug level), with their arrival time."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append((time.monotonic(), record.getMessage()))
+
+    def lease_attempts(self, since: float, not_token: str) -> int:
+        return sum(1 for t, m in self.seen if t >= since and "echo LEASE held" in m
+                   and not_token not in m)
+
+
+def test_two_sessions_on_one_device_one_waits_and_both_pass(phone, tmp_path):
+    (tmp_path / "hold_lease.py").write_text(HOLD_PLUGIN)
+    release = tmp_path / "release-the-lease"
+    commands = _Commands()
+    shell_log = logging.getLogger("harness.loopback.shell")
+    level = shell_log.level
+    shell_log.setLevel(logging.DEBUG)
+    shell_log.addHandler(commands)
+    procs = []
+    try:
+        holder = _pytest(phone.serial, tmp_path, "A", hold=release)
+        procs.append(holder)
+        deadline = time.monotonic() + 180
+        while not (lease_dir(phone) / "heartbeat").exists():
+            assert holder.poll() is None, holder.communicate()[0]
+            assert time.monotonic() < deadline, "the first session never took the lease"
+            time.sleep(0.1)
+        token = owner(phone)["token"]
+        at_once = _pytest(phone.serial, tmp_path, "B")
+        waiter = _pytest(phone.serial, tmp_path, "C", "--lease-wait=300")
+        procs += [at_once, waiter]
+        out_b, _ = at_once.communicate(timeout=300)
+        assert at_once.returncode != 0, out_b
+        # The waiter is polling for the lease now (the one without --lease-wait has ended).
+        after_b = time.monotonic()
+        deadline = after_b + 180
+        while commands.lease_attempts(after_b, token) < 2:
+            assert waiter.poll() is None, waiter.communicate()[0]
+            assert time.monotonic() < deadline, "the second session never asked for the lease"
+            time.sleep(0.1)
+        assert holder.poll() is None, "the holder did not hold the lease until told"
+        release.touch()
+        out_a, _ = holder.communicate(timeout=300)
+        out_c, _ = waiter.communicate(timeout=300)
+    finally:
+        shell_log.removeHandler(commands)
+        shell_log.setLevel(level)
+        release.touch()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert holder.returncode == 0, out_a
+    assert waiter.returncode == 0, out_c
+    assert "1 passed" in out_a and "1 passed" in out_c, (out_a, out_c)
+    # Without --lease-wait: failed at once, naming the holder.
+    assert "HIL device unavailable" in out_b and "is in use by another session" in out_b, out_b
+    for part in (f"pid {holder.pid}", "session lease-test-A", "worker master", "--lease-wait 0"):
+        assert part in out_b, (part, out_b)
+    # With it: waited for that holder, then got the device.
+    assert f"waiting up to 300 s for the lease held by host" in out_c, out_c
+    assert f"pid {holder.pid} session lease-test-A" in out_c, out_c
+    assert "got the lease after waiting" in out_c, out_c
+    assert not lease_dir(phone).exists(), "a lease outlived both sessions"
+
+
+# More workers than devices ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["controller", "worker"])
+def test_more_xdist_workers_than_devices_is_a_usage_error(how, tmp_path):
+    """`-n 3` with two devices fails at start-up (the controller sees -n; a worker sees
+    PYTEST_XDIST_WORKER_COUNT), before any device is touched (these serials do not exist)."""
+    env = dict(os.environ)
+    argv = [sys.executable, "-m", "pytest", "tests/hil/test_isolation.py", "-p",
+            "no:cacheprovider", "--device=127.0.0.1:1", "--device=127.0.0.1:2",
+            f"--artifacts-dir={tmp_path}"]
+    if how == "controller":
+        argv[4:4] = ["-n", "3"]
+    else:
+        env.update(PYTEST_XDIST_WORKER="gw2", PYTEST_XDIST_WORKER_COUNT="3")
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert ("3 pytest-xdist workers for 2 device(s) (127.0.0.1:1, 127.0.0.1:2): more workers "
+            "than devices is not supported") in proc.stderr, proc.stderr
+    assert "-n 2 or fewer" in proc.stderr
