@@ -18,12 +18,13 @@ of lease work. It costs one shell call every 10 s.
 
 Staleness: a lease whose heartbeat is older than `STALE_S` (120 s, twelve missed heartbeats) is
 taken over by the next session that asks, with a notice naming the old holder. The takeover runs
-under a second `mkdir` lock (`<lease>.takeover`) and checks the age again inside it, so two
-sessions finding the same stale lease cannot both take it.
+under a second `mkdir` lock (`<lease>.takeover`), checks the age again inside it and rewrites
+the files in place (the directory never disappears, so no `mkdir` can slip in), so of sessions
+finding the same stale lease exactly one takes it.
 
-Holder: a process. Its leases carry a token made once per process (`PROCESS_TOKEN`), so sessions
-inside one process (the framework's own tests, an in-process `pytester` run) share the lease,
-counted, and the last one to close releases it. Another process waits up to `--lease-wait`
+Holder: a process. Its leases carry a token made once per process (`process_token()`), so
+sessions inside one process (the framework's own tests, an in-process `pytester` run) share the
+lease, counted, and the last one to close releases it. Another process waits up to `--lease-wait`
 seconds (polling every `POLL_S`) or fails at once with a `LeaseBusy` naming the holder.
 
 Release: `DeviceLease.release()` (the device's `close()`) removes the directory if it still
@@ -51,12 +52,20 @@ STALE_S = 120
 HEARTBEAT_S = 10.0
 POLL_S = 1.0
 TAKEOVER_LOCK_STALE_S = 60  # a takeover lock this old was left by a session that died in it
-PROCESS_TOKEN = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 q = shlex.quote
 
-# (run, serial) of a shell runner: run(command, timeout) -> (exit code, output); raises on adb
-# errors (adbutils.AdbError / OSError).
+# A shell on the device: run(command, timeout) -> (exit code, output); raises on adb errors
+# (adbutils.AdbError / OSError).
 Run = Callable[[str, float], tuple[int, str]]
+_TOKEN: tuple[int, str] = (0, "")
+
+
+def process_token() -> str:
+    """This process's lease token (host, pid and a random part; a forked child gets its own)."""
+    global _TOKEN
+    if _TOKEN[0] != os.getpid():
+        _TOKEN = (os.getpid(), f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    return _TOKEN[1]
 
 
 def _clean(value: object) -> str:
@@ -106,13 +115,14 @@ class _Held:
 
     run: Run
     release_script: str
+    pid: int = dataclasses.field(default_factory=os.getpid)
     count: int = 0
     lost: str = ""
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
 
-_HELD: dict[tuple[str, str], _Held] = {}
+_HELD: dict[tuple[str, str, str], _Held] = {}  # (adb server, serial, token) -> its hold
 _LOCK = threading.Lock()
 
 
@@ -121,10 +131,11 @@ class DeviceLease:
 
     def __init__(self, key: str, serial: str, run: Run, *, session: str, worker: str,
                  notice: Callable[[str], None] | None = None, stale_s: int | None = None,
-                 heartbeat_s: float | None = None, lease_dir: str = LEASE_DIR) -> None:
+                 heartbeat_s: float | None = None, lease_dir: str = LEASE_DIR,
+                 token: str | None = None) -> None:
         """`key` names the device across the process (adb server and serial); `run` runs a
-        shell command on it without any re-acquire logic (the heartbeat thread uses it too)."""
-        self.key = (key, serial)
+        shell command on it without any re-acquire logic (the heartbeat thread uses it too);
+        `token` is the holder's identity (default: this process's)."""
         self.serial = serial
         self.run = run
         self.session = session
@@ -133,12 +144,14 @@ class DeviceLease:
         self.stale_s = int(STALE_S if stale_s is None else stale_s)
         self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
         self.dir = lease_dir
+        self.token = token or process_token()
+        self.key = (key, serial, self.token)
         self.held = False
         self._entry: _Held | None = None
 
     # Shell code ------------------------------------------------------------------------------
     def _prelude(self) -> str:
-        return (f"L={q(self.dir)}; T={q(PROCESS_TOKEN)}; now=$(date +%s); "
+        return (f"L={q(self.dir)}; T={q(self.token)}; now=$(date +%s); "
                 "own() { sed -n 's/^token=//p' \"$L/owner\" 2>/dev/null; }; "
                 "age() { hb=$(cat \"$L/heartbeat\" 2>/dev/null); case \"$hb\" in ''|*[!0-9]*) "
                 "hb=$(stat -c %Y \"$L\" 2>/dev/null || echo \"$now\");; esac; "
@@ -151,20 +164,19 @@ class DeviceLease:
             ("host", socket.gethostname()), ("pid", os.getpid()), ("session", self.session),
             ("worker", self.worker)))
         stale, lock_stale = self.stale_s, TAKEOVER_LOCK_STALE_S
-        take = (f"printf '%s\\n' \"token=$T\" {owner} \"since=$now\" > \"$L/owner.tmp\" && "
-                "mv -f \"$L/owner.tmp\" \"$L/owner\" && beat")
+        # The heartbeat first: whoever reads the new owner reads a fresh heartbeat with it.
+        take = (f"beat && printf '%s\\n' \"token=$T\" {owner} \"since=$now\" > "
+                "\"$L/owner.$$\" && mv -f \"$L/owner.$$\" \"$L/owner\"")
         return (self._prelude() +
                 f"if mkdir \"$L\" 2>/dev/null; then {take} && echo LEASE taken; "
                 "elif [ \"$(own)\" = \"$T\" ]; then beat; echo LEASE ours; "
                 f"elif [ \"$(age)\" -gt {stale} ]; then "
                 "  t=\"$L.takeover\"; "
-                "  if [ -d \"$t\" ] && [ $((now - $(stat -c %Y \"$t\" 2>/dev/null || echo \"$now\"))) "
-                f"-gt {lock_stale} ]; then rmdir \"$t\" 2>/dev/null; fi; "
+                "  if [ -d \"$t\" ] && [ $((now - $(stat -c %Y \"$t\" 2>/dev/null || "
+                f"echo \"$now\"))) -gt {lock_stale} ]; then rmdir \"$t\" 2>/dev/null; fi; "
                 "  if mkdir \"$t\" 2>/dev/null; then "
                 f"    if [ \"$(age)\" -gt {stale} ] && [ \"$(own)\" != \"$T\" ]; then "
-                "      show LEASE_OLD; mv \"$L\" \"$L.stale.$$\" && rm -rf \"$L.stale.$$\"; "
-                f"      if mkdir \"$L\" 2>/dev/null; then {take} && echo LEASE tookover; "
-                "      else show LEASE_HOLDER; echo LEASE held; fi; "
+                f"      show LEASE_OLD; {take} && echo LEASE tookover; "
                 "    else show LEASE_HOLDER; echo LEASE held; fi; "
                 "    rmdir \"$t\"; "
                 "  else show LEASE_HOLDER; echo LEASE held; fi; "
@@ -304,7 +316,7 @@ def _release_all() -> None:
         _HELD.clear()
     for held in [h for _, h in items]:
         held.stop.set()
-        if not held.lost:
+        if not held.lost and held.pid == os.getpid():  # never a parent's, from a forked child
             try:
                 held.run(held.release_script, 5.0)
             except Exception:

@@ -112,6 +112,43 @@ def test_runs_scenario_and_dedupes_pushes(adb_device, compiled_model, tmp_path, 
     assert all(s.ok for s in third.steps)
 
 
+def test_a_scenario_whose_files_are_there_costs_one_adb_call(adb_device, compiled_model,
+                                                             tmp_path, session):
+    """One shell call runs it: run directory, scenario file on stdin, runner, then its stderr
+    and QNN trace after markers (no `cat` round trips); a model's first use adds one sha256
+    check and one sync session."""
+    model = compiled_model("linear_relu")
+    driver = ScenarioDriver(adb_device, tmp_path / "a", 300, session.runner_kind)
+    calls: list[str] = []
+    real = adb_device.client.make_connection
+    main = threading.current_thread()
+
+    def counted(*args, **kwargs):
+        if threading.current_thread() is main:  # not the lease's heartbeat thread
+            calls.append("connection")
+        return real(*args, **kwargs)
+
+    adb_device.client.make_connection = counted
+    try:
+        first = driver.run(simple(model, "first-use"))
+        first_calls = len(calls)
+        calls.clear()
+        result = driver.run(simple(model, "files-there"))
+    finally:
+        del adb_device.client.make_connection
+    assert first_calls == 3 and first.output.pushes["pushed"] >= 4, (first_calls,
+                                                                     first.output.pushes)
+    assert len(calls) == 1
+    assert [s.status for s in result.steps] == ["ok", "ok", "ok"]
+    assert result.output.stdout.rstrip().splitlines()[-1] == "HARNESS_EXIT 0"
+    assert "HARNESS_STDERR" not in result.output.stdout
+    assert "HARNESS_SCENARIO" not in result.output.stdout
+    assert result.output.stderr.strip() and "HARNESS_" not in result.output.stderr.replace(
+        "HARNESS_STEP", "")
+    assert result.steps[1].live["context"] == 1  # the trace came back in that one call
+    assert result.output.pushes["pushed"] == 1  # the scenario file, through the run's stdin
+
+
 def test_hostile_file_names_are_quoted(adb_device, compiled_model, tmp_path, session, phone):
     model = compiled_model("linear_relu")
     hostile = tmp_path / "it's a \"model\"; touch pwned $(id) `id`"

@@ -16,13 +16,14 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from harness.devices import lease as lease_module
-from harness.devices.lease import LEASE_DIR, PROCESS_TOKEN, LeaseBusy
+from harness.devices.lease import LEASE_DIR, LeaseBusy, process_token
 from harness.errors import DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
 from harness.qnn.sdk import discover
@@ -97,7 +98,7 @@ def test_the_lease_is_held_while_the_session_runs_and_released_at_the_end(phone,
     session = HilSession(options(tmp_path, phone.serial, worker="gw3"))
     device = session.device
     held = owner(phone)
-    assert held["token"] == PROCESS_TOKEN and held["pid"] == str(os.getpid())
+    assert held["token"] == process_token() and held["pid"] == str(os.getpid())
     assert (held["session"], held["worker"]) == ("this-session", "gw3")
     assert held["host"] and held["since"].isdigit()
     first = int((lease_dir(phone) / "heartbeat").read_text())
@@ -137,7 +138,7 @@ def test_a_stale_lease_is_taken_over_with_a_notice(phone, tmp_path):
     for part in (phone.serial, "host other-host", "pid 4242", "session crashed-session",
                  "last heartbeat 3600 s ago", "more than 120 s"):
         assert part in notes[0], (part, notes[0])
-    assert owner(phone)["token"] == PROCESS_TOKEN
+    assert owner(phone)["token"] == process_token()
     device.close()
     assert not lease_dir(phone).exists()
 
@@ -171,6 +172,47 @@ def test_a_session_whose_lease_was_taken_over_stops_using_the_device(phone, tmp_
         device.command(["true"])
     session.close()
     assert owner(phone)["host"] == "new-host"  # the new holder's lease is left alone
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["free", "stale"])
+def test_of_sessions_racing_for_a_lease_exactly_one_gets_it(stale, phone):
+    """Eight holders (tokens of eight processes) ask at the same moment, for a free device or
+    for one whose lease is stale: one takes it (mkdir, or the takeover under its own mkdir
+    lock), the seven others are told who holds it."""
+    from harness.devices.adb import adb_client
+    from harness.devices.adb_wire import shell_v2
+
+    if stale:
+        write_lease(phone, age_s=3600)
+    client = adb_client()
+
+    def run(command: str, timeout: float) -> tuple[int, str]:
+        code, out, err = shell_v2(client, phone.serial, command, timeout=timeout)
+        return code, (out + err).decode()
+
+    leases = [lease_module.DeviceLease("race", phone.serial, run, session=f"s{i}", worker="w",
+                                       token=f"racer-{i}") for i in range(8)]
+    barrier = threading.Barrier(len(leases))
+    outcomes: dict[int, tuple] = {}
+
+    def attempt(i: int) -> None:
+        barrier.wait()
+        outcomes[i] = leases[i]._try()
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(len(leases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    statuses = sorted(status for status, _, _ in outcomes.values())
+    won = "tookover" if stale else "taken"
+    assert statuses == sorted([won] + ["held"] * 7), statuses
+    winner = next(i for i, (status, _, _) in outcomes.items() if status == won)
+    assert owner(phone)["token"] == f"racer-{winner}"
+    for status, holder, _ in outcomes.values():
+        if status == "held":  # named the winner, or a holder still writing its lease file
+            assert holder.get("token") in (f"racer-{winner}", "", "other-host-4242-0123456789ab")
+    assert not list(lease_dir(phone).parent.glob(".executorch-hil-lease.*"))
 
 
 # Two real pytest sessions on one device ----------------------------------------------------------
