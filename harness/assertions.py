@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from harness.compile import uses_qnn
-from harness.failures import Failure, HilFailure, run_failures
+from harness.failures import Failure, HilFailure, inconsistent_outputs, run_failures
 from harness.reference import predict
 from harness.result import ScenarioResult
 from harness.scenario import Step
@@ -72,17 +72,11 @@ def executed_outputs(result: ScenarioResult) -> list[tuple[int, Step, dict]]:
 def assert_outputs_consistent(result: ScenarioResult) -> None:
     """Every execute of the same program's method gave identical outputs across modules."""
     assert_completed(result)
-    seen: dict[tuple[str, str], tuple[int, list]] = {}
-    for i, step, event in executed_outputs(result):
-        key = (str(result.scenario.models[step.module].pte), step.method or "")
-        digests = [o["sha256"] for o in event["outputs"]]
-        if key in seen and seen[key][1] != digests:
-            report = (f"scenario {result.scenario.name}: step {i} {step.describe()} gave "
-                      f"different outputs than step {seen[key][0]} for the same program and "
-                      "inputs")
-            raise HilFailure(report, Failure("mismatch", report, result.scenario.name, i,
-                                             step.describe()))
-        seen.setdefault(key, (i, digests))
+    differing = inconsistent_outputs(result)
+    if differing:
+        first = differing[0]
+        raise HilFailure(f"scenario {result.scenario.name}: step {first.step} {first.where} "
+                         f"gave different outputs: {first.message.splitlines()[0]}", first)
 
 
 def context_owners(result: ScenarioResult) -> dict[str, str]:

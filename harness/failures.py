@@ -62,7 +62,6 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
     same method on the same inputs, and how the run ended if it did not finish."""
     name = result.scenario.name
     out: list[Failure] = []
-    first_outputs: dict[tuple[str, str], tuple[int, list]] = {}
     for i, s in enumerate(result.steps):
         if s.event is None:
             continue
@@ -77,18 +76,8 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
         elif status not in ("ok", "error"):
             out.append(Failure("error", _step_words(result, i, f"status {status}"), name, i,
                                s.step.describe()))
-        for sub, ev in _executes(s):
-            model = result.scenario.models.get(sub.module)
-            if model is None or ev.get("status") != "ok":
-                continue
-            key = (str(model.pte), sub.method or "")
-            digests = [o.get("sha256") for o in ev.get("outputs") or []]
-            if key in first_outputs and first_outputs[key][1] != digests:
-                head = (f"outputs differ from step {first_outputs[key][0]}'s execute of the same "
-                        "program's method on the same inputs")
-                out.append(Failure("mismatch", _step_words(result, i, head), name, i,
-                                   sub.describe()))
-            first_outputs.setdefault(key, (i, digests))
+    out += inconsistent_outputs(result)
+    out.sort(key=lambda f: -1 if f.step is None else f.step)
     kind = result.failure_kind
     if kind is not None:
         nxt = next((j for j, s in enumerate(result.steps) if s.event is None), None)
@@ -101,6 +90,29 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
             where = "teardown"
             words += "\n" + log_tail(result.output.stderr, 20)
         out.append(Failure(kind, words + ("\n" + logs if logs else ""), name, nxt, where))
+    return out
+
+
+def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
+    """Ok executes whose outputs differ from the first ok execute of the same program's method
+    (same inputs: the scenario's reference inputs), in step order."""
+    out: list[Failure] = []
+    first: dict[tuple[str, str], tuple[int, list]] = {}
+    for i, s in enumerate(result.steps):
+        if s.event is None:
+            continue
+        for sub, ev in _executes(s):
+            model = result.scenario.models.get(sub.module)
+            if model is None or ev.get("status") != "ok":
+                continue
+            key = (str(model.pte), sub.method or "")
+            digests = [o.get("sha256") for o in ev.get("outputs") or []]
+            if key in first and first[key][1] != digests:
+                head = (f"outputs differ from step {first[key][0]}'s execute of the same "
+                        "program's method on the same inputs")
+                out.append(Failure("mismatch", _step_words(result, i, head), result.scenario.name,
+                                   i, sub.describe()))
+            first.setdefault(key, (i, digests))
     return out
 
 
