@@ -59,6 +59,7 @@ from harness.cache import file_sha256
 from harness.config import SocConfig, soc_for_board_platform
 from harness.devices import adb_wire
 from harness.devices.base import Device, DeviceInfo
+from harness.memory import ALLOCATOR_ENV
 from harness.devices.lease import DeviceLease, LeaseBusy
 from harness.errors import ConfigError, DeviceError
 from harness.result import RunOutput, parse_events
@@ -524,7 +525,7 @@ class AdbDevice(Device):
         stderr_file, trace_file = q(str(run_dir / "stderr.txt")), q(str(run_dir / "qnn_trace.txt"))
         env = (f"LD_LIBRARY_PATH={q(ws)}:\"$LD_LIBRARY_PATH\" ADSP_LIBRARY_PATH={q(adsp)} "
                f"HARNESS_QNN_TRACE={trace_file}")
-        env += "".join(f" {k}={q(v)}" for k, v in sorted(self.run_env.items()))
+        env += "".join(f" {k}={q(v)}" for k, v in sorted({**ALLOCATOR_ENV, **self.run_env}.items()))
         if scenario_sha:
             enter = (f"mkdir -p {directory} && cd {directory} && "
                      f"if [ \"$(sha256sum scenario.json 2>/dev/null | cut -c1-64)\" = "

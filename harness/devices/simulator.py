@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.devices.base import Device, DeviceInfo
+from harness.memory import ALLOCATOR_ENV
 from harness.process import run_process
 from harness.qnn.sdk import QnnSdk
 from harness.result import RunOutput
@@ -49,7 +50,8 @@ class SimulatorDevice(Device):
         trace = artifacts / "qnn_trace.txt"
         trace.unlink(missing_ok=True)
         scenario_file = scenario.write(artifacts / "scenario.json")
-        env = {**os.environ, **self.sdk.environment(trace, self.abi_bridge), **choice.environment()}
+        env = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(trace, self.abi_bridge),
+               **choice.environment()}
         proc = run_process(choice.command(str(scenario_file)), env, timeout)
         return RunOutput(proc.returncode, proc.stdout, proc.stderr,
                          trace.read_text() if trace.exists() else "", proc.timed_out, choice.kind)
