@@ -21,6 +21,11 @@ differ only in their extra cmake arguments:
   for arm64-v8a; the interposer is compiled with the NDK's clang, and the
   prefix's shared libraries are copied to ``<build-dir>/lib``.
 
+Every target also needs nlohmann/json, header-only (Debian package
+``nlohmann-json3-dev``): the host's headers, found by
+:func:`nlohmann_json_include_dir` and passed as
+``-DHARNESS_NLOHMANN_JSON_INCLUDE_DIR``, also serve the cross builds.
+
 CLI (wired as ``python -m harness build-runner``)::
 
     build-runner --host [--force] [--cache-dir DIR]       prints the binary
@@ -74,6 +79,7 @@ __all__ = [
     "host_build_commands",
     "host_runner_available",
     "main",
+    "nlohmann_json_include_dir",
     "runner_source_dir",
 ]
 
@@ -93,6 +99,10 @@ CROSS_SYSROOT = Path("/usr") / CROSS_TRIPLE
 AARCH64_WHEEL_PLATFORM = "manylinux_2_28_aarch64"
 CROSS_PACKAGES = "g++-aarch64-linux-gnu gcc-aarch64-linux-gnu qemu-user"
 """Debian packages for the arm64-linux build (and running it under qemu)."""
+
+NLOHMANN_JSON_PACKAGE = "nlohmann-json3-dev"
+"""Debian package of the nlohmann/json headers every runner build includes."""
+_NLOHMANN_JSON_DIRS = (Path("/usr/local/include"), Path("/usr/include"))
 
 # The backend each linked component registers (the name `--list-backends` prints).
 COMPONENT_BACKENDS = {
@@ -142,6 +152,25 @@ def executorch_package_dir() -> Path | None:
         if (Path(loc) / "share" / "cmake" / "executorch-config.cmake").is_file():
             return Path(loc)
     return None
+
+
+def nlohmann_json_include_dir() -> Path | None:
+    """The directory holding ``nlohmann/json.hpp`` (/usr/local/include, /usr/include, then
+    the Python prefix's include), or None. Header-only, so the host's copy serves the
+    cross builds too."""
+    for d in (*_NLOHMANN_JSON_DIRS, Path(sys.prefix) / "include"):
+        if (d / "nlohmann" / "json.hpp").is_file():
+            return d
+    return None
+
+
+def _nlohmann_json_problem() -> str:
+    """"" when the nlohmann/json headers are there, else what to install."""
+    if nlohmann_json_include_dir() is not None:
+        return ""
+    return (f"the nlohmann/json headers are not installed (no nlohmann/json.hpp in "
+            f"{' or '.join(map(str, _NLOHMANN_JSON_DIRS))}): apt-get install "
+            f"{NLOHMANN_JSON_PACKAGE} (scripts/setup.sh does it when run as root or with sudo)")
 
 
 def _executorch_version() -> str:
@@ -277,14 +306,16 @@ def android_build_commands(
 
 
 def _cmake_commands(build_dir: Path, source_dir: Path | None, extra: list[str]) -> list[list[str]]:
-    """Configure (Ninja, Release, plus `extra` definitions) and build lines; one source for
-    the host and the Android runner."""
+    """Configure (Ninja, Release, the nlohmann/json headers, plus `extra` definitions) and
+    build lines; one source for every target."""
     src = Path(source_dir) if source_dir is not None else runner_source_dir()
     cmake = _tool_or_name(_find_cmake(), "cmake")
     ninja = _tool_or_name(_find_ninja(), "ninja")
     build = str(Path(build_dir))
+    json_dir = nlohmann_json_include_dir() or _NLOHMANN_JSON_DIRS[-1]
     configure = [cmake, "-S", str(src), "-B", build, "-G", "Ninja",
-                 f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release", *extra]
+                 f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release",
+                 f"-DHARNESS_NLOHMANN_JSON_INCLUDE_DIR={json_dir}", *extra]
     return [configure, [cmake, "--build", build, "--config", "Release"]]
 
 
@@ -381,7 +412,8 @@ def host_runner_available() -> tuple[bool, str]:
             "no C++ compiler found: install g++ or clang (e.g. apt-get install g++) "
             "or set CXX"
         )
-    return True, ""
+    problem = _nlohmann_json_problem()
+    return (False, problem) if problem else (True, "")
 
 
 def _cmake_ninja_problem() -> str:
@@ -416,7 +448,7 @@ def arm64_linux_available() -> tuple[bool, str]:
             f"apt-get install {CROSS_PACKAGES} (scripts/setup.sh does it when run as root "
             "or with sudo)"
         )
-    problem = _cmake_ninja_problem()
+    problem = _cmake_ninja_problem() or _nlohmann_json_problem()
     return (False, problem) if problem else (True, "")
 
 
@@ -758,6 +790,9 @@ def build_android_runner(
         raise RunnerBuildError("cmake not found: pip install 'cmake>=3.28'")
     if _find_ninja() is None:
         raise RunnerBuildError("ninja not found: pip install ninja")
+    problem = _nlohmann_json_problem()
+    if problem:
+        raise RunnerBuildError(problem)
     clang = ndk_clang(ndk, platform)
     if not clang.is_file():
         raise RunnerBuildError(

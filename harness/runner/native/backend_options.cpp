@@ -34,19 +34,18 @@ BackendOption make_backend_option(
   return opt;
 }
 
-json::Value backend_option_value(const BackendOption& opt) {
+Json backend_option_value(const BackendOption& opt) {
   if (const bool* b = std::get_if<bool>(&opt.value)) {
-    return json::Value::boolean(*b);
+    return *b;
   }
   if (const int* i = std::get_if<int>(&opt.value)) {
-    return json::Value::integer(*i);
+    return *i;
   }
   if (const auto* arr =
           std::get_if<std::array<char, kMaxOptionValueLength>>(&opt.value)) {
-    return json::Value::string(
-        std::string(arr->data(), strnlen(arr->data(), arr->size())));
+    return std::string(arr->data(), strnlen(arr->data(), arr->size()));
   }
-  return json::Value::null();
+  return nullptr;
 }
 
 bool LoadOptions::build(

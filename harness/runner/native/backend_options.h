@@ -9,7 +9,7 @@
 #include <executorch/runtime/backend/backend_options_map.h>
 #include <executorch/runtime/backend/options.h>
 
-#include "json.h"
+#include "events.h"
 #include "scenario.h"
 
 namespace harness {
@@ -19,7 +19,7 @@ executorch::runtime::BackendOption make_backend_option(
     const OptionValue& value);
 
 // The option's current value as JSON (bool, int or string).
-json::Value backend_option_value(const executorch::runtime::BackendOption& opt);
+Json backend_option_value(const executorch::runtime::BackendOption& opt);
 
 // Owns the option arrays a LoadBackendOptionsMap only points at. Module::load
 // deep-copies the map, so this only has to live across that call.

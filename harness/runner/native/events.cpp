@@ -26,11 +26,37 @@ void write_all(int fd, const std::string& line) {
   }
 }
 
+// `v` as the Python runner's json.dumps writes it (see emit_event).
+void append_text(const Json& v, std::string& out) {
+  const char* sep = "";
+  if (v.is_object()) {
+    out += '{';
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      out += sep;
+      sep = ", ";
+      append_text(Json(it.key()), out);
+      out += ": ";
+      append_text(it.value(), out);
+    }
+    out += '}';
+  } else if (v.is_array()) {
+    out += '[';
+    for (const Json& item : v) {
+      out += sep;
+      sep = ", ";
+      append_text(item, out);
+    }
+    out += ']';
+  } else {
+    out += v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+}
+
 }  // namespace
 
-void emit_event(const json::Value& event) {
+void emit_event(const Json& event) {
   std::string line = "HARNESS_EVENT ";
-  event.dump_to(line);
+  append_text(event, line);
   line.push_back('\n');
   std::fflush(stdout);
   write_all(STDOUT_FILENO, line);

@@ -71,8 +71,8 @@ bool parse_mapping_header(const char* line, std::string& path) {
   return true;
 }
 
-json::Value read_rollup() {
-  json::Value rollup = json::Value::object();
+Json read_rollup() {
+  Json rollup = Json::object();
   FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
   if (f == nullptr) {
     return rollup;
@@ -82,7 +82,7 @@ json::Value read_rollup() {
   int64_t kb = 0;
   while (std::fgets(line, sizeof(line), f) != nullptr) {
     if (parse_kb_line(line, name, kb)) {
-      rollup.set(name, json::Value::integer(kb));
+      rollup[name] = kb;
     }
   }
   std::fclose(f);
@@ -156,7 +156,7 @@ WatchSpellings spellings(const WatchedPath& w) {
   return s;
 }
 
-json::Value read_mappings(const std::vector<WatchedPath>& watched) {
+Json read_mappings(const std::vector<WatchedPath>& watched) {
   // Field order: the fields every watched entry reports even when the path is
   // not mapped, then whatever else smaps prints, in the kernel's order.
   static const char* kBaseFields[] = {
@@ -230,7 +230,7 @@ json::Value read_mappings(const std::vector<WatchedPath>& watched) {
       std::fclose(f);
     }
   }
-  json::Value mappings = json::Value::object();
+  Json mappings = Json::object();
   for (size_t i = 0; i < watched.size(); ++i) {
     bool duplicate = false;  // two spellings of one file: the first one counted
     for (size_t k = 0; k < i; ++k) {
@@ -239,16 +239,16 @@ json::Value read_mappings(const std::vector<WatchedPath>& watched) {
     if (duplicate) {
       continue;
     }
-    json::Value entry = json::Value::object();
+    Json entry = Json::object();
     for (const auto& kv : sums[i]) {
-      entry.set(kv.first, json::Value::integer(kv.second));
+      entry[kv.first] = kv.second;
     }
-    mappings.set(names[i].key, std::move(entry));
+    mappings[names[i].key] = std::move(entry);
   }
   return mappings;
 }
 
-json::Value read_dmabuf() {
+Json read_dmabuf() {
   int64_t count = 0;
   int64_t bytes = 0;
   DIR* dir = opendir("/proc/self/fdinfo");
@@ -282,20 +282,15 @@ json::Value read_dmabuf() {
     }
     closedir(dir);
   }
-  json::Value out = json::Value::object();
-  out.set("count", json::Value::integer(count));
-  out.set("bytes", json::Value::integer(bytes));
-  return out;
+  return Json{{"count", count}, {"bytes", bytes}};
 }
 
 }  // namespace
 
-json::Value measure_memory(const std::vector<WatchedPath>& watched) {
-  json::Value mem = json::Value::object();
-  mem.set("rollup", read_rollup());
-  mem.set("mappings", read_mappings(watched));
-  mem.set("dmabuf", read_dmabuf());
-  return mem;
+Json measure_memory(const std::vector<WatchedPath>& watched) {
+  return Json{{"rollup", read_rollup()},
+              {"mappings", read_mappings(watched)},
+              {"dmabuf", read_dmabuf()}};
 }
 
 int64_t trace_offset() {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "json.h"
+#include "events.h"
 
 namespace harness {
 
@@ -22,7 +22,7 @@ struct WatchedPath {
 };
 
 // {"rollup": {...}, "mappings": {...}, "dmabuf": {"count": n, "bytes": n}}
-json::Value measure_memory(const std::vector<WatchedPath>& watched);
+Json measure_memory(const std::vector<WatchedPath>& watched);
 
 // Size in bytes of the file named by $HARNESS_QNN_TRACE; 0 if unset/missing.
 int64_t trace_offset();

@@ -35,8 +35,8 @@ std::string runtime_error_message(const std::string& what, int code) {
 
 namespace {
 
-json::Value nullable_string(const std::string& s) {
-  return s.empty() ? json::Value::null() : json::Value::string(s);
+Json nullable_string(const std::string& s) {
+  return s.empty() ? Json() : Json(s);
 }
 
 double rounded_ms(std::chrono::steady_clock::duration d) {
@@ -234,12 +234,12 @@ Runner::StepResult Runner::execute(const Step& step) {
   }
   const std::vector<EValue>& outputs = *result;
   for (const auto& out : outputs) {
-    r.outputs.push(describe_output(out, step.emit_outputs));
+    r.outputs.push_back(describe_output(out, step.emit_outputs));
   }
-  r.max_abs_diff = json::Value::number(0.0);
+  r.max_abs_diff = 0.0;
   if (!step.expected.empty()) {
     Comparison c = compare_outputs(outputs, step.expected, step.atol, step.rtol);
-    r.max_abs_diff = json::Value::number(c.max_abs_diff);
+    r.max_abs_diff = c.max_abs_diff;
     if (!c.match) {
       r.status = "mismatch";
       r.message = c.message;
@@ -296,11 +296,10 @@ Runner::StepResult Runner::set_option(const Step& step) {
   BackendOption opt = make_backend_option(step.key, step.value);
   Error err = executorch::runtime::set_option(
       step.backend.c_str(), Span<BackendOption>(&opt, 1));
-  r.option = json::Value::object();
-  r.option.set("backend", json::Value::string(step.backend));
-  r.option.set("key", json::Value::string(step.key));
-  r.option.set("value", backend_option_value(opt));
-  r.option.set("supported", json::Value::boolean(err == Error::Ok));
+  r.option = {{"backend", step.backend},
+              {"key", step.key},
+              {"value", backend_option_value(opt)},
+              {"supported", err == Error::Ok}};
   if (err != Error::Ok) {
     r.status = "error";
     r.error_code = static_cast<int>(err);
@@ -316,13 +315,10 @@ Runner::StepResult Runner::get_option(const Step& step) {
   BackendOption opt = make_backend_option(step.key, step.value);
   Error err = executorch::runtime::get_option(
       step.backend.c_str(), Span<BackendOption>(&opt, 1));
-  r.option = json::Value::object();
-  r.option.set("backend", json::Value::string(step.backend));
-  r.option.set("key", json::Value::string(step.key));
-  r.option.set(
-      "value",
-      err == Error::Ok ? backend_option_value(opt) : json::Value::null());
-  r.option.set("supported", json::Value::boolean(err == Error::Ok));
+  r.option = {{"backend", step.backend},
+              {"key", step.key},
+              {"value", err == Error::Ok ? backend_option_value(opt) : Json()},
+              {"supported", err == Error::Ok}};
   if (err != Error::Ok) {
     r.status = "error";
     r.error_code = static_cast<int>(err);
@@ -362,7 +358,7 @@ Runner::StepResult Runner::parallel(const Step& step) {
   }
 
   StepResult r;
-  r.substeps = json::Value::array();
+  r.substeps = Json::array();
   bool have_diff = false;
   double max_diff = 0.0;
   for (size_t j = 0; j < n; ++j) {
@@ -379,28 +375,26 @@ Runner::StepResult Runner::parallel(const Step& step) {
       r.error_code = sr.error_code;
       r.message = sr.message;
     }
-    for (const auto& out : sr.outputs.items()) {
-      r.outputs.push(out);
+    for (const Json& out : sr.outputs) {
+      r.outputs.push_back(out);
     }
     if (sr.max_abs_diff.is_number()) {
-      double d = sr.max_abs_diff.as_double();
+      double d = sr.max_abs_diff.get<double>();
       max_diff = have_diff ? std::max(max_diff, d) : d;
       have_diff = true;
     }
-    json::Value ev = json::Value::object();
-    ev.set("op", json::Value::string(op_name(sub.op)));
-    ev.set("module", nullable_string(sub.module));
-    ev.set("method", nullable_string(sub.method));
-    ev.set("status", json::Value::string(sr.status));
-    ev.set("error_code", json::Value::integer(sr.error_code));
-    ev.set("message", json::Value::string(sr.message));
-    ev.set("outputs", std::move(sr.outputs));
-    ev.set("max_abs_diff", std::move(sr.max_abs_diff));
-    ev.set("elapsed_ms", json::Value::number(elapsed[j]));
-    r.substeps.push(std::move(ev));
+    r.substeps.push_back({{"op", op_name(sub.op)},
+                          {"module", nullable_string(sub.module)},
+                          {"method", nullable_string(sub.method)},
+                          {"status", sr.status},
+                          {"error_code", sr.error_code},
+                          {"message", sr.message},
+                          {"outputs", std::move(sr.outputs)},
+                          {"max_abs_diff", std::move(sr.max_abs_diff)},
+                          {"elapsed_ms", elapsed[j]}});
   }
   if (have_diff) {
-    r.max_abs_diff = json::Value::number(max_diff);
+    r.max_abs_diff = max_diff;
   }
   return r;
 }
@@ -446,12 +440,10 @@ Runner::StepResult Runner::run_one(const Step& step) {
 }
 
 int Runner::run() {
-  json::Value start = json::Value::object();
-  start.set("event", json::Value::string("start"));
-  start.set("runner", json::Value::string("native"));
-  start.set("pid", json::Value::integer(static_cast<int64_t>(getpid())));
-  start.set("scenario", json::Value::string(scenario_.name));
-  emit_event(start);
+  emit_event({{"event", "start"},
+              {"runner", "native"},
+              {"pid", static_cast<int64_t>(getpid())},
+              {"scenario", scenario_.name}});
 
   size_t failed = 0;
   for (const Step& step : scenario_.steps) {
@@ -463,26 +455,25 @@ int Runner::run() {
       ++failed;
     }
 
-    json::Value ev = json::Value::object();
-    ev.set("event", json::Value::string("step"));
-    ev.set("index", json::Value::integer(static_cast<int64_t>(step.index)));
-    ev.set("op", json::Value::string(op_name(step.op)));
-    ev.set("module", nullable_string(step.module));
-    ev.set("method", nullable_string(step.method));
-    ev.set("status", json::Value::string(r.status));
-    ev.set("error_code", json::Value::integer(r.error_code));
-    ev.set("message", json::Value::string(r.message));
-    ev.set("elapsed_ms", json::Value::number(elapsed_ms));
-    ev.set("outputs", std::move(r.outputs));
-    ev.set("max_abs_diff", std::move(r.max_abs_diff));
-    ev.set("option", std::move(r.option));
+    Json ev = {{"event", "step"},
+               {"index", static_cast<int64_t>(step.index)},
+               {"op", op_name(step.op)},
+               {"module", nullable_string(step.module)},
+               {"method", nullable_string(step.method)},
+               {"status", r.status},
+               {"error_code", r.error_code},
+               {"message", r.message},
+               {"elapsed_ms", elapsed_ms},
+               {"outputs", std::move(r.outputs)},
+               {"max_abs_diff", std::move(r.max_abs_diff)},
+               {"option", std::move(r.option)}};
     if (step.op == Op::Parallel) {
       // One thread per sub-step, all joined before this event (and the
       // memory and trace readings below) is written.
-      ev.set("substeps", std::move(r.substeps));
+      ev["substeps"] = std::move(r.substeps);
     }
-    ev.set("trace_offset", json::Value::integer(trace_offset()));
-    ev.set("memory", measure_memory(scenario_.watch_mappings));
+    ev["trace_offset"] = trace_offset();
+    ev["memory"] = measure_memory(scenario_.watch_mappings);
     emit_event(ev);
   }
 
@@ -494,12 +485,10 @@ int Runner::run() {
   }
   modules_.clear();
 
-  json::Value end = json::Value::object();
-  end.set("event", json::Value::string("end"));
-  end.set("status", json::Value::string(failed == 0 ? "ok" : "failed"));
-  end.set("steps", json::Value::integer(static_cast<int64_t>(scenario_.steps.size())));
-  end.set("failed_steps", json::Value::integer(static_cast<int64_t>(failed)));
-  emit_event(end);
+  emit_event({{"event", "end"},
+              {"status", failed == 0 ? "ok" : "failed"},
+              {"steps", static_cast<int64_t>(scenario_.steps.size())},
+              {"failed_steps", static_cast<int64_t>(failed)}});
   return failed == 0 ? 0 : 1;
 }
 

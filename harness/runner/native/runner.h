@@ -8,7 +8,7 @@
 
 #include <executorch/extension/module/module.h>
 
-#include "json.h"
+#include "events.h"
 #include "scenario.h"
 
 namespace harness {
@@ -31,10 +31,10 @@ class Runner {
     std::string status = "ok";  // ok | error | mismatch
     int error_code = 0;
     std::string message;
-    json::Value outputs = json::Value::array();  // execute's outputs
-    json::Value max_abs_diff;  // null unless execute produced outputs
-    json::Value option;        // null unless set_option/get_option
-    json::Value substeps;      // null unless parallel: one object per sub-step
+    Json outputs = Json::array();  // execute's outputs
+    Json max_abs_diff;  // null unless execute produced outputs
+    Json option;        // null unless set_option/get_option
+    Json substeps;      // null unless parallel: one object per sub-step
   };
 
   // One live module: the ExecuTorch Module plus the methods this runner

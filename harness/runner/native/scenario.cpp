@@ -5,13 +5,82 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
-#include "json.h"
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
+
+#include "events.h"
 #include "paths.h"
 
 namespace harness {
+
+using executorch::aten::ScalarType;
+
 namespace {
+
+// Protocol dtype names (numpy's spelling); ExecuTorch's own toString() says
+// "Float", "Char", ... The first kScenarioDtypes are the tensor types a
+// scenario may name.
+struct DtypeName {
+  const char* name;
+  ScalarType type;
+};
+constexpr DtypeName kDtypeNames[] = {
+    {"float32", ScalarType::Float},  {"float16", ScalarType::Half},
+    {"int64", ScalarType::Long},     {"int32", ScalarType::Int},
+    {"int8", ScalarType::Char},      {"uint8", ScalarType::Byte},
+    {"bool", ScalarType::Bool},      {"float64", ScalarType::Double},
+    {"int16", ScalarType::Short},    {"bfloat16", ScalarType::BFloat16},
+};
+constexpr size_t kScenarioDtypes = 7;
+
+using Type = Json::value_t;
+
+// Type names in validation messages: "integer" and "number" (any number) are
+// told apart, unlike in nlohmann::json's own type_name().
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::null:
+      return "null";
+    case Type::boolean:
+      return "bool";
+    case Type::number_integer:
+    case Type::number_unsigned:
+      return "integer";
+    case Type::number_float:
+      return "number";
+    case Type::string:
+      return "string";
+    case Type::array:
+      return "array";
+    case Type::object:
+      return "object";
+    default:
+      return "?";
+  }
+}
+
+// The value of an integer that fits in int64_t; nullopt for anything else,
+// a larger integer included.
+std::optional<int64_t> as_int(const Json& v) {
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    return u <= static_cast<uint64_t>(INT64_MAX)
+        ? std::optional<int64_t>(static_cast<int64_t>(u))
+        : std::nullopt;
+  }
+  if (v.is_number_integer()) {
+    return v.get<int64_t>();
+  }
+  return std::nullopt;
+}
+
+// Member `key` of object `v`; nullptr when absent or when `v` is no object.
+const Json* find(const Json& v, const char* key) {
+  auto it = v.find(key);
+  return it == v.end() ? nullptr : &*it;
+}
 
 // Limits of executorch::runtime::BackendOption (runtime/backend/options.h):
 // the key and string value are fixed char arrays including the terminator.
@@ -64,7 +133,7 @@ class StepReader {
  public:
   // `where` names the step in errors: "step 3" or "step 3 sub-step 1".
   StepReader(
-      const json::Value& v,
+      const Json& v,
       size_t index,
       const std::string& dir,
       std::string where = "",
@@ -79,23 +148,25 @@ class StepReader {
     throw ScenarioError(where_ + ": " + what);
   }
 
-  const json::Value* opt(const char* key, json::Value::Type type) const {
-    const json::Value* f = v_.find(key);
+  // Member `key` of type `type` (number_float: any number), nullptr when
+  // absent or null.
+  const Json* opt(const char* key, Type type) const {
+    const Json* f = find(v_, key);
     if (f == nullptr || f->is_null()) {
       return nullptr;
     }
     bool ok = f->type() == type ||
-        (type == json::Value::Type::Float && f->is_number());
+        (type == Type::number_float && f->is_number());
     if (!ok) {
       fail(
-          std::string("field '") + key + "' must be " + json::type_name(type) +
-          ", got " + json::type_name(f->type()));
+          std::string("field '") + key + "' must be " + type_name(type) +
+          ", got " + type_name(f->type()));
     }
     return f;
   }
 
-  const json::Value& req(const char* key, json::Value::Type type) const {
-    const json::Value* f = opt(key, type);
+  const Json& req(const char* key, Type type) const {
+    const Json* f = opt(key, type);
     if (f == nullptr) {
       fail(std::string("missing field '") + key + "'");
     }
@@ -103,7 +174,7 @@ class StepReader {
   }
 
   std::string req_string(const char* key) const {
-    const std::string& s = req(key, json::Value::Type::String).as_string();
+    const auto& s = req(key, Type::string).get_ref<const std::string&>();
     if (s.empty()) {
       fail(std::string("field '") + key + "' is empty");
     }
@@ -111,11 +182,11 @@ class StepReader {
   }
 
   double number(const char* key, double dflt) const {
-    const json::Value* f = opt(key, json::Value::Type::Float);
+    const Json* f = opt(key, Type::number_float);
     if (f == nullptr) {
       return dflt;
     }
-    double d = f->as_double();
+    double d = f->get<double>();
     if (!(d >= 0.0)) {
       fail(std::string("field '") + key + "' must be >= 0");
     }
@@ -124,44 +195,48 @@ class StepReader {
 
   std::vector<TensorSpec> tensors(const char* key) const {
     std::vector<TensorSpec> out;
-    const json::Value* arr = opt(key, json::Value::Type::Array);
+    const Json* arr = opt(key, Type::array);
     if (arr == nullptr) {
       return out;
     }
     size_t i = 0;
-    for (const auto& t : arr->items()) {
+    for (const Json& t : *arr) {
       std::string where = std::string(key) + "[" + std::to_string(i++) + "]";
       if (!t.is_object()) {
         fail(where + " must be an object");
       }
       TensorSpec spec;
-      const json::Value* dt = t.find("dtype");
+      const Json* dt = find(t, "dtype");
       if (dt == nullptr || !dt->is_string()) {
         fail(where + ": missing string field 'dtype'");
       }
-      if (!parse_dtype(dt->as_string(), spec.dtype)) {
+      const auto& dtype = dt->get_ref<const std::string&>();
+      if (!parse_dtype(dtype, spec.dtype)) {
         fail(
-            where + ": unknown dtype '" + dt->as_string() +
+            where + ": unknown dtype '" + dtype +
             "' (expected float32, float16, int64, int32, int8, uint8 or bool)");
       }
-      const json::Value* shape = t.find("shape");
+      const Json* shape = find(t, "shape");
       if (shape == nullptr || !shape->is_array()) {
         fail(where + ": missing array field 'shape'");
       }
       spec.numel = 1;
-      for (const auto& d : shape->items()) {
-        if (!d.is_int() || d.as_int() < 0 || d.as_int() > INT32_MAX) {
+      for (const Json& d : *shape) {
+        std::optional<int64_t> n = as_int(d);
+        if (!n || *n < 0 || *n > INT32_MAX) {
           fail(where + ": shape entries must be non-negative integers");
         }
-        spec.shape.push_back(d.as_int());
-        spec.numel *= static_cast<size_t>(d.as_int());
+        spec.shape.push_back(*n);
+        spec.numel *= static_cast<size_t>(*n);
       }
-      spec.nbytes = spec.numel * dtype_size(spec.dtype);
-      const json::Value* file = t.find("file");
-      if (file == nullptr || !file->is_string() || file->as_string().empty()) {
+      spec.nbytes =
+          spec.numel * executorch::runtime::elementSize(spec.dtype);
+      const Json* file = find(t, "file");
+      if (file == nullptr || !file->is_string() ||
+          file->get_ref<const std::string&>().empty()) {
         fail(where + ": missing string field 'file'");
       }
-      spec.file = resolve(dir_, file->as_string());
+      spec.file = resolve(dir_, file->get<std::string>());
       int64_t size = 0;
       bool regular = false;
       if (!file_size(spec.file, size, regular) || !regular) {
@@ -178,24 +253,23 @@ class StepReader {
     return out;
   }
 
-  OptionValue option_value(const json::Value& v, const std::string& where)
-      const {
+  OptionValue option_value(const Json& v, const std::string& where) const {
     OptionValue out;
-    if (v.is_bool()) {
+    if (v.is_boolean()) {
       out.kind = OptionValue::Kind::Bool;
-      out.b = v.as_bool();
-    } else if (v.is_int()) {
-      if (v.as_int() < INT_MIN || v.as_int() > INT_MAX) {
+      out.b = v.get<bool>();
+    } else if (std::optional<int64_t> i = as_int(v)) {
+      if (*i < INT_MIN || *i > INT_MAX) {
         fail(where + ": integer option value out of int range");
       }
       out.kind = OptionValue::Kind::Int;
-      out.i = v.as_int();
+      out.i = *i;
     } else if (v.is_string()) {
-      if (v.as_string().size() > kMaxOptionValueChars) {
+      out.s = v.get<std::string>();
+      if (out.s.size() > kMaxOptionValueChars) {
         fail(where + ": string option value longer than 255 characters");
       }
       out.kind = OptionValue::Kind::String;
-      out.s = v.as_string();
     } else {
       fail(where + ": option values must be bool, int or string");
     }
@@ -210,24 +284,25 @@ class StepReader {
 
   std::vector<BackendOptionSet> backend_options() const {
     std::vector<BackendOptionSet> out;
-    const json::Value* bo = opt("backend_options", json::Value::Type::Object);
+    const Json* bo = opt("backend_options", Type::object);
     if (bo == nullptr) {
       return out;
     }
-    for (const auto& backend : bo->members()) {
-      if (!backend.second.is_object()) {
-        fail("backend_options['" + backend.first + "'] must be an object");
+    for (auto backend = bo->begin(); backend != bo->end(); ++backend) {
+      const std::string& name = backend.key();
+      if (!backend->is_object()) {
+        fail("backend_options['" + name + "'] must be an object");
       }
-      if (backend.first.empty() || backend.first.size() >= 64) {
+      if (name.empty() || name.size() >= 64) {
         fail("backend_options: backend name must have 1 to 63 characters");
       }
       BackendOptionSet set;
-      set.backend = backend.first;
-      for (const auto& kv : backend.second.members()) {
+      set.backend = name;
+      for (auto kv = backend->begin(); kv != backend->end(); ++kv) {
         std::string where =
-            "backend_options['" + backend.first + "']['" + kv.first + "']";
-        check_key(kv.first, where);
-        set.options.emplace_back(kv.first, option_value(kv.second, where));
+            "backend_options['" + name + "']['" + kv.key() + "']";
+        check_key(kv.key(), where);
+        set.options.emplace_back(kv.key(), option_value(kv.value(), where));
       }
       out.push_back(std::move(set));
     }
@@ -295,8 +370,8 @@ class StepReader {
         s.expected = tensors("expected");
         s.atol = number("atol", kDefaultAtol);
         s.rtol = number("rtol", kDefaultRtol);
-        if (const json::Value* e = opt("emit_outputs", json::Value::Type::Bool)) {
-          s.emit_outputs = e->as_bool();
+        if (const Json* e = opt("emit_outputs", Type::boolean)) {
+          s.emit_outputs = e->get<bool>();
         }
         break;
       case Op::DestroyModule:
@@ -308,7 +383,7 @@ class StepReader {
         s.backend = req_string("backend");
         s.key = req_string("key");
         check_key(s.key, "key");
-        const json::Value* v = v_.find("value");
+        const Json* v = find(v_, "value");
         if (v == nullptr) {
           fail("missing field 'value'");
         }
@@ -319,8 +394,8 @@ class StepReader {
         s.backend = req_string("backend");
         s.key = req_string("key");
         check_key(s.key, "key");
-        const json::Value* t = opt("type", json::Value::Type::String);
-        std::string type = t == nullptr ? "int" : t->as_string();
+        const Json* t = opt("type", Type::string);
+        std::string type = t == nullptr ? "int" : t->get<std::string>();
         if (type == "int") {
           s.value.kind = OptionValue::Kind::Int;
         } else if (type == "bool") {
@@ -333,14 +408,14 @@ class StepReader {
         break;
       }
       case Op::Parallel: {
-        const json::Value& subs = req("steps", json::Value::Type::Array);
-        if (subs.items().empty() || subs.items().size() > kMaxParallel) {
+        const Json& subs = req("steps", Type::array);
+        if (subs.empty() || subs.size() > kMaxParallel) {
           fail(
               "field 'steps' must hold 1 to " + std::to_string(kMaxParallel) +
               " sub-steps");
         }
         size_t j = 0;
-        for (const auto& sub : subs.items()) {
+        for (const Json& sub : subs) {
           std::string where = where_ + " sub-step " + std::to_string(j++);
           Step child = StepReader(sub, index_, dir_, where, true).read();
           for (const Step& other : s.substeps) {
@@ -360,7 +435,7 @@ class StepReader {
   }
 
  private:
-  const json::Value& v_;
+  const Json& v_;
   size_t index_;
   const std::string& dir_;
   std::string where_;
@@ -368,6 +443,25 @@ class StepReader {
 };
 
 }  // namespace
+
+bool parse_dtype(const std::string& name, ScalarType& out) {
+  for (size_t i = 0; i < kScenarioDtypes; ++i) {
+    if (name == kDtypeNames[i].name) {
+      out = kDtypeNames[i].type;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* dtype_name(ScalarType type) {
+  for (const DtypeName& d : kDtypeNames) {
+    if (d.type == type) {
+      return d.name;
+    }
+  }
+  return "unknown";
+}
 
 const char* op_name(Op op) {
   switch (op) {
@@ -403,12 +497,19 @@ Scenario load_scenario(const std::string& path) {
   if (in.bad()) {
     throw ScenarioError("cannot read scenario file: " + path);
   }
-  json::Value root;
+  Json root;
   try {
-    root = json::parse(buf.str());
-  } catch (const json::ParseError& e) {
+    root = Json::parse(buf.str());
+  } catch (const Json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 5:
+    // syntax error while parsing value - ...", without the bracketed id.
+    std::string what = e.what();
+    size_t id_end = what.find("] ");
+    if (what.rfind("[json.exception.", 0) == 0 && id_end != std::string::npos) {
+      what.erase(0, id_end + 2);
+    }
     throw ScenarioError(
-        "scenario file " + path + " is not valid JSON: " + e.what());
+        "scenario file " + path + " is not valid JSON: " + what);
   }
   if (!root.is_object()) {
     throw ScenarioError("scenario file " + path + ": top level must be an object");
@@ -418,40 +519,39 @@ Scenario load_scenario(const std::string& path) {
   sc.path = path;
   sc.dir = dirname_of(path);
 
-  const json::Value* version = root.find("version");
-  if (version != nullptr &&
-      !(version->is_int() && version->as_int() == 1)) {
+  const Json* version = find(root, "version");
+  if (version != nullptr && as_int(*version) != 1) {
     throw ScenarioError("unsupported scenario version (this runner reads 1)");
   }
-  const json::Value* name = root.find("name");
+  const Json* name = find(root, "name");
   if (name != nullptr && !name->is_null()) {
     if (!name->is_string()) {
       throw ScenarioError("field 'name' must be a string");
     }
-    sc.name = name->as_string();
+    sc.name = name->get<std::string>();
   }
 
-  const json::Value* watch = root.find("watch_mappings");
+  const Json* watch = find(root, "watch_mappings");
   if (watch != nullptr && !watch->is_null()) {
     if (!watch->is_array()) {
       throw ScenarioError("field 'watch_mappings' must be an array of paths");
     }
-    for (const auto& w : watch->items()) {
-      if (!w.is_string() || w.as_string().empty()) {
+    for (const Json& w : *watch) {
+      if (!w.is_string() || w.get_ref<const std::string&>().empty()) {
         throw ScenarioError("field 'watch_mappings' must be an array of paths");
       }
       WatchedPath wp;
-      wp.reported = resolve(sc.dir, w.as_string());
+      wp.reported = resolve(sc.dir, w.get<std::string>());
       wp.canonical = canonical_path(wp.reported);
       sc.watch_mappings.push_back(std::move(wp));
     }
   }
-  const json::Value* steps = root.find("steps");
+  const Json* steps = find(root, "steps");
   if (steps == nullptr || !steps->is_array()) {
     throw ScenarioError("missing array field 'steps'");
   }
   size_t index = 0;
-  for (const auto& st : steps->items()) {
+  for (const Json& st : *steps) {
     sc.steps.push_back(StepReader(st, index, sc.dir).read());
     ++index;
   }

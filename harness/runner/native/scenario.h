@@ -14,7 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "dtype.h"
+#include <executorch/runtime/core/exec_aten/exec_aten.h>
+
 #include "memory.h"
 
 namespace harness {
@@ -24,8 +25,14 @@ class ScenarioError : public std::runtime_error {
   explicit ScenarioError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Protocol dtype names (numpy's spelling) <-> ScalarType. parse_dtype takes
+// the scenario's tensor types (runner-protocol.md); dtype_name also names the
+// output types float64, int16 and bfloat16, and "unknown" for the rest.
+bool parse_dtype(const std::string& name, executorch::aten::ScalarType& out);
+const char* dtype_name(executorch::aten::ScalarType type);
+
 struct TensorSpec {
-  Dtype dtype = Dtype::Float32;
+  executorch::aten::ScalarType dtype = executorch::aten::ScalarType::Float;
   std::vector<int64_t> shape;
   std::string file;  // absolute (resolved against the scenario directory)
   size_t numel = 0;

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
+
 #include "sha256.h"
 
 namespace harness {
@@ -17,101 +19,24 @@ using executorch::runtime::EValue;
 
 namespace {
 
-ScalarType to_scalar_type(Dtype d) {
-  switch (d) {
-    case Dtype::Float32:
-      return ScalarType::Float;
-    case Dtype::Float16:
-      return ScalarType::Half;
-    case Dtype::Int64:
-      return ScalarType::Long;
-    case Dtype::Int32:
-      return ScalarType::Int;
-    case Dtype::Int8:
-      return ScalarType::Char;
-    case Dtype::Uint8:
-      return ScalarType::Byte;
-    case Dtype::Bool:
-      return ScalarType::Bool;
-  }
-  return ScalarType::Float;
-}
-
-// Protocol name of an output element type (numpy spelling beyond the input
-// set, so both runners name e.g. a double output the same way).
-const char* scalar_type_name(ScalarType t) {
-  switch (t) {
-    case ScalarType::Float:
-      return "float32";
-    case ScalarType::Half:
-      return "float16";
-    case ScalarType::Long:
-      return "int64";
-    case ScalarType::Int:
-      return "int32";
-    case ScalarType::Char:
-      return "int8";
-    case ScalarType::Byte:
-      return "uint8";
-    case ScalarType::Bool:
-      return "bool";
-    case ScalarType::Double:
-      return "float64";
-    case ScalarType::Short:
-      return "int16";
-    case ScalarType::BFloat16:
-      return "bfloat16";
-    default:
-      return "unknown";
-  }
-}
-
-// Element i of a tensor buffer as double; false for unsupported types.
+// Element i of a tensor buffer of type `t` as double; false for the types
+// the runner does not compare (complex, quantized, bits, float8, uint16-64).
 bool load_element(ScalarType t, const void* data, size_t i, double& out) {
-  const unsigned char* base = static_cast<const unsigned char*>(data);
+  const auto* base = static_cast<const unsigned char*>(data);
+  if (t == ScalarType::Bool) {
+    out = base[i] != 0 ? 1.0 : 0.0;  // any nonzero byte is true
+    return true;
+  }
   switch (t) {
-    case ScalarType::Float:
-      out = dtype_load(Dtype::Float32, data, i);
-      return true;
-    case ScalarType::Half:
-      out = dtype_load(Dtype::Float16, data, i);
-      return true;
-    case ScalarType::Long:
-      out = dtype_load(Dtype::Int64, data, i);
-      return true;
-    case ScalarType::Int:
-      out = dtype_load(Dtype::Int32, data, i);
-      return true;
-    case ScalarType::Char:
-      out = dtype_load(Dtype::Int8, data, i);
-      return true;
-    case ScalarType::Byte:
-      out = dtype_load(Dtype::Uint8, data, i);
-      return true;
-    case ScalarType::Bool:
-      out = dtype_load(Dtype::Bool, data, i);
-      return true;
-    case ScalarType::Double: {
-      double v;
-      std::memcpy(&v, base + i * sizeof(double), sizeof(v));
-      out = v;
-      return true;
-    }
-    case ScalarType::Short: {
-      int16_t v;
-      std::memcpy(&v, base + i * sizeof(int16_t), sizeof(v));
-      out = v;
-      return true;
-    }
-    case ScalarType::BFloat16: {
-      uint16_t v;
-      std::memcpy(&v, base + i * sizeof(uint16_t), sizeof(v));
-      uint32_t bits = static_cast<uint32_t>(v) << 16;
-      float f;
-      std::memcpy(&f, &bits, sizeof(f));
-      out = f;
-      return true;
-    }
+#define HARNESS_LOAD_CASE(ctype, name)                          \
+  case ScalarType::name: {                                      \
+    ctype v;                                                    \
+    std::memcpy(&v, base + i * sizeof(ctype), sizeof(ctype));   \
+    out = static_cast<double>(v);                               \
+    return true;                                                \
+  }
+    ET_FORALL_REALHBF16_TYPES(HARNESS_LOAD_CASE)
+#undef HARNESS_LOAD_CASE
     default:
       return false;
   }
@@ -155,7 +80,7 @@ executorch::extension::TensorPtr make_input(
   return executorch::extension::make_tensor_ptr(
       std::move(sizes),
       data.empty() ? nullptr : data.data(),
-      to_scalar_type(spec.dtype));
+      spec.dtype);
 }
 
 namespace {
@@ -180,44 +105,38 @@ std::string base64(const void* data, size_t size) {
 
 }  // namespace
 
-json::Value describe_output(const EValue& value, bool with_data) {
-  json::Value out = json::Value::object();
+Json describe_output(const EValue& value, bool with_data) {
   if (value.isTensor()) {
     const Tensor& t = value.toTensor();
-    out.set("dtype", json::Value::string(scalar_type_name(t.scalar_type())));
-    json::Value shape = json::Value::array();
+    Json shape = Json::array();
     for (auto d : t.sizes()) {
-      shape.push(json::Value::integer(d));
+      shape.push_back(static_cast<int64_t>(d));
     }
-    out.set("shape", std::move(shape));
-    out.set(
-        "sha256", json::Value::string(sha256_hex(t.const_data_ptr(), t.nbytes())));
+    Json out = {{"dtype", dtype_name(t.scalar_type())},
+                {"shape", std::move(shape)},
+                {"sha256", sha256_hex(t.const_data_ptr(), t.nbytes())}};
     if (with_data) {
-      out.set("data", json::Value::string(base64(t.const_data_ptr(), t.nbytes())));
+      out["data"] = base64(t.const_data_ptr(), t.nbytes());
     }
     return out;
   }
+  auto scalar = [](const char* dtype, Json sha256) {
+    return Json{
+        {"dtype", dtype}, {"shape", Json::array()}, {"sha256", std::move(sha256)}};
+  };
   if (value.isInt()) {
     int64_t v = value.toInt();
-    out.set("dtype", json::Value::string("int"));
-    out.set("shape", json::Value::array());
-    out.set("sha256", json::Value::string(sha256_hex(&v, sizeof(v))));
-  } else if (value.isDouble()) {
-    double v = value.toDouble();
-    out.set("dtype", json::Value::string("float"));
-    out.set("shape", json::Value::array());
-    out.set("sha256", json::Value::string(sha256_hex(&v, sizeof(v))));
-  } else if (value.isBool()) {
-    uint8_t v = value.toBool() ? 1 : 0;
-    out.set("dtype", json::Value::string("bool"));
-    out.set("shape", json::Value::array());
-    out.set("sha256", json::Value::string(sha256_hex(&v, sizeof(v))));
-  } else {
-    out.set("dtype", json::Value::string(value.isNone() ? "none" : "other"));
-    out.set("shape", json::Value::array());
-    out.set("sha256", json::Value::null());
+    return scalar("int", sha256_hex(&v, sizeof(v)));
   }
-  return out;
+  if (value.isDouble()) {
+    double v = value.toDouble();
+    return scalar("float", sha256_hex(&v, sizeof(v)));
+  }
+  if (value.isBool()) {
+    uint8_t v = value.toBool() ? 1 : 0;
+    return scalar("bool", sha256_hex(&v, sizeof(v)));
+  }
+  return scalar(value.isNone() ? "none" : "other", nullptr);
 }
 
 Comparison compare_outputs(
@@ -273,7 +192,8 @@ Comparison compare_outputs(
         }
         break;
       }
-      double want = dtype_load(exp.dtype, expected_data.data(), i);
+      double want = 0.0;
+      load_element(exp.dtype, expected_data.data(), i, want);
       // As numpy: NaN (or inf - inf) never compares within tolerance and
       // never raises the reported maximum.
       double diff = std::fabs(got - want);

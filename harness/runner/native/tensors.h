@@ -8,7 +8,7 @@
 #include <executorch/extension/tensor/tensor_ptr.h>
 #include <executorch/runtime/core/evalue.h>
 
-#include "json.h"
+#include "events.h"
 #include "scenario.h"
 
 namespace harness {
@@ -27,8 +27,8 @@ executorch::extension::TensorPtr make_input(
 // empty shape; the hash then covers the scalar's bytes.
 // `with_data`: also "data", the tensor's raw little-endian bytes in base64 (a
 // reference run whose outputs become the expected tensors of later runs).
-json::Value describe_output(const executorch::runtime::EValue& value,
-                            bool with_data = false);
+Json describe_output(const executorch::runtime::EValue& value,
+                     bool with_data = false);
 
 struct Comparison {
   bool match = true;
