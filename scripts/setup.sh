@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the framework needs on a Debian/Ubuntu x86_64 host with Python 3.11:
-# the adb client/server, headless Chromium (the --hil-report page's test), the arm64 cross
+# the adb client/server, headless Chromium (the --hil-report page's test), the nlohmann/json
+# headers (nlohmann-json3-dev: the native runner's JSON, every runner build), the arm64 cross
 # toolchain and qemu-user (Debian packages: the arm64-linux runner build and the loopback
 # device's arm64 mode), the Python package with its
 # pinned dependencies (torch==2.13.0 CPU, executorch==1.5.1, onnxruntime-qnn==2.7.0 for the
@@ -12,6 +13,10 @@ packages=()
 command -v adb >/dev/null 2>&1 || packages+=(adb)
 # headless Chromium: tests/framework/test_report.py opens the --hil-report page as a person would
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
+# header-only; the host's copy also serves the arm64 and Android cross builds
+if [ ! -f /usr/include/nlohmann/json.hpp ] && [ ! -f /usr/local/include/nlohmann/json.hpp ]; then
+  packages+=(nlohmann-json3-dev)
+fi
 if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v aarch64-linux-gnu-g++ >/dev/null 2>&1; then
   packages+=(g++-aarch64-linux-gnu gcc-aarch64-linux-gnu)
 fi
