@@ -1,9 +1,10 @@
 """The native runner's build module and the built runner itself.
 
-(a) Android command lines, (b) clear errors for a missing NDK/prefix, (c) a real host build,
-cached and safe under concurrent callers, (d) the built runner on the HTP simulator
-(laid out by harness.qnn.sdk) and its exit code 2 paths, (e) XNNPACK backend options
-reaching the runtime (the packed-weight cache file gets mapped).
+(a) Android command lines and the nlohmann/json headers of every build, (b) clear errors for
+a missing NDK/prefix, (c) a real host build, cached and safe under concurrent callers, (d) the
+built runner on the HTP simulator (laid out by harness.qnn.sdk), its exit code 2 paths and
+its event format, (e) XNNPACK backend options reaching the runtime (the packed-weight cache
+file gets mapped).
 """
 
 from __future__ import annotations
@@ -93,6 +94,27 @@ def test_cli_android_without_ndk_is_a_usage_error(tmp_path, capsys, monkeypatch)
     assert native_build.main(["--android", "--ndk", str(tmp_path / "nope"),
                               "--executorch-prefix", str(tmp_path)]) == 1
     assert "--ndk" in capsys.readouterr().err
+
+
+def test_every_build_gets_the_nlohmann_json_headers(monkeypatch, tmp_path):
+    include = tmp_path / "include"
+    (include / "nlohmann").mkdir(parents=True)
+    (include / "nlohmann" / "json.hpp").write_text("")
+    monkeypatch.setattr(native_build, "_NLOHMANN_JSON_DIRS", (tmp_path / "none", include))
+    assert native_build.nlohmann_json_include_dir() == include
+    assert native_build._nlohmann_json_problem() == ""
+    flag = f"-DHARNESS_NLOHMANN_JSON_INCLUDE_DIR={include}"
+    for configure, _ in (
+        native_build.host_build_commands(tmp_path / "b"),
+        native_build.arm64_linux_build_commands(tmp_path / "b", tmp_path / "tc", tmp_path / "et"),
+        native_build.android_build_commands(tmp_path / "b", tmp_path / "ndk", tmp_path / "p"),
+    ):
+        assert flag in configure
+
+    monkeypatch.setattr(native_build, "_NLOHMANN_JSON_DIRS", (tmp_path / "none",))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "none"))
+    assert native_build.nlohmann_json_include_dir() is None
+    assert "apt-get install nlohmann-json3-dev" in native_build._nlohmann_json_problem()
 
 
 def test_cache_root_honours_env(monkeypatch, tmp_path):
@@ -295,7 +317,7 @@ def test_runner_exit_2_for_missing_scenario_and_program(host_build, tmp_path):
 
 
 @pytest.mark.parametrize("doc, message", [
-    ("{not json", "not valid JSON"),
+    ("{not json", "not valid JSON: parse error at line 1, column "),
     (json.dumps({"steps": [{"op": "explode"}]}), "unknown op 'explode'"),
     (json.dumps({"name": "x"}), "missing array field 'steps'"),
     (json.dumps({"steps": [{"op": "execute", "module": "A", "method": "forward",
@@ -325,6 +347,21 @@ def test_runner_snapshot_only_scenario_is_fast_and_ok(host_build, tmp_path):
     assert step["module"] is None and step["method"] is None and step["option"] is None
     assert step["memory"]["mappings"][str(watched)]["Rss"] == 0
     assert events[-1] == {"event": "end", "status": "ok", "steps": 1, "failed_steps": 0}
+
+
+def test_runner_writes_events_as_json_dumps_does(host_build, tmp_path):
+    name = 'a "quoted" \\ name\twith \u00e9 \u2603 and \x01'
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps({"name": name, "watch_mappings": ["x.bin"],
+                                    "steps": [{"op": "snapshot"}, {"op": "snapshot"}]}))
+    proc, events = run_runner(host_build[1][0], scenario, dict(os.environ, HARNESS_QNN_TRACE=""))
+    assert proc.returncode == 0, proc.stderr
+    assert events[0]["scenario"] == name
+    lines = [line[len(EVENT):] for line in proc.stdout.splitlines() if line.startswith(EVENT)]
+    # Separators, key order, escapes and number spelling of the Python runner's json.dumps
+    # (which also escapes non-ASCII characters; the native runner writes them as UTF-8).
+    assert lines == [json.dumps(event, ensure_ascii=False) for event in events]
+    assert lines[1].startswith('{"event": "step", "index": 0, "op": "snapshot", "module": null, ')
 
 
 # ------------------------------------------------------------------------- (e)
