@@ -19,6 +19,7 @@ FILE_KIND = {
     "test_known_issues.py": "unit",
     "test_memory.py": "unit",
     "test_ordering_generation.py": "unit",
+    "test_protocol.py": "unit",
     "test_scenario.py": "unit",
     "test_trace.py": "unit",
     "test_xnnpack_classify.py": "unit",
