@@ -14,6 +14,11 @@ input's shape), which the `workspace` fixture makes next to copies of the scenar
 
 A case where the native runner disagrees with the protocol is marked xfail (strict) in
 `NATIVE_MISMATCHES`, naming the mismatch, until the native runner is fixed.
+
+good/parallel.json executes module A once before its parallel executes: the Python runner hangs
+when two threads make the runtime's first kernel-threadpool call at once (one thread holds the
+GIL while it waits for the threadpool's initialisation, which the other thread is running and
+which logs through the pybindings' Python log hook, so it waits for the GIL).
 """
 
 from __future__ import annotations
