@@ -51,9 +51,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from harness.protocol import EVENT_PREFIX  # noqa: E402  (after the path set-up above)
+
 VARIANTS = ("native", "python", "bare", "bare-portable")
 RUN_TIMEOUT_S = 300.0
-EVENT_PREFIX = "HARNESS_EVENT "
 BARE_FAILED = "BARE_FAILED "
 
 # The bare variants: the same pybindings calls as the Python runner, in scenario order, and

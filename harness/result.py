@@ -7,12 +7,12 @@ runner produced it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import signal as signal_module
 from pathlib import Path
 
+from harness.protocol import (STEP_MARKER, ExitCode, is_protocol_line, read_events,
+                              step_marker_index)
 from harness.qnn.trace import TraceRecord, replay, replay_by_offsets
-from harness.runner.python_runner import EVENT_PREFIX, STEP_MARKER
 from harness.scenario import Scenario, Step
 
 
@@ -31,14 +31,9 @@ class RunOutput:
 
 
 def parse_events(stdout: str) -> list[dict]:
-    events = []
-    for line in stdout.splitlines():
-        if line.startswith(EVENT_PREFIX):
-            try:
-                events.append(json.loads(line[len(EVENT_PREFIX):]))
-            except json.JSONDecodeError:
-                pass  # a line torn by a crash
-    return events
+    """The runner's events as JSON objects (a line torn by a crash is skipped); typed ones:
+    `harness.protocol.parse_events`."""
+    return read_events(stdout)
 
 
 def split_log_by_step(text: str) -> dict[int, str]:
@@ -48,10 +43,8 @@ def split_log_by_step(text: str) -> dict[int, str]:
     current = -1
     for line in text.splitlines():
         if line.startswith(STEP_MARKER):
-            try:
-                current = int(line[len(STEP_MARKER):].split()[0])
-            except (IndexError, ValueError):
-                pass
+            index = step_marker_index(line)
+            current = current if index is None else index
             segments.setdefault(current, [])
             continue
         segments.setdefault(current, []).append(line)
@@ -119,10 +112,10 @@ class ScenarioResult:
     @property
     def crashed(self) -> bool:
         """Killed, hung, died by a signal, or exited without its `end` event."""
-        rc = self.output.returncode
-        if self.output.timed_out or rc is None or rc < 0 or rc not in (0, 1, 2):
+        code = ExitCode.of(self.output.returncode)
+        if self.output.timed_out or code is None:
             return True
-        return rc != 2 and not self.completed
+        return code != ExitCode.BAD_SCENARIO and not self.completed
 
     @property
     def failure_kind(self) -> str | None:
@@ -131,16 +124,17 @@ class ScenarioResult:
         out = self.output
         if out.timed_out:
             return "timeout"
-        if out.returncode is None or out.returncode < 0 or out.returncode not in (0, 1, 2):
+        code = ExitCode.of(out.returncode)
+        if code is None:
             return "crash"
-        if out.returncode == 2:
+        if code == ExitCode.BAD_SCENARIO:
             return "refused"
         return None if self.completed else "incomplete"
 
     @property
     def refused(self) -> bool:
         """The runner would not run the scenario (exit 2: invalid scenario, missing file)."""
-        return self.output.returncode == 2
+        return ExitCode.of(self.output.returncode) == ExitCode.BAD_SCENARIO
 
     @property
     def last_completed(self) -> StepResult | None:
@@ -191,6 +185,5 @@ def _signal_name(num: int) -> str:
 
 
 def log_tail(text: str, lines: int) -> str:
-    kept = [l for l in text.splitlines()
-            if not l.startswith(EVENT_PREFIX) and not l.startswith(STEP_MARKER)]
+    kept = [l for l in text.splitlines() if not is_protocol_line(l)]
     return "\n".join("    " + l for l in kept[-lines:])

@@ -3,7 +3,7 @@
 A test builds a scenario with the fluent methods (`load_module`, `load_method`, `execute`,
 `unload_method`, `destroy_module`, `snapshot`, `set_option`, `get_option`, `parallel`); the
 device stages it (`to_json` with paths as the runner will see them). The JSON form is the
-contract in docs/runner-protocol.md.
+runner protocol's scenario file: harness/protocol.py defines and validates it.
 """
 
 from __future__ import annotations
@@ -15,23 +15,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.compile import CompiledModel
-from harness.errors import HarnessError
+from harness.protocol import (MAX_PARALLEL, OPS, PARALLEL_OPS, SCENARIO_VERSION, ScenarioError,
+                              ScenarioStep, check_distinct_modules, validate_scenario)
 
-OPS = ("load_module", "load_method", "execute", "unload_method", "destroy_module", "snapshot",
-       "set_option", "get_option", "parallel")
-# Ops a `parallel` step may run, one thread each, every one on a different module.
-PARALLEL_OPS = ("load_module", "load_method", "execute", "unload_method", "destroy_module")
-# At most this many sub-steps (threads) in one `parallel` step.
-MAX_PARALLEL = 16
-_NEEDS = {"load_module": ("module", "pte"), "load_method": ("module", "method"),
-          "execute": ("module", "method"), "unload_method": ("module", "method"),
-          "destroy_module": ("module",), "set_option": ("backend", "key", "value"),
-          "get_option": ("backend", "key"), "parallel": ("steps",)}
+__all__ = ["MAX_PARALLEL", "OPS", "PARALLEL_OPS", "Scenario", "ScenarioError", "Step",
+           "parse_scenario"]
+
+# Names the builder gives scenarios and modules (they end up in file and directory names); the
+# scenario file itself takes any non-empty string.
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-class ScenarioError(HarnessError):
-    """A scenario that cannot be run as written."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,10 +193,14 @@ class Scenario:
         return list(seen)
 
     def to_json(self, place: Callable[[Path], str] = str) -> dict:
-        """The runner's scenario document; `place` maps a host file to the runner's path."""
+        """The runner's scenario document; `place` maps a host file to the runner's path.
+        Validated against the protocol (ScenarioError), so a runner never refuses what the
+        builder wrote."""
         steps = [self._step_json(step, place) for step in self.steps]
-        return {"version": 1, "name": self.name, "watch_mappings": list(self.watch_mappings),
-                "steps": steps}
+        doc = {"version": SCENARIO_VERSION, "name": self.name,
+               "watch_mappings": list(self.watch_mappings), "steps": steps}
+        validate_scenario(doc)
+        return doc
 
     def _step_json(self, step: Step, place: Callable[[Path], str]) -> dict:
         doc: dict[str, Any] = {"op": step.op}
@@ -237,37 +233,20 @@ def _tensor(tensor, place: Callable[[Path], str]) -> dict:
 
 
 def _check_distinct_modules(steps: list[Step], where: str) -> None:
-    seen: set[str] = set()
-    for sub in steps:
-        if sub.module in seen:
-            raise ScenarioError(f"{where}: two sub-steps on module {sub.module!r} (each sub-step "
-                                "of a parallel step must use a different module)")
-        seen.add(sub.module)
+    check_distinct_modules([s.module for s in steps], where)
 
 
-def _parse_step(raw: Any, where: str, ops: tuple[str, ...]) -> Step:
-    if not isinstance(raw, dict) or raw.get("op") not in ops:
-        raise ScenarioError(f"{where}: 'op' must be one of {', '.join(ops)}, got "
-                            f"{raw.get('op') if isinstance(raw, dict) else raw!r}")
-    missing = [k for k in _NEEDS.get(raw["op"], ()) if k not in raw]
-    if missing:
-        raise ScenarioError(f"{where} ({raw['op']}): missing {', '.join(missing)}")
-    if raw["op"] != "parallel":
-        args = {k: v for k, v in raw.items() if k not in ("op", "module", "method")}
-        return Step(raw["op"], raw.get("module"), raw.get("method"), args)
-    subs = raw["steps"]
-    if not isinstance(subs, list) or not 1 <= len(subs) <= MAX_PARALLEL:
-        raise ScenarioError(f"{where} (parallel): 'steps' must be a list of 1 to {MAX_PARALLEL} "
-                            "sub-steps")
-    steps = [_parse_step(sub, f"{where} sub-step {j}", PARALLEL_OPS)
-             for j, sub in enumerate(subs)]
-    _check_distinct_modules(steps, f"{where} (parallel)")
-    args = {k: v for k, v in raw.items() if k not in ("op", "module", "method", "steps")}
-    return Step("parallel", None, None, {**args, "steps": tuple(steps)})
+def _step(raw: dict, parsed: ScenarioStep) -> Step:
+    """A builder Step from a validated step: its module and method as the protocol reads them,
+    every other field as written (`steps` of a parallel step as Steps)."""
+    args = {k: v for k, v in raw.items() if k not in ("op", "module", "method")}
+    if parsed.op == "parallel":
+        args["steps"] = tuple(_step(r, p) for r, p in zip(raw["steps"], parsed.steps))
+    return Step(parsed.op, parsed.module, parsed.method, args)
 
 
 def parse_scenario(doc: dict) -> list[Step]:
-    """Validate a scenario document (as runners receive it) and return its steps."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
-        raise ScenarioError("a scenario is an object with a 'steps' list")
-    return [_parse_step(raw, f"step {i}", OPS) for i, raw in enumerate(doc["steps"])]
+    """Validate a scenario document (as runners receive it: `harness.protocol`) and return its
+    steps."""
+    parsed = validate_scenario(doc).steps
+    return [_step(raw, step) for raw, step in zip(doc["steps"], parsed)]

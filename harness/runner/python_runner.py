@@ -4,7 +4,7 @@ It imports `executorch.extension.pybindings._C` directly: the public `portable_l
 imports all of `exir` (seconds per process, and every scenario is a fresh process). Modules
 are `_load_program` objects and methods are the method objects the runner holds itself, because
 `executorch.runtime.Program.load_method` caches methods for the program's lifetime and so
-cannot unload one. Contract: docs/runner-protocol.md.
+cannot unload one. Contract: harness/protocol.py (docs/runner-protocol.md explains it).
 
 A `parallel` step runs each sub-step on its own `threading.Thread`, released together by a
 `threading.Barrier`. The threads really are concurrent only where the pybindings drop the GIL;
@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import sys
 import threading
 import time
 from pathlib import Path
 
-EVENT_PREFIX = "HARNESS_EVENT "
-STEP_MARKER = "HARNESS_STEP "
-EXIT_OK, EXIT_STEP_FAILED, EXIT_BAD_SCENARIO = 0, 1, 2
+from harness.protocol import (HARNESS_ERROR_CODE, TEARDOWN_INDEX, ExitCode, ScenarioError,
+                              ScenarioFile, ScenarioStep, TensorSpec, format_event,
+                              format_step_marker, load_scenario)
 
 
 def emit(event: dict) -> None:
-    sys.stdout.write(EVENT_PREFIX + json.dumps(event) + "\n")
+    sys.stdout.write(format_event(event) + "\n")
     sys.stdout.flush()
 
 
@@ -38,92 +37,87 @@ def emit_step_marker(index: int) -> None:
     """Mark on stderr where step `index` starts (-1: teardown), so the runtime's own log lines
     can be told apart by step; the runtime writes to fd 2 directly, so flush first."""
     sys.stderr.flush()
-    os.write(2, f"{STEP_MARKER}{index}\n".encode())
+    os.write(2, (format_step_marker(index) + "\n").encode())
 
 
 class Runner:
-    def __init__(self, scenario: dict, base: Path) -> None:
+    def __init__(self, scenario: ScenarioFile) -> None:
         import torch  # noqa: F401  (tensors cross the pybindings as torch tensors)
         from executorch.extension.pybindings import _C
 
         self.C = _C
         self.scenario = scenario
-        self.base = base
         self.modules: dict[str, object] = {}
         self.methods: dict[str, dict[str, object]] = {}
         # Absolute and normalized, as the kernel prints mapped paths in /proc/self/smaps.
-        self.watch = [os.path.realpath(self.path(p)) for p in scenario.get("watch_mappings", [])]
+        self.watch = [os.path.realpath(scenario.path(p)) for p in scenario.watch_mappings]
         self.trace = os.environ.get("HARNESS_QNN_TRACE")
 
-    def path(self, value: str) -> Path:
-        p = Path(value)
-        return p if p.is_absolute() else self.base / p
-
-    def tensor(self, desc: dict):
+    def tensor(self, spec: TensorSpec):
         import numpy as np
         import torch
 
-        dtype = np.dtype(desc["dtype"]).newbyteorder("<")
-        array = np.fromfile(self.path(desc["file"]), dtype=dtype).reshape(desc["shape"])
+        dtype = np.dtype(spec.dtype).newbyteorder("<")
+        array = np.fromfile(self.scenario.path(spec.file), dtype=dtype).reshape(spec.shape)
         return torch.from_numpy(array.astype(array.dtype.newbyteorder("=")))
 
     # Steps ---------------------------------------------------------------------------------
-    def load_module(self, step: dict) -> dict:
-        name = step["module"]
+    def load_module(self, step: ScenarioStep) -> dict:
+        name = step.module
         if name in self.modules:
             raise StepError(f"module {name} is already loaded")
-        if step.get("backend_options"):
+        if step.backend_options:
             raise StepError("backend_options are not supported by the Python runner: the "
                             "executorch pybindings cannot pass a LoadBackendOptionsMap; use the "
                             "native runner (--runner=native)")
-        pte = self.path(step["pte"])
+        pte = self.scenario.path(step.pte)
         self.modules[name] = self.C._load_program(str(pte))
         self.methods[name] = {}
         return {}
 
-    def _module(self, step: dict):
-        name = step["module"]
+    def _module(self, step: ScenarioStep):
+        name = step.module
         if name not in self.modules:
             raise StepError(f"module {name} is not loaded")
         return self.modules[name]
 
-    def load_method(self, step: dict) -> dict:
+    def load_method(self, step: ScenarioStep) -> dict:
         module = self._module(step)
-        method = step["method"]
-        if method in self.methods[step["module"]]:
-            raise StepError(f"method {method} of module {step['module']} is already loaded")
-        self.methods[step["module"]][method] = module.load_method(method)
+        method = step.method
+        if method in self.methods[step.module]:
+            raise StepError(f"method {method} of module {step.module} is already loaded")
+        self.methods[step.module][method] = module.load_method(method)
         return {}
 
-    def unload_method(self, step: dict) -> dict:
+    def unload_method(self, step: ScenarioStep) -> dict:
         self._module(step)
-        if self.methods[step["module"]].pop(step["method"], None) is None:
-            raise StepError(f"method {step['method']} of module {step['module']} is not loaded")
+        if self.methods[step.module].pop(step.method, None) is None:
+            raise StepError(f"method {step.method} of module {step.module} is not loaded")
         return {}
 
-    def destroy_module(self, step: dict) -> dict:
+    def destroy_module(self, step: ScenarioStep) -> dict:
         self._module(step)
-        self.methods.pop(step["module"]).clear()
-        del self.modules[step["module"]]
+        self.methods.pop(step.module).clear()
+        del self.modules[step.module]
         return {}
 
-    def execute(self, step: dict) -> dict:
+    def execute(self, step: ScenarioStep) -> dict:
         import numpy as np
 
         module = self._module(step)
-        loaded = self.methods[step["module"]]
-        if step["method"] not in loaded:
-            loaded[step["method"]] = module.load_method(step["method"])
-        outputs = loaded[step["method"]].call([self.tensor(t) for t in step.get("inputs", [])])
+        loaded = self.methods[step.module]
+        if step.method not in loaded:
+            loaded[step.method] = module.load_method(step.method)
+        outputs = loaded[step.method].call([self.tensor(t) for t in step.inputs])
         report = []
         worst = 0.0
         mismatch = False
-        expected = step.get("expected", [])
+        expected = step.expected
         for i, out in enumerate(outputs):
             array = out.detach().contiguous().numpy()
             report.append({"dtype": str(array.dtype), "shape": list(array.shape),
                            "sha256": hashlib.sha256(array.tobytes()).hexdigest()})
-            if step.get("emit_outputs"):
+            if step.emit_outputs:
                 raw = array.astype(array.dtype.newbyteorder("<")).tobytes()
                 report[-1]["data"] = base64.b64encode(raw).decode("ascii")
             if i < len(expected):
@@ -134,29 +128,30 @@ class Runner:
                     continue
                 diff = np.abs(got - ref)
                 worst = max(worst, float(diff.max()) if diff.size else 0.0)
-                if not np.all(diff <= step.get("atol", 0.0) + step.get("rtol", 0.0) * np.abs(ref)):
+                if not np.all(diff <= step.atol + step.rtol * np.abs(ref)):
                     mismatch = True
         if expected and len(outputs) != len(expected):
             mismatch = True
         return {"outputs": report, "max_abs_diff": worst, "status": "mismatch" if mismatch else "ok"}
 
-    def snapshot(self, step: dict) -> dict:
+    def snapshot(self, step: ScenarioStep) -> dict:
         return {}
 
-    def get_option(self, step: dict) -> dict:
-        return {"option": {"backend": step["backend"], "key": step["key"], "value": None,
+    def get_option(self, step: ScenarioStep) -> dict:
+        return {"option": {"backend": step.backend, "key": step.key, "value": None,
                            "supported": False},
-                "status": "error", "message": "the executorch pybindings expose no backend options"}
+                "status": "error", "error_code": HARNESS_ERROR_CODE,
+                "message": "the executorch pybindings expose no backend options"}
 
     set_option = get_option
 
-    def parallel(self, step: dict) -> dict:
+    def parallel(self, step: ScenarioStep) -> dict:
         """One thread per sub-step, released together; one result for the whole step."""
-        subs = step["steps"]
+        subs = step.steps
         barrier = threading.Barrier(len(subs))
         results: list[dict | None] = [None] * len(subs)
 
-        def work(j: int, sub: dict) -> None:
+        def work(j: int, sub: ScenarioStep) -> None:
             try:
                 barrier.wait()
             except threading.BrokenBarrierError:  # another sub-step's thread failed to start
@@ -165,7 +160,7 @@ class Runner:
             try:
                 results[j] = self.run_step(sub)
             except Exception as exc:  # noqa: BLE001 (a thread must report, not die silently)
-                results[j] = {"status": "error", "error_code": -1,
+                results[j] = {"status": "error", "error_code": HARNESS_ERROR_CODE,
                               "message": f"runner error: {type(exc).__name__}: {exc}",
                               "outputs": [], "max_abs_diff": None,
                               "elapsed_ms": round((time.perf_counter() - started) * 1000, 3)}
@@ -187,21 +182,21 @@ class Runner:
         substeps = []
         for sub, res in zip(subs, results):
             if res is None:  # its thread never started
-                res = {"status": "error", "error_code": -1,
+                res = {"status": "error", "error_code": HARNESS_ERROR_CODE,
                        "message": spawn_error or "runner error: sub-step thread died",
                        "outputs": [], "max_abs_diff": None, "elapsed_ms": 0.0}
-            substeps.append({"op": sub["op"], "module": sub.get("module"),
-                             "method": sub.get("method"), "status": res["status"],
+            substeps.append({"op": sub.op, "module": sub.module,
+                             "method": sub.method, "status": res["status"],
                              "error_code": res["error_code"], "message": res["message"],
                              "outputs": res["outputs"], "max_abs_diff": res["max_abs_diff"],
                              "elapsed_ms": res["elapsed_ms"]})
         return combine_substeps(substeps)
 
     # Loop ----------------------------------------------------------------------------------
-    def run_step(self, step: dict) -> dict:
+    def run_step(self, step: ScenarioStep) -> dict:
         """Run one step; its event's core fields (status, error_code, message, outputs,
         max_abs_diff, option, elapsed_ms, and substeps for `parallel`)."""
-        op = step["op"]
+        op = step.op
         event = {"status": "ok", "error_code": 0, "message": "", "outputs": [],
                  "max_abs_diff": None, "option": None}
         started = time.perf_counter()
@@ -211,12 +206,12 @@ class Runner:
                 raise StepError(f"unknown op {op!r}")
             event.update(handler(step))
         except StepError as exc:
-            event.update(status="error", error_code=-1, message=str(exc))
+            event.update(status="error", error_code=HARNESS_ERROR_CODE, message=str(exc))
         except RuntimeError as exc:  # the runtime's own error
             event.update(status="error", error_code=_error_code(str(exc)), message=str(exc))
         except Exception as exc:  # noqa: BLE001 (bad input, e.g. a short tensor file: the
             # step's error, never an uncaught exception that ends the run without its "end")
-            event.update(status="error", error_code=-1,
+            event.update(status="error", error_code=HARNESS_ERROR_CODE,
                          message=f"runner error: {type(exc).__name__}: {exc}")
         event["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
         return event
@@ -225,24 +220,24 @@ class Runner:
         from harness.memory import read_self
 
         emit({"event": "start", "runner": "python", "pid": os.getpid(),
-              "scenario": self.scenario.get("name", "")})
+              "scenario": self.scenario.name})
         failed = 0
-        steps = self.scenario["steps"]
+        steps = self.scenario.steps
         for index, step in enumerate(steps):
             emit_step_marker(index)
-            event = {"event": "step", "index": index, "op": step["op"],
-                     "module": step.get("module"), "method": step.get("method")}
+            event = {"event": "step", "index": index, "op": step.op,
+                     "module": step.module, "method": step.method}
             event.update(self.run_step(step))
             event["trace_offset"] = _size(self.trace)
             event["memory"] = read_self(self.watch)
             failed += event["status"] != "ok"
             emit(event)
-        emit_step_marker(-1)
+        emit_step_marker(TEARDOWN_INDEX)
         self.methods.clear()  # teardown before "end", as the native runner does
         self.modules.clear()
         emit({"event": "end", "status": "ok" if not failed else "failed", "steps": len(steps),
               "failed_steps": failed})
-        return EXIT_OK if not failed else EXIT_STEP_FAILED
+        return ExitCode.OK if not failed else ExitCode.STEP_FAILED
 
 
 def combine_substeps(substeps: list[dict]) -> dict:
@@ -271,7 +266,7 @@ def _error_code(message: str) -> int:
             return int(message.split(marker, 1)[1].split()[0], 16)
         except ValueError:
             pass
-    return -1
+    return HARNESS_ERROR_CODE
 
 
 def _size(path: str | None) -> int:
@@ -284,35 +279,15 @@ def _size(path: str | None) -> int:
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m harness.runner.python_runner <scenario.json>", file=sys.stderr)
-        return EXIT_BAD_SCENARIO
-    path = Path(argv[0])
+        return ExitCode.BAD_SCENARIO
     try:
-        scenario = json.loads(path.read_text())
-        missing = missing_files(scenario, path.resolve().parent)
-    except (OSError, ValueError) as exc:
-        print(f"cannot read scenario {path}: {exc}", file=sys.stderr)
-        return EXIT_BAD_SCENARIO
-    if missing:
-        print(f"scenario {path} names missing files: {', '.join(missing)}", file=sys.stderr)
-        return EXIT_BAD_SCENARIO
-    return Runner(scenario, path.resolve().parent).run()
-
-
-def missing_files(scenario: dict, base: Path) -> list[str]:
-    """Validate the document (ValueError) and list the files it names that do not exist, so a
-    bad scenario exits 2 before any step runs, as the native runner does."""
-    from harness.scenario import ScenarioError, parse_scenario
-
-    try:
-        steps = parse_scenario(scenario)
+        # Validated and its files checked before any step runs, as the native runner does.
+        scenario = load_scenario(Path(argv[0]))
     except ScenarioError as exc:
-        raise ValueError(str(exc)) from None
-    flat = [sub for s in steps for sub in s.flat]
-    names = [s.args["pte"] for s in flat if s.op == "load_module"]
-    names += [t["file"] for s in flat if s.op == "execute"
-              for t in (*s.args.get("inputs", []), *s.args.get("expected", []))]
-    return [n for n in dict.fromkeys(names) if not (Path(n) if Path(n).is_absolute() else base / n).is_file()]
+        print(exc, file=sys.stderr)
+        return ExitCode.BAD_SCENARIO
+    return Runner(scenario).run()
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(int(main(sys.argv[1:])))

@@ -19,6 +19,7 @@ FILE_KIND = {
     "test_known_issues.py": "unit",
     "test_memory.py": "unit",
     "test_ordering_generation.py": "unit",
+    "test_protocol.py": "unit",
     "test_scenario.py": "unit",
     "test_trace.py": "unit",
     "test_xnnpack_classify.py": "unit",
@@ -27,6 +28,7 @@ FILE_KIND = {
     "test_qnn_sdk.py": "compiler",
     "test_runner_select.py": "compiler",
     "test_arm64_build.py": "compiler",
+    "test_protocol_conformance.py": "compiler",  # and the executorch pybindings
     "test_compile_options.py": "simulator",
     "test_error_paths.py": "simulator",
     "test_plugin.py": "simulator",

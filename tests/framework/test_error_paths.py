@@ -132,11 +132,14 @@ def test_refused_scenario_is_reported_with_the_runner_reason(hil_session, tmp_pa
         driver.run(one_step_scenario(compiled_model("linear_relu"), "refused"))
 
 
-def test_python_runner_reports_a_short_input_file_as_that_steps_error(compiled_model, hil_device,
-                                                                      hil_session, tmp_path):
-    """A step that raises inside the Python runner (here: an input file shorter than its shape)
-    is that step's error, and the run still ends with its end event; it used to die with an
-    uncaught exception (exit 1, no end) that the assertions read as a finished run."""
+@pytest.mark.parametrize("runner", ["native", "python"])
+def test_a_short_input_file_is_refused_before_any_step(compiled_model, hil_device, hil_session,
+                                                       tmp_path, runner):
+    """An input file shorter than its shape: the scenario cannot be run as written, so both
+    runners refuse it before the first step (exit 2, no events), naming the file and both
+    sizes (harness.protocol.check_tensor_sizes). The Python runner used to run it and report
+    the execute step's error; a step that raises inside it is still that step's error
+    (tests/framework/test_protocol.py)."""
     import dataclasses
 
     from harness.compile import MethodReference
@@ -145,7 +148,9 @@ def test_python_runner_reports_a_short_input_file_as_that_steps_error(compiled_m
     from harness.tensors import TensorFile
 
     if hil_device.info.kind != "simulator":
-        pytest.skip("runs the Python runner on the host simulator")
+        pytest.skip("runs both runners on the host simulator")
+    if hil_session.runner_for(runner).kind != runner:
+        pytest.fail(f"{runner} runner unavailable: {hil_session.notices}")
     model = compiled_model("linear_relu")
     ref = model.methods["forward"]
     short = tmp_path / "short.bin"
@@ -153,9 +158,8 @@ def test_python_runner_reports_a_short_input_file_as_that_steps_error(compiled_m
     bad_input = TensorFile(ref.inputs[0].dtype, ref.inputs[0].shape, short)
     bad = dataclasses.replace(model, methods={"forward": MethodReference((bad_input,), ref.expected)})
     sc = one_step_scenario(bad, "short_input")
-    out = hil_device.run(sc, tmp_path / "run", hil_session.timeout, "python")
+    out = hil_device.run(sc, tmp_path / "run", hil_session.timeout, runner)
     result = ScenarioResult.build(sc, out, parse_trace(out.trace_text))
-    assert result.completed and result.failure_kind is None, result.crash_report()
-    assert result.steps[1].status == "error", result.summary()
-    assert "runner error: ValueError" in result.steps[1].event["message"]
-    assert result.steps[2].ok  # and it went on with the next step
+    assert result.refused and result.failure_kind == "refused", result.crash_report()
+    assert all(s.event is None for s in result.steps)
+    assert "short.bin has 6 bytes, shape and dtype need" in out.stderr, out.stderr

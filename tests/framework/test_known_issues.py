@@ -19,7 +19,7 @@ from harness.failures import failure_of, run_failures
 from harness.known_issues import (DEFAULT_PATH, PROJECT_ROOT, KnownIssue, issue_for, load_all,
                                   load_known_issues, uncovered)
 from harness.result import RunOutput, ScenarioResult
-from harness.runner.python_runner import EVENT_PREFIX
+from harness.protocol import EVENT_PREFIX
 from harness.scenarios import s1_two_modules
 
 ISOLATION = PROJECT_ROOT / "tests" / "hil" / "test_isolation.py"

@@ -21,7 +21,7 @@ from harness.report_plots import scenario_plot
 from harness.result import RunOutput, ScenarioResult
 from harness.results import (SCHEMA, ResultsError, junit_properties, load_results, run_entry,
                              metrics_of)
-from harness.runner.python_runner import EVENT_PREFIX, STEP_MARKER
+from harness.protocol import EVENT_PREFIX, STEP_MARKER
 from harness.scenario import Scenario
 from harness.qnn.trace import parse_trace
 from harness.tensors import TensorFile

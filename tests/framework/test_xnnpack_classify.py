@@ -11,7 +11,7 @@ import pytest
 from harness import xnnpack
 from harness.compile import CompiledModel, MethodReference
 from harness.result import RunOutput, ScenarioResult
-from harness.runner.python_runner import EVENT_PREFIX
+from harness.protocol import EVENT_PREFIX
 from harness.scenario import Scenario
 from harness.tensors import TensorFile
 from harness.xnnpack import (COUNTER_KEYS, add_counter_probes, assert_cache_steps_ok,
