@@ -44,13 +44,10 @@ RUNNERS = ("native", "python")
 
 GOOD_EXIT = {"step_errors": ExitCode.STEP_FAILED, "parallel": ExitCode.STEP_FAILED}
 
-NATIVE_MISMATCHES = {
-    "leading_zero": "native runner accepts the number 01 (a leading zero is not JSON) and runs "
-                    "the scenario (exit 0); the protocol and the Python runner refuse it (exit 2)",
-    "invalid_utf8": "native runner accepts a scenario file that is not UTF-8 (a Latin-1 byte "
-                    "in 'name') and runs it (exit 0), echoing the byte into its start event; "
-                    "the protocol and the Python runner refuse it (exit 2)",
-}
+# Cases where the native runner disagrees with the protocol, naming the mismatch (xfail, strict)
+# until the native runner is fixed. Empty since the runner reads JSON with nlohmann/json, which
+# refuses the two it had (a leading zero, a file that is not UTF-8).
+NATIVE_MISMATCHES: dict[str, str] = {}
 
 _MAKE_PROGRAM = textwrap.dedent("""
     import sys, torch
