@@ -512,11 +512,16 @@ def _not_this_issue(item: pytest.Item, issue: KnownIssue, exc: BaseException) ->
 
 @pytest.fixture(scope="session")
 def hil_session(pytestconfig: pytest.Config) -> HilSession:
+    """The session's state: options, the QNN SDK, runners, compiled models and the device
+    (built on first use). One per pytest process (per xdist worker)."""
     return pytestconfig.stash[_SESSION_KEY]
 
 
 @pytest.fixture(scope="session")
 def hil_device(hil_session: HilSession, pytestconfig: pytest.Config):
+    """The device scenarios run on (the HTP simulator, or the --device / farm phone), set up
+    and preflighted once per session; a device that cannot be used fails every test that takes
+    it with the same one-line reason."""
     try:
         device = hil_session.device
     except HarnessError as exc:
@@ -538,6 +543,9 @@ def hil_device(hil_session: HilSession, pytestconfig: pytest.Config):
 
 @pytest.fixture(scope="session")
 def compiled_model(hil_session: HilSession, hil_device) -> Callable[..., CompiledModel]:
+    """`compiled_model(name, precision="fp16", **qnn_options)`: a built-in model (or one from
+    --models-dir) compiled for the device's SoC, cached by source and options; skips, with the
+    reason, when the device's runtime lacks a backend the model needs."""
     def factory(name: str, precision: str = "fp16", **options: bool) -> CompiledModel:
         """`options`: QNN compile options, e.g. multi_contexts=True, spill_fill=True."""
         try:
@@ -610,6 +618,8 @@ def hil_pte(hil_session: HilSession, hil_device) -> Callable[[str | Path], Compi
 
 @pytest.fixture
 def scenario_driver(request: pytest.FixtureRequest, hil_session: HilSession, hil_device):
+    """Runs scenarios on the session's device, each in a fresh runner process, with this
+    test's artifacts directory (kept when the test fails or with --keep-artifacts)."""
     artifacts = hil_session.options.artifacts_dir / _safe(request.node.nodeid)
     if artifacts.exists():
         shutil.rmtree(artifacts)
