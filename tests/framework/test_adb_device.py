@@ -25,7 +25,9 @@ from harness.errors import ConfigError, DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
 from harness.qnn.sdk import discover
 from harness.scenario import Scenario
-from harness.session import HilSession, Options
+from harness.session import HilSession
+
+from adb_options import adb_options
 
 pytest_plugins = ["pytester"]
 CACHE = cache_root()  # read now: pytester points HOME at a temporary directory
@@ -33,13 +35,7 @@ pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
                                 reason="the adb client/server (Debian package adb) is not installed")
 
 
-def options(tmp_path: Path, serial: str, **overrides) -> Options:
-    base = dict(devices=[serial], simulator=False, soc=None, device_config=None,
-                artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
-                runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={}, keep_workspace=False,
-                device_workspace=None, worker="master", worker_count=1)
-    base.update(overrides)
-    return Options(**base)
+options = adb_options
 
 
 @pytest.fixture(scope="module")

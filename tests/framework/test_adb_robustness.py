@@ -28,7 +28,9 @@ from harness.errors import DeviceError
 from harness.loopback import LoopbackDevice, connect, start_server
 from harness.qnn.sdk import discover
 from harness.scenario import Scenario
-from harness.session import HilSession, Options
+from harness.session import HilSession
+
+from adb_options import adb_options
 
 pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
                                 reason="the adb client/server (Debian package adb) is not installed")
@@ -37,13 +39,7 @@ STEP0 = ('echo \'HARNESS_EVENT {"event": "step", "index": 0, "op": "load_module"
          '"trace_offset": 0}\'\n')
 
 
-def options(tmp_path: Path, serial: str, **overrides) -> Options:
-    base = dict(devices=[serial], simulator=False, soc=None, device_config=None,
-                artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
-                runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
-                keep_workspace=False, device_workspace=None, worker="master", worker_count=1)
-    base.update(overrides)
-    return Options(**base)
+options = adb_options
 
 
 @pytest.fixture(scope="module")

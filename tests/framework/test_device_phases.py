@@ -22,7 +22,9 @@ from harness.devices import adb
 from harness.devices.adb import qnn_device_libraries
 from harness.errors import ConfigError, DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
-from harness.session import HilSession, Options
+from harness.session import HilSession
+
+from adb_options import adb_options
 
 pytest_plugins = ["pytester"]
 ARCH = {"SM8550": 73, "SM8650": 75, "SM8750": 79}
@@ -51,13 +53,7 @@ def sdk_root(tmp_path) -> Path:
     return fake_sdk(tmp_path / "qairt")
 
 
-def options(tmp_path: Path, serial: str, **overrides) -> Options:
-    base = dict(devices=[serial], simulator=False, soc=None, device_config=None,
-                artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
-                runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
-                keep_workspace=False, device_workspace=None, worker="master", worker_count=1)
-    base.update(overrides)
-    return Options(**base)
+options = adb_options
 
 
 # The arm64 library choice: a pure function of the SDK root, the HTP arch and the workspace ------

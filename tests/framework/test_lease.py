@@ -29,6 +29,8 @@ from harness.loopback import LoopbackDevice, connect, disconnect, start_server
 from harness.qnn.sdk import discover
 from harness.session import HilSession, Options
 
+from adb_options import adb_options
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
                                 reason="the adb client/server (Debian package adb) is not installed")
@@ -45,13 +47,7 @@ def pytest_sessionfinish(session):
 
 
 def options(tmp_path: Path, serial: str, **overrides) -> Options:
-    base = dict(devices=[serial], simulator=False, soc=None, device_config=None,
-                artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
-                runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
-                keep_workspace=False, device_workspace=None, worker="master", worker_count=1,
-                session_id="this-session")
-    base.update(overrides)
-    return Options(**base)
+    return adb_options(tmp_path, serial, **{"session_id": "this-session", **overrides})
 
 
 @pytest.fixture(scope="module")
