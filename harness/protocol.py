@@ -249,23 +249,17 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+# JSON type names for messages, bool before int (a bool is an int in Python).
+_JSON_KINDS: tuple[tuple[type, str], ...] = (
+    (bool, "bool"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"),
+    (dict, "object"))
+
+
 def _kind(v: Any) -> str:
     """A JSON type name for messages."""
     if v is None:
         return "null"
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "object"
-    return type(v).__name__
+    return next((name for cls, name in _JSON_KINDS if isinstance(v, cls)), type(v).__name__)
 
 
 class _StepReader:
