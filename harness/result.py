@@ -30,12 +30,6 @@ class RunOutput:
     pushes: dict[str, int] = dataclasses.field(default_factory=dict)  # pushed/skipped counts
 
 
-def parse_events(stdout: str) -> list[dict]:
-    """The runner's events as JSON objects (a line torn by a crash is skipped); typed ones:
-    `harness.protocol.parse_events`."""
-    return read_events(stdout)
-
-
 def split_log_by_step(text: str) -> dict[int, str]:
     """The runner's stderr cut at its step markers (runner-protocol.md): step index -> the
     lines written while that step ran; -1 holds start-up and teardown lines."""
@@ -91,7 +85,7 @@ class ScenarioResult:
     @classmethod
     def build(cls, scenario: Scenario, output: RunOutput, trace: list[TraceRecord],
               artifacts: Path | None = None) -> "ScenarioResult":
-        events = [e for e in parse_events(output.stdout) if e.get("event") == "step"]
+        events = [e for e in read_events(output.stdout) if e.get("event") == "step"]
         by_index = {e["index"]: e for e in events}
         offsets = [by_index[i]["trace_offset"] if i in by_index else -1
                    for i in range(len(scenario.steps))]
@@ -107,7 +101,7 @@ class ScenarioResult:
     def completed(self) -> bool:
         """The runner wrote its `end` event: it ran every step and its teardown. A run without
         it did not finish, whatever its exit code says."""
-        return any(e.get("event") == "end" for e in parse_events(self.output.stdout))
+        return any(e.get("event") == "end" for e in read_events(self.output.stdout))
 
     @property
     def crashed(self) -> bool:

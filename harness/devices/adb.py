@@ -59,10 +59,11 @@ from harness.cache import file_sha256
 from harness.config import SocConfig, soc_for_board_platform
 from harness.devices import adb_wire
 from harness.devices.base import Device, DeviceInfo
-from harness.memory import ALLOCATOR_ENV
 from harness.devices.lease import DeviceLease, LeaseBusy
 from harness.errors import ConfigError, DeviceError
-from harness.result import RunOutput, parse_events
+from harness.memory import ALLOCATOR_ENV
+from harness.protocol import read_events
+from harness.result import RunOutput
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
 
@@ -688,7 +689,7 @@ class AdbDevice(Device):
 
 def running_step(scenario: Scenario, stdout: str) -> str:
     """The step a run was in when its output stopped: the first one without a step event."""
-    done = {e.get("index") for e in parse_events(stdout) if e.get("event") == "step"}
+    done = {e.get("index") for e in read_events(stdout) if e.get("event") == "step"}
     for i, step in enumerate(scenario.steps):
         if i not in done:
             last = max((j for j in done if isinstance(j, int)), default=None)
