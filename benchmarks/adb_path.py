@@ -107,8 +107,8 @@ def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
         return make_connection(*args, **kwargs)
 
     device.client.make_connection = counted
-    drivers = {"simulator": ScenarioDriver(sim.device, work / "sim-runs", 300, "native"),
-               "loopback": ScenarioDriver(device, work / "adb-runs", 300, "native")}
+    drivers = {"simulator": ScenarioDriver(sim.device, work / "sim-runs", 300),
+               "loopback": ScenarioDriver(device, work / "adb-runs", 300)}
     makers = {"s1": lambda n: s1_two_modules(model, name=n),
               "s4": lambda n: s4_cleanup_reload(model, name=n)}
     times = {(s, t): [] for s in makers for t in drivers}

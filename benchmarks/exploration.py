@@ -44,7 +44,7 @@ def main() -> int:
     precision, methods = PROGRAMS[args.program]
     sdk = discover()
     model = compile_model(get_model(args.program), "SM8650", precision, sdk)
-    device = SimulatorDevice(sdk, "SM8650", lambda kind: choose_runner("native"))
+    device = SimulatorDevice(sdk, "SM8650", choose_runner("native"))
     plans = [ModulePlan(m, model, methods, unload=True) for m in "ABC"]
 
     # Counting the full space is itself a walk; the symmetric one is small enough to count.
@@ -60,7 +60,7 @@ def main() -> int:
     rates = {}
     with tempfile.TemporaryDirectory() as tmp:
         for jobs in (1, cores):
-            driver = ScenarioDriver(device, Path(tmp) / f"jobs{jobs}", 300.0, "native")
+            driver = ScenarioDriver(device, Path(tmp) / f"jobs{jobs}", 300.0)
             started = time.perf_counter()
             exploration = explore(driver.run, f"bench{jobs}", plans, sample, jobs=jobs,
                                   shrink_budget=0)

@@ -21,11 +21,10 @@ from harness.scenario import Scenario
 
 
 class ScenarioDriver:
-    def __init__(self, device: Device, artifacts: Path, timeout: float, runner: str) -> None:
+    def __init__(self, device: Device, artifacts: Path, timeout: float) -> None:
         self.device = device
         self.artifacts = artifacts
         self.timeout = timeout
-        self.runner = runner
         self.results: list[ScenarioResult] = []
 
     def run(self, scenario: Scenario, allow_crash: bool = False,
@@ -39,7 +38,7 @@ class ScenarioDriver:
             # does with one (the 1.5.1 pybindings abort) would be reported as a runtime crash.
             check_file(model.pte)
         out_dir = self.artifacts / scenario.name
-        output = self.device.run(scenario, out_dir, timeout or self.timeout, self.runner)
+        output = self.device.run(scenario, out_dir, timeout or self.timeout)
         result = ScenarioResult.build(scenario, output, parse_trace(output.trace_text), out_dir)
         self._keep(result, out_dir)
         self.results.append(result)

@@ -202,14 +202,10 @@ Runner = Callable[[Scenario], ScenarioResult]
 
 
 def scenario_jobs(device) -> int:
-    """How many orderings to run at once on `device`: every core of the host for the
-    simulator (`EXECUTORCH_HIL_SCENARIO_JOBS` to change), one at a time on adb devices, whose
-    run directories and pushes are per device."""
-    import os
-
-    if getattr(device.info, "kind", "") != "simulator":
-        return 1
-    return max(1, int(os.environ.get("EXECUTORCH_HIL_SCENARIO_JOBS", os.cpu_count() or 1)))
+    """How many orderings to run at once on `device`: its `scenario_jobs` (the simulator's is
+    --scenario-jobs, one per CPU by default; adb devices run one at a time, since their run
+    directories and pushes are per device)."""
+    return max(1, int(getattr(device, "scenario_jobs", 1)))
 
 
 def explore(run: Runner, name: str, plans: list[ModulePlan], orderings: list[list[Op]],

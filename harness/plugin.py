@@ -75,6 +75,13 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--runner", choices=("auto", "native", "python"), default="auto",
                     help="lifecycle runner: native (built on first use) or python; auto picks "
                          "native when it can be built")
+    group.addoption("--scenario-isolation", choices=("fork", "process"), default="fork",
+                    help="simulator: run each scenario in a fork of a native runner that has "
+                         "loaded the QNN libraries once (fork, the default) or in a new runner "
+                         "process (process); both start with no backend, program or context")
+    group.addoption("--scenario-jobs", type=_scenario_jobs, default=0, metavar="N",
+                    help="simulator: run up to N independent scenarios at once where a test "
+                         "has several (the ordering explorer); default: one per CPU")
     group.addoption("--runner-timeout", type=float, default=None, metavar="SECONDS",
                     help="kill a runner after this long (default from the device config)")
     group.addoption("--qnn-abi-bridge", choices=("auto", "on", "off"), default="auto",
@@ -231,7 +238,20 @@ def _options(config: pytest.Config) -> Options:
         device_workspace=config.getoption("device_workspace"), worker=worker, worker_count=count,
         lease_wait=config.getoption("lease_wait"),
         reacquire_s=_env_seconds("EXECUTORCH_HIL_REACQUIRE_S"),
-        lg_coordinator=lg_coordinator if lg_tags else None, lg_place_tags=lg_tags)
+        lg_coordinator=lg_coordinator if lg_tags else None, lg_place_tags=lg_tags,
+        scenario_isolation=config.getoption("scenario_isolation"),
+        scenario_jobs=config.getoption("scenario_jobs"))
+
+
+def _scenario_jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = -1
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"--scenario-jobs takes a whole number of 1 or more, "
+                                         f"not {value!r}")
+    return jobs
 
 
 def _env_seconds(name: str) -> float | None:
@@ -623,7 +643,7 @@ def scenario_driver(request: pytest.FixtureRequest, hil_session: HilSession, hil
     artifacts = hil_session.options.artifacts_dir / _safe(request.node.nodeid)
     if artifacts.exists():
         shutil.rmtree(artifacts)
-    driver = ScenarioDriver(hil_device, artifacts, hil_session.timeout, hil_session.runner_kind)
+    driver = ScenarioDriver(hil_device, artifacts, hil_session.timeout)
     yield driver
     reports = request.config.stash[_REPORTS_KEY].get(request.node.nodeid, [])
     passed = reports and all(r.passed for r in reports) and not any(

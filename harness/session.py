@@ -56,6 +56,11 @@ class Options:
     # those tags on the coordinator (HOST:PORT) instead of taking a --device.
     lg_coordinator: str | None = None
     lg_place_tags: dict[str, str] = dataclasses.field(default_factory=dict)
+    # --scenario-isolation / --scenario-jobs (simulator): each scenario a fork of a pre-loaded
+    # native runner ("fork") or a new process ("process"); how many run at once (0: one per
+    # CPU) where a test runs independent scenarios (the ordering explorer).
+    scenario_isolation: str = "fork"
+    scenario_jobs: int = 0
 
 
 class HilSession:
@@ -65,7 +70,7 @@ class HilSession:
         self._device_error: HarnessError | None = None
         self._soc_config: SocConfig | None = None  # the device's, resolved when it is built
         self._sdk: QnnSdk | None = None
-        self._runners: dict[str, RunnerChoice] = {}
+        self._simulator_runner: RunnerChoice | None = None
         self._models: dict[tuple[str, str, str], CompiledModel] = {}
         self._programs: dict[Path, CompiledModel] = {}
         self.notices: list[str] = []
@@ -81,19 +86,17 @@ class HilSession:
             self._sdk = discover()
         return self._sdk
 
-    def runner_for(self, kind: str) -> RunnerChoice:
-        """The runner a device uses when asked for `kind` ("native" or "python")."""
-        if kind == "python":
-            return self.runner("python")
-        return self.runner("native" if self.options.runner == "native" else "auto")
-
-    def runner(self, kind: str) -> RunnerChoice:
-        if kind not in self._runners:
-            choice = choose_runner(kind)
+    @property
+    def simulator_runner(self) -> RunnerChoice:
+        """The runner of the simulator device, from --runner: the native one unless Python was
+        asked for or no native build is possible here (then a notice says why). An adb
+        device's runner is its ABI's build (`harness.runner.select.device_build`)."""
+        if self._simulator_runner is None:
+            choice = choose_runner(self.options.runner)
             if choice.notice:
                 self.notices.append(choice.notice)
-            self._runners[kind] = choice
-        return self._runners[kind]
+            self._simulator_runner = choice
+        return self._simulator_runner
 
     @property
     def uses_farm(self) -> bool:
@@ -134,8 +137,13 @@ class HilSession:
             from harness.devices.simulator import SimulatorDevice
 
             _ = self.soc_config  # resolve (and validate) the SoC before any work
-            return SimulatorDevice(self.sdk, self._simulated_soc(), self.runner_for,
-                                   self.options.abi_bridge)
+            device = SimulatorDevice(self.sdk, self._simulated_soc(), self.simulator_runner,
+                                     self.options.abi_bridge,
+                                     isolation=self.options.scenario_isolation,
+                                     jobs=self.options.scenario_jobs)
+            if device.isolation_notice:
+                self.notices.append(device.isolation_notice)
+            return device
         return self._open_adb_device(serial)
 
     def _open_adb_device(self, serial: str, adb_server: str | None = None,
@@ -165,7 +173,7 @@ class HilSession:
                                soc_source=source, notice=self.notices.append,
                                session_id=opts.session_id, worker=opts.worker,
                                lease_wait=opts.lease_wait)
-        if self.runner_kind == "python":
+        if self.options.runner == "python":
             self.notices.append("adb devices always use the native runner; "
                                 "--runner=python applies to the simulator only")
         from harness.runner.select import device_build
@@ -286,17 +294,9 @@ class HilSession:
         return self._soc_config  # type: ignore[return-value]
 
     @property
-    def runner_kind(self) -> str:
-        """What `Device.run` is asked for: "python" when requested, else "native"."""
-        return "python" if self.options.runner == "python" else "native"
-
-    @property
     def device_runner(self) -> str:
-        """The runner scenarios really run in: adb devices always use the native one; the
-        simulator uses the requested one, or Python when no native build is possible."""
-        if self.device.info.kind == "adb":
-            return "native"
-        return self.runner_for(self.runner_kind).kind
+        """The runner scenarios really run in ("native" or "python"): the device's own."""
+        return self.device.runner_kind
 
     @property
     def timeout(self) -> float:
@@ -353,7 +353,7 @@ class HilSession:
             check_soc(info, device.info.soc, target_name(device.info))
             work = self.options.artifacts_dir / "programs" / f"{path.stem}-{info.sha256[:12]}"
             model = program_model(info, device.info.soc, work)
-            driver = ScenarioDriver(device, work / "solo", self.timeout, self.runner_kind)
+            driver = ScenarioDriver(device, work / "solo", self.timeout)
             result = driver.run(solo_scenario(model), allow_crash=True)
             failures = run_failures(result)
             if failures:
@@ -367,7 +367,7 @@ class HilSession:
         lines = [f"executorch {executorch_version()}; runner requested: {self.options.runner}"]
         try:
             lines.append(f"device: {self.device.info.header()}")
-            lines.append(f"runner: {self.runner_for(self.runner_kind).kind}")
+            lines.append(f"runner: {self.device.runner_description()}")
         except HarnessError as exc:
             lines.append(f"device unavailable: {exc}")
         lines += [f"notice: {n}" for n in self.notices]
@@ -407,8 +407,15 @@ class FarmDevice(Device):
     def backends(self):
         return self.current.backends
 
-    def run(self, scenario, artifacts, timeout, runner):
-        return self.current.run(scenario, artifacts, timeout, runner)
+    @property
+    def runner_kind(self) -> str:
+        return self.current.runner_kind
+
+    def runner_description(self) -> str:
+        return self.current.runner_description()
+
+    def run(self, scenario, artifacts, timeout):
+        return self.current.run(scenario, artifacts, timeout)
 
     def scratch_dir(self) -> str:
         return self.current.scratch_dir()

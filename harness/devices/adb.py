@@ -468,7 +468,7 @@ class AdbDevice(Device):
         return problems
 
     # Running -------------------------------------------------------------------------------
-    def run(self, scenario: Scenario, artifacts: Path, timeout: float, runner: str) -> RunOutput:
+    def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
         self._check_not_lost()
         files = {p: self.workspace / "files" / f"{file_sha256(p)[:16]}-{p.name}" for p in scenario.files()}
         before = dataclasses.replace(self.stats)

@@ -37,14 +37,25 @@ class Device(abc.ABC):
     # drives (the simulator). A device without QnnBackend (an arm64 build of the XNNPACK-only
     # executorch wheel) skips QNN scenarios with that reason.
     backends: tuple[str, ...] | None = None
+    # The runner this device runs scenarios with, fixed when the device is built: "native"
+    # (harness-runner) or "python" (harness.runner.python_runner, the simulator only).
+    runner_kind: str = "native"
+    # How many independent scenarios may run on the device at once (the ordering explorer's
+    # pool); 1 where runs share per-device state (an adb device's run directory and pushes).
+    scenario_jobs: int = 1
 
     @abc.abstractmethod
-    def run(self, scenario: Scenario, artifacts: Path, timeout: float, runner: str) -> RunOutput:
-        """Run `scenario` in a fresh runner process and return what it produced.
+    def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
+        """Run `scenario` with the device's runner, in fresh process state, and return what
+        it produced.
 
-        `runner` is "native" or "python". A hang is killed after `timeout` seconds and reported
-        in the output (`timed_out`), never raised: the session goes on.
+        A hang is killed after `timeout` seconds and reported in the output (`timed_out`),
+        never raised: the session goes on.
         """
+
+    def runner_description(self) -> str:
+        """The runner and how scenarios are isolated, for the session header."""
+        return self.runner_kind
 
     @abc.abstractmethod
     def scratch_dir(self) -> str:

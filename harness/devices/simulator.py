@@ -2,6 +2,11 @@
 
 Each run gets its own QNN trace file and scenario directory under the test's artifacts, and
 the QNN environment of `harness.qnn.sdk` (interposer first on the library path).
+
+Isolation (`--scenario-isolation`): with the native runner every scenario is, by default, a
+fork of a server that has loaded the QNN libraries once (`harness.runner.fork_server`);
+"process" starts the runner binary afresh for each scenario. Both start every scenario with
+no backend, program or context; the fork skips loading the libraries again.
 """
 
 from __future__ import annotations
@@ -10,10 +15,12 @@ import os
 import platform
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
-from typing import Callable
 
+from harness.compile import uses_qnn
 from harness.devices.base import Device, DeviceInfo
+from harness.errors import HarnessError
 from harness.memory import ALLOCATOR_ENV
 from harness.process import run_process
 from harness.qnn.sdk import QnnSdk
@@ -21,15 +28,38 @@ from harness.result import RunOutput
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
 
+ISOLATIONS = ("fork", "process")
+# What each scenario sets itself; everything else of its environment is the fork server's.
+PER_RUN_ENV = ("HARNESS_QNN_TRACE",)
+
 
 class SimulatorDevice(Device):
-    def __init__(self, sdk: QnnSdk, soc: str, runner_for: Callable[[str], RunnerChoice],
-                 abi_bridge: str = "auto") -> None:
+    def __init__(self, sdk: QnnSdk, soc: str, runner: RunnerChoice, abi_bridge: str = "auto",
+                 isolation: str = "fork", jobs: int = 0) -> None:
+        if isolation not in ISOLATIONS:
+            raise HarnessError(f"--scenario-isolation must be one of {', '.join(ISOLATIONS)}, "
+                               f"not {isolation!r}")
+        if jobs < 0:
+            raise HarnessError(f"--scenario-jobs must be 1 or more (0: one per CPU), not {jobs}")
         self.sdk = sdk
-        self.runner_for = runner_for
+        self.runner = runner
+        self.runner_kind = runner.kind
         self.abi_bridge = abi_bridge
+        self.scenario_jobs = jobs or os.cpu_count() or 1
+        self.isolation_notice = ""
+        if isolation == "fork" and (runner.kind != "native" or runner.argv):
+            self.isolation_notice = (f"--scenario-isolation=fork needs the native runner; the "
+                                     f"{runner.kind} runner starts a process per scenario")
+            isolation = "process"
+        self.isolation = isolation
+        self._pools: dict[tuple, "ForkServerPool"] = {}
+        self._pools_lock = threading.Lock()
         self.info = DeviceInfo("simulator", "simulator", soc, platform.machine(),
                                details={"qnn": sdk.source})
+
+    def runner_description(self) -> str:
+        how = "a fork of a pre-loaded runner" if self.isolation == "fork" else "a new process"
+        return f"{self.runner_kind}; each scenario {how}; up to {self.scenario_jobs} at once"
 
     def scratch_dir(self) -> str:
         if not hasattr(self, "_scratch"):
@@ -41,17 +71,45 @@ class SimulatorDevice(Device):
         return proc.returncode, proc.stdout + proc.stderr
 
     def close(self) -> None:
+        with self._pools_lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
         if hasattr(self, "_scratch"):
             self._scratch.cleanup()
 
-    def run(self, scenario: Scenario, artifacts: Path, timeout: float, runner: str) -> RunOutput:
-        choice = self.runner_for(runner)
+    def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
         artifacts.mkdir(parents=True, exist_ok=True)
         trace = artifacts / "qnn_trace.txt"
         trace.unlink(missing_ok=True)
         scenario_file = scenario.write(artifacts / "scenario.json")
         env = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(trace, self.abi_bridge),
-               **choice.environment()}
-        proc = run_process(choice.command(str(scenario_file)), env, timeout)
+               **self.runner.environment()}
+        if self.isolation == "fork":
+            qnn = any(uses_qnn(model.backend) for model in scenario.models.values())
+            proc = self._pool(env, qnn).run(scenario_file.resolve(), env, timeout, artifacts)
+        else:
+            proc = run_process(self.runner.command(str(scenario_file)), env, timeout)
         return RunOutput(proc.returncode, proc.stdout, proc.stderr,
-                         trace.read_text() if trace.exists() else "", proc.timed_out, choice.kind)
+                         trace.read_text() if trace.exists() else "", proc.timed_out,
+                         self.runner_kind)
+
+    def _pool(self, env: dict[str, str], qnn: bool) -> "ForkServerPool":
+        """The fork servers for this environment: a server starts with a scenario's environment
+        less its per-run part, since the loader and malloc read theirs only at start.
+
+        Servers for scenarios with QNN programs have the QNN libraries loaded (the interposer
+        by the name the runtime asks for, the real library by the path the interposer opens);
+        the others load nothing more, since a fork copies every mapping its server holds and
+        a scenario without QNN would pay for 100 MB of QNN mappings it never touches."""
+        from harness.runner.fork_server import ForkServerPool
+
+        base = {k: v for k, v in env.items() if k not in PER_RUN_ENV}
+        preload = (("libQnnHtp.so", base["HARNESS_QNN_REAL_HTP"], "libQnnSystem.so") if qnn
+                   else ())
+        key = (preload, tuple(sorted(base.items())))
+        with self._pools_lock:
+            if key not in self._pools:
+                self._pools[key] = ForkServerPool(self.runner.binary, list(preload), base,
+                                                  self.scenario_jobs)
+            return self._pools[key]

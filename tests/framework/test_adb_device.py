@@ -90,7 +90,7 @@ def test_preflight_fails_on_a_tampered_library(adb_device, phone):
 
 def test_runs_scenario_and_dedupes_pushes(adb_device, compiled_model, tmp_path, session, phone):
     model = compiled_model("linear_relu")
-    driver = ScenarioDriver(adb_device, tmp_path / "a", 300, session.runner_kind)
+    driver = ScenarioDriver(adb_device, tmp_path / "a", 300)
     first = driver.run(simple(model, "first"))
     assert [s.status for s in first.steps] == ["ok", "ok", "ok"]
     assert first.steps[1].live["context"] == 1  # the QNN trace came back from the device
@@ -103,7 +103,7 @@ def test_runs_scenario_and_dedupes_pushes(adb_device, compiled_model, tmp_path, 
         tmp_path, phone.serial, runner=session.options.runner,
         device_workspace=str(adb_device.workspace), keep_workspace=True)).device
     assert again.stats.pushed == 0 and again.stats.skipped >= 2
-    third = ScenarioDriver(again, tmp_path / "b", 300, session.runner_kind).run(simple(model, "third"))
+    third = ScenarioDriver(again, tmp_path / "b", 300).run(simple(model, "third"))
     assert third.output.pushes["pushed"] == 0 or third.output.pushes["pushed"] == 1
     assert all(s.ok for s in third.steps)
 
@@ -114,7 +114,7 @@ def test_a_scenario_whose_files_are_there_costs_one_adb_call(adb_device, compile
     and QNN trace after markers (no `cat` round trips); a model's first use adds one sha256
     check and one sync session."""
     model = compiled_model("linear_relu")
-    driver = ScenarioDriver(adb_device, tmp_path / "a", 300, session.runner_kind)
+    driver = ScenarioDriver(adb_device, tmp_path / "a", 300)
     calls: list[str] = []
     real = adb_device.client.make_connection
     main = threading.current_thread()
@@ -151,7 +151,7 @@ def test_hostile_file_names_are_quoted(adb_device, compiled_model, tmp_path, ses
     hostile.mkdir()
     pte = hostile / "m o'd\"el;rm -rf x.pte"
     shutil.copy(model.pte, pte)
-    result = ScenarioDriver(adb_device, tmp_path / "a", 300, session.runner_kind).run(
+    result = ScenarioDriver(adb_device, tmp_path / "a", 300).run(
         simple(dataclasses.replace(model, pte=pte), "hostile"))
     assert [s.status for s in result.steps] == ["ok", "ok", "ok"]
     assert not list(phone.sandbox.rglob("pwned")) and not list(Path("/").glob("pwned"))
@@ -175,7 +175,7 @@ def script_runner(adb_device, tmp_path, text) -> None:
 
 def test_hung_runner_is_killed_by_pid(adb_device, compiled_model, tmp_path):
     script_runner(adb_device, tmp_path, SLEEPER)
-    out = adb_device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 3, "native")
+    out = adb_device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 3)
     assert out.timed_out and out.returncode is None
     pid = next(l.split()[1] for l in out.stdout.splitlines() if l.startswith("HARNESS_PID"))
     time.sleep(0.5)
@@ -186,7 +186,7 @@ def test_hung_runner_is_killed_by_pid(adb_device, compiled_model, tmp_path):
 
 def test_crash_collects_signal_logcat_and_tombstone(adb_device, compiled_model, tmp_path):
     script_runner(adb_device, tmp_path, CRASHER)
-    driver = ScenarioDriver(adb_device, tmp_path / "a", 60, "native")
+    driver = ScenarioDriver(adb_device, tmp_path / "a", 60)
     result = driver.run(simple(compiled_model("linear_relu"), "crash"), allow_crash=True)
     assert result.output.returncode == -11
     assert "Fatal signal 11" in result.output.logs["logcat"]
@@ -227,10 +227,10 @@ def test_device_disappearing_mid_test_fails_fast(tmp_path, sdk, compiled_model, 
         threading.Timer(1.5, dev.stop).start()
         started = time.monotonic()
         with pytest.raises(DeviceError, match="went offline"):
-            device.run(simple(compiled_model("linear_relu"), "gone"), tmp_path / "a", 120, "native")
+            device.run(simple(compiled_model("linear_relu"), "gone"), tmp_path / "a", 120)
         assert time.monotonic() - started < 30
         with pytest.raises(DeviceError, match="did not come back"):
-            device.run(simple(compiled_model("linear_relu"), "gone2"), tmp_path / "b", 120, "native")
+            device.run(simple(compiled_model("linear_relu"), "gone2"), tmp_path / "b", 120)
     finally:
         dev.stop()
         subprocess.run(["adb", "disconnect", dev.serial], capture_output=True)

@@ -144,7 +144,7 @@ def test_a_dropped_device_is_waited_for_the_whole_window(phone, tmp_path, compil
     threading.Timer(1.0, phone.stop).start()
     started = time.monotonic()
     with pytest.raises(DeviceError) as exc:
-        device.run(simple(compiled_model("linear_relu"), "gone"), tmp_path / "a", 120, "native")
+        device.run(simple(compiled_model("linear_relu"), "gone"), tmp_path / "a", 120)
     waited = time.monotonic() - started
     text = str(exc.value)
     assert 8.5 <= waited < 25, f"waited {waited:.1f} s for an 8 s window"
@@ -156,7 +156,7 @@ def test_a_dropped_device_is_waited_for_the_whole_window(phone, tmp_path, compil
     # Every later test fails at once with the same reason: the session never hangs.
     started = time.monotonic()
     with pytest.raises(DeviceError, match="did not come back"):
-        device.run(simple(compiled_model("linear_relu"), "gone2"), tmp_path / "b", 120, "native")
+        device.run(simple(compiled_model("linear_relu"), "gone2"), tmp_path / "b", 120)
     assert time.monotonic() - started < 1
 
 
@@ -176,7 +176,7 @@ def test_a_device_back_within_the_window_is_reacquired_and_the_session_goes_on(
     threading.Timer(1.0, unplug_and_replug).start()
     started = time.monotonic()
     with pytest.raises(RunInterrupted) as exc:
-        device.run(simple(model, "replug"), tmp_path / "a", 120, "native")
+        device.run(simple(model, "replug"), tmp_path / "a", 120)
     assert time.monotonic() - started < 8 + 5
     text = str(exc.value)
     assert "went offline during scenario replug" in text and "it is back, the session goes on" in text
@@ -191,7 +191,7 @@ def test_a_device_back_within_the_window_is_reacquired_and_the_session_goes_on(
     # The session goes on: the same device, with the real runner, passes the next test.
     assert session.device is device
     device.runner_path = device.workspace / RUNNER_NAME
-    result = ScenarioDriver(device, tmp_path / "b", 300, session.runner_kind).run(
+    result = ScenarioDriver(device, tmp_path / "b", 300).run(
         simple(model, "after"))
     assert [s.status for s in result.steps] == ["ok", "ok", "ok"]
 
@@ -209,7 +209,7 @@ def test_an_interrupted_stream_on_a_live_device_keeps_the_output_and_kills_the_r
 
     threading.Timer(1.0, cut).start()
     with pytest.raises(RunInterrupted) as exc:
-        device.run(simple(compiled_model("linear_relu"), "cut"), tmp_path / "a", 120, "native")
+        device.run(simple(compiled_model("linear_relu"), "cut"), tmp_path / "a", 120)
     assert exc.value.step.startswith("step 1 execute(A.forward)")
     assert '"index": 0' in exc.value.output.stdout
     pid = int((phone.sandbox / str(device.workspace).lstrip("/") / "runner-pid.txt").read_text())
@@ -233,14 +233,14 @@ def test_only_tombstones_of_the_runs_own_time_window_are_attached(phone, tmp_pat
     model = compiled_model("linear_relu")
     # A crash that leaves no tombstone: the stale one is not its tombstone.
     script_runner(device, tmp_path, CRASH.replace("__TOMBSTONE__", ""))
-    out = device.run(simple(model, "crash1"), tmp_path / "a", 60, "native")
+    out = device.run(simple(model, "crash1"), tmp_path / "a", 60)
     assert out.returncode == -11
     assert "Fatal signal 11" in out.logs["logcat"]
     assert not any("from yesterday" in text for text in out.logs.values()), out.logs.keys()
     assert "tombstone" not in out.logs
     # A crash that writes one: that one, and only that one, is attached.
     script_runner(device, tmp_path, CRASH.replace("__TOMBSTONE__", NEW_TOMBSTONE))
-    out = device.run(simple(model, "crash2"), tmp_path / "b", 60, "native")
+    out = device.run(simple(model, "crash2"), tmp_path / "b", 60)
     assert "this run" in out.logs["tombstone"]
     assert not any("from yesterday" in text for text in out.logs.values())
 
@@ -256,7 +256,7 @@ def test_a_timeout_kills_the_runners_whole_process_group(phone, tmp_path, compil
         "cut -d' ' -f5 /proc/$$/stat > pgid\n"  # the process group (field 5 of stat)
         "cut -d' ' -f5 /proc/$PPID/stat > shell-pgid\n"
         "exec sleep 301\n"))
-    out = device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 2, "native")
+    out = device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 2)
     assert out.timed_out and out.returncode is None
     pid = int(next(l.split()[1] for l in out.stdout.splitlines() if l.startswith("HARNESS_PID")))
     run_dir = next((phone.sandbox / str(device.workspace).lstrip("/") / "runs").glob("*-hang"))

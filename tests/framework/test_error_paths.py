@@ -14,7 +14,7 @@ import pytest
 from harness.devices.simulator import SimulatorDevice
 from harness.driver import ScenarioDriver
 from harness.errors import ModelError
-from harness.runner.select import RunnerChoice
+from harness.runner.select import RunnerChoice, choose_runner
 from harness.scenario import Scenario
 
 
@@ -67,11 +67,19 @@ def test_a_runner_given_random_bytes_reports_a_step_error(compiled_model, hil_de
     bad = tmp_path / "random.pte"
     bad.write_bytes(bytes(noise.randrange(256) for _ in range(4096)))
     sc = one_step_scenario(dataclasses.replace(compiled_model("linear_relu"), pte=bad), "random")
-    out = hil_device.run(sc, tmp_path / "run", hil_session.timeout, runner)
+    out = runner_device(hil_session, runner).run(sc, tmp_path / "run", hil_session.timeout)
     result = ScenarioResult.build(sc, out, parse_trace(out.trace_text), tmp_path / "run")
     assert_completed(result)
     assert result.steps[0].status == "error", result.summary()
     assert result.steps[0].event["message"]
+
+
+def runner_device(hil_session, runner: str) -> SimulatorDevice:
+    """A simulator device of its own with the `runner` ("native" or "python") runner."""
+    choice = choose_runner(runner)
+    if choice.kind != runner:
+        pytest.fail(f"{runner} runner unavailable: {choice.notice}")
+    return SimulatorDevice(hil_session.sdk, hil_session.soc, choice)
 
 
 EMIT_FIRST_STEP = """
@@ -86,13 +94,13 @@ print("runtime: about to run execute", file=sys.stderr, flush=True)
 def crash_device(hil_session):
     def make(script):
         runner = RunnerChoice("python", None, argv=(sys.executable, "-c", textwrap.dedent(script)))
-        return SimulatorDevice(hil_session.sdk, hil_session.soc, lambda kind: runner)
+        return SimulatorDevice(hil_session.sdk, hil_session.soc, runner)
     return make
 
 
 def test_runner_crash_reports_signal_last_step_and_log(compiled_model, crash_device, tmp_path):
     device = crash_device(EMIT_FIRST_STEP + "os.kill(os.getpid(), signal.SIGSEGV)\n")
-    driver = ScenarioDriver(device, tmp_path, timeout=60, runner="python")
+    driver = ScenarioDriver(device, tmp_path, timeout=60)
     sc = one_step_scenario(compiled_model("linear_relu"), "crash")
     with pytest.raises(AssertionError) as exc:
         driver.run(sc)
@@ -107,7 +115,7 @@ def test_runner_crash_reports_signal_last_step_and_log(compiled_model, crash_dev
 
 def test_runner_hang_is_killed_after_timeout(compiled_model, crash_device, tmp_path):
     device = crash_device(EMIT_FIRST_STEP + "time.sleep(600)\n")
-    driver = ScenarioDriver(device, tmp_path, timeout=2, runner="python")
+    driver = ScenarioDriver(device, tmp_path, timeout=2)
     import time
 
     started = time.monotonic()
@@ -126,8 +134,8 @@ def test_refused_scenario_is_reported_with_the_runner_reason(hil_session, tmp_pa
     """A scenario the runner rejects (exit 2) fails with the runner's own reason."""
     script = "import sys; print('scenario names missing files: x.bin', file=sys.stderr); sys.exit(2)"
     runner = RunnerChoice("python", None, argv=(sys.executable, "-c", script))
-    device = SimulatorDevice(hil_session.sdk, hil_session.soc, lambda kind: runner)
-    driver = ScenarioDriver(device, tmp_path, timeout=60, runner="python")
+    device = SimulatorDevice(hil_session.sdk, hil_session.soc, runner)
+    driver = ScenarioDriver(device, tmp_path, timeout=60)
     with pytest.raises(AssertionError, match=r"(?s)runner refused the scenario.*missing files: x.bin"):
         driver.run(one_step_scenario(compiled_model("linear_relu"), "refused"))
 
@@ -149,8 +157,6 @@ def test_a_short_input_file_is_refused_before_any_step(compiled_model, hil_devic
 
     if hil_device.info.kind != "simulator":
         pytest.skip("runs both runners on the host simulator")
-    if hil_session.runner_for(runner).kind != runner:
-        pytest.fail(f"{runner} runner unavailable: {hil_session.notices}")
     model = compiled_model("linear_relu")
     ref = model.methods["forward"]
     short = tmp_path / "short.bin"
@@ -158,7 +164,7 @@ def test_a_short_input_file_is_refused_before_any_step(compiled_model, hil_devic
     bad_input = TensorFile(ref.inputs[0].dtype, ref.inputs[0].shape, short)
     bad = dataclasses.replace(model, methods={"forward": MethodReference((bad_input,), ref.expected)})
     sc = one_step_scenario(bad, "short_input")
-    out = hil_device.run(sc, tmp_path / "run", hil_session.timeout, runner)
+    out = runner_device(hil_session, runner).run(sc, tmp_path / "run", hil_session.timeout)
     result = ScenarioResult.build(sc, out, parse_trace(out.trace_text))
     assert result.refused and result.failure_kind == "refused", result.crash_report()
     assert all(s.event is None for s in result.steps)

@@ -48,8 +48,9 @@ def test_incomplete_qnn_sdk_root_is_named(monkeypatch, tmp_path):
 def test_abi_bridge_decides_whether_the_htp_starts(hil_session, compiled_model, tmp_path, bridge):
     """The wheel's QAIRT reports core API 2.40 > 2.27: auto bridges and the backend starts;
     forcing the bridge off reproduces the ABI break (backend init fails)."""
-    device = SimulatorDevice(hil_session.sdk, hil_session.soc, hil_session.runner_for, bridge)
-    driver = ScenarioDriver(device, tmp_path, 300, hil_session.runner_kind)
+    device = SimulatorDevice(hil_session.sdk, hil_session.soc, hil_session.simulator_runner,
+                             bridge)
+    driver = ScenarioDriver(device, tmp_path, 300)
     result = driver.run(Scenario(f"bridge_{bridge}").load_module("A", compiled_model("linear_relu"))
                         .execute("A", "forward").destroy_module("A"))
     api = next(r for r in result.trace if r.kind == "api")

@@ -10,6 +10,7 @@ import pytest
 from harness.devices.simulator import SimulatorDevice
 from harness.driver import ScenarioDriver
 from harness.reference import predict
+from harness.runner.select import choose_runner
 from harness.scenario import Scenario
 
 
@@ -25,10 +26,14 @@ def assert_same_events(native, python) -> None:
 
 @pytest.fixture
 def both_runners(hil_session, tmp_path):
-    if hil_session.runner_for("native").kind != "native":
-        pytest.fail(f"native runner unavailable: {hil_session.notices}")
-    device = SimulatorDevice(hil_session.sdk, hil_session.soc, hil_session.runner_for)
-    return {kind: ScenarioDriver(device, tmp_path / kind, 300, kind) for kind in ("native", "python")}
+    drivers = {}
+    for kind in ("native", "python"):
+        choice = choose_runner(kind)
+        if choice.kind != kind:
+            pytest.fail(f"{kind} runner unavailable: {choice.notice}")
+        device = SimulatorDevice(hil_session.sdk, hil_session.soc, choice)
+        drivers[kind] = ScenarioDriver(device, tmp_path / kind, 300)
+    return drivers
 
 
 def test_same_events_from_both_runners(both_runners, compiled_model):
@@ -120,8 +125,8 @@ def test_both_runners_refuse_an_invalid_parallel_step(hil_session, compiled_mode
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(doc))
     for kind in ("native", "python"):
-        choice = hil_session.runner_for(kind)
-        assert choice.kind == kind, hil_session.notices
+        choice = choose_runner(kind)
+        assert choice.kind == kind, choice.notice
         proc = subprocess.run(choice.command(str(path)), capture_output=True, text=True,
                               env={**os.environ, **choice.environment()}, timeout=120)
         assert proc.returncode == 2, f"{kind}: {proc.returncode}\n{proc.stdout}\n{proc.stderr}"

@@ -2,20 +2,21 @@
 //
 //   harness-runner <scenario.json>     run a scenario, events on stdout
 //   harness-runner --list-backends     print the registered backends
+//   harness-runner --serve [--preload LIB]...
+//                                      the fork server (fork_server.h)
 //
 // Exit codes: 0 every step ok, 1 some step error/mismatch, 2 the scenario
 // could not be run (bad invocation, unreadable/invalid scenario, missing .pte
 // or tensor file).
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <string>
+#include <vector>
 
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/platform/runtime.h>
 
-#include "runner.h"
-#include "scenario.h"
+#include "fork_server.h"
 
 namespace {
 
@@ -26,6 +27,7 @@ void usage(FILE* to) {
       to,
       "usage: harness-runner <scenario.json>\n"
       "       harness-runner --list-backends\n"
+      "       harness-runner --serve [--preload LIB]...\n"
       "Runs an ExecuTorch lifecycle scenario and writes one\n"
       "'HARNESS_EVENT {json}' line per step to stdout "
       "(see docs/runner-protocol.md).\n");
@@ -54,20 +56,20 @@ int main(int argc, char** argv) {
     usage(stdout);
     return 0;
   }
+  if (argc >= 2 && std::strcmp(argv[1], "--serve") == 0) {
+    std::vector<std::string> preload;
+    for (int i = 2; i < argc; i += 2) {
+      if (std::strcmp(argv[i], "--preload") != 0 || i + 1 >= argc) {
+        usage(stderr);
+        return kExitUnrunnable;
+      }
+      preload.emplace_back(argv[i + 1]);
+    }
+    return harness::serve(preload);
+  }
   if (argc != 2 || argv[1][0] == '\0') {
     usage(stderr);
     return kExitUnrunnable;
   }
-
-  harness::Scenario scenario;
-  try {
-    scenario = harness::load_scenario(argv[1]);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "harness-runner: cannot run scenario: %s\n", e.what());
-    return kExitUnrunnable;
-  }
-
-  executorch::runtime::runtime_init();
-  harness::Runner runner(scenario);
-  return runner.run();
+  return harness::run_scenario_file(argv[1]);
 }

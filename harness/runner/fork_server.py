@@ -1,0 +1,213 @@
+"""Runs scenarios as forks of a native runner that has already loaded its libraries.
+
+`harness-runner --serve --preload LIB...` (harness/runner/native/fork_server.cpp) loads the
+runtime and the QNN libraries once, creates nothing, and forks a child per scenario, so each
+scenario still starts with an empty delegate cache and fresh process-global state but skips
+the tens of milliseconds the simulator's `libQnnHtp.so` takes to load. What the server does
+before forking is checked, not assumed: it refuses to serve when loading left more than one
+thread (docs/runner-protocol.md, "Fork server").
+
+Wire format, one JSON object per line: the server first prints `{"ready": pid, "threads": n,
+...}` (or `{"error": ...}`); a request `{"scenario", "stdout", "stderr", "env"}` gets
+`{"child": pid}` once forked and `{"done": pid, "exit": n}` or `{"done": pid, "signal": n}`
+when it ends. The child is its own process group, so a timeout kills it and whatever it started.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import select
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.process import ProcessOutput
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0  # loading the simulator libraries on a busy machine
+REPLY_TIMEOUT_S = 30.0  # for a fork to be reported
+
+
+class ForkServerError(HarnessError):
+    """The fork server could not start or stopped answering (not a scenario's verdict)."""
+
+
+class ForkServer:
+    """One `harness-runner --serve` process; runs one scenario at a time."""
+
+    def __init__(self, binary: Path, preload: list[str], env: dict[str, str]) -> None:
+        self._log = tempfile.NamedTemporaryFile(prefix="harness-fork-server-", suffix=".log")
+        argv = [str(binary), "--serve"]
+        for lib in preload:
+            argv += ["--preload", lib]
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._log, start_new_session=True)
+        self._buffer = b""
+        ready = self._reply(START_TIMEOUT_S)
+        if ready is None or "error" in ready or "ready" not in ready:
+            why = ready.get("error") if ready else "no answer"
+            self.close()
+            raise ForkServerError(f"the native fork server did not start: {why}; "
+                                  f"its log: {self.log_tail()}")
+        self.threads = ready.get("threads")
+        log.debug("fork server %s ready (%s threads, preloaded %s)", self.proc.pid,
+                  self.threads, preload)
+
+    def run(self, scenario: Path, env: dict[str, str], timeout: float,
+            out_dir: Path) -> ProcessOutput:
+        """Run `scenario` in a fork with exactly `env` as its environment; its stdout and
+        stderr go to files in `out_dir` and come back in the result, as from a process."""
+        stdout, stderr = out_dir / "fork.stdout", out_dir / "fork.stderr"
+        request = {"scenario": str(scenario), "stdout": str(stdout), "stderr": str(stderr),
+                   "env": env}
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise ForkServerError(f"the fork server is gone ({exc}); its log: {self.log_tail()}")
+        started = self._reply(REPLY_TIMEOUT_S)
+        if started is None or "child" not in started:
+            raise ForkServerError(f"the fork server did not fork the scenario ({started}); "
+                                  f"its log: {self.log_tail()}")
+        pid = started["child"]
+        done = self._reply(timeout)
+        timed_out = done is None
+        if timed_out:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            done = self._reply(REPLY_TIMEOUT_S)
+            if done is None:
+                raise ForkServerError(f"the fork server did not reap its killed child {pid}")
+        if "exit" in done:
+            returncode: int | None = done["exit"]
+        else:
+            returncode = -done.get("signal", 0)
+        if timed_out:
+            returncode = None
+        return ProcessOutput(returncode, _take_text(stdout), _take_text(stderr), timed_out)
+
+    def _reply(self, timeout: float) -> dict | None:
+        """The next reply line, or None when none came within `timeout` (or the server ended)."""
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                if self._buffer:
+                    break
+                raise ForkServerError(f"the fork server exited ({self.proc.poll()}); "
+                                      f"its log: {self.log_tail()}")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise ForkServerError(f"the fork server wrote {line[:200]!r}, not a reply")
+
+    def log_tail(self, limit: int = 2000) -> str:
+        try:
+            text = Path(self._log.name).read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return text[-limit:].strip() or "(empty)"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._log.close()
+
+
+class ForkServerPool:
+    """Up to `size` fork servers started on demand, each lent to one caller at a time, so up
+    to `size` scenarios run at once (the ordering explorer's threads)."""
+
+    def __init__(self, binary: Path, preload: list[str], env: dict[str, str], size: int) -> None:
+        self.binary, self.preload, self.env, self.size = binary, preload, env, max(1, size)
+        self._idle: queue.Queue[ForkServer] = queue.Queue()
+        self._started = 0
+        self._lock = threading.Lock()
+        self._all: list[ForkServer] = []
+
+    def run(self, scenario: Path, env: dict[str, str], timeout: float,
+            out_dir: Path) -> ProcessOutput:
+        server = self._take()
+        try:
+            result = server.run(scenario, env, timeout, out_dir)
+        except ForkServerError:
+            self._discard(server)
+            raise
+        self._idle.put(server)
+        return result
+
+    def _take(self) -> ForkServer:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            start = self._started < self.size
+            if start:
+                self._started += 1
+        if not start:
+            return self._idle.get()
+        try:
+            server = ForkServer(self.binary, self.preload, self.env)
+        except ForkServerError:
+            with self._lock:
+                self._started -= 1
+            raise
+        with self._lock:
+            self._all.append(server)
+        return server
+
+    def _discard(self, server: ForkServer) -> None:
+        server.close()
+        with self._lock:
+            self._started -= 1
+            self._all.remove(server)
+
+    def close(self) -> None:
+        with self._lock:
+            servers, self._all = self._all, []
+            self._started = 0
+        for server in servers:
+            server.close()
+
+
+def _take_text(path: Path) -> str:
+    """The file's text, and the file gone (the caller keeps what it wants of it)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    path.unlink(missing_ok=True)
+    return data.decode("utf-8", errors="replace")
