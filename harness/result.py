@@ -7,6 +7,7 @@ runner produced it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import signal as signal_module
 from pathlib import Path
 
@@ -97,10 +98,10 @@ class ScenarioResult:
                  for i, s in enumerate(scenario.steps)]
         return cls(scenario, output, steps, trace, artifacts)
 
-    @property
+    @functools.cached_property
     def completed(self) -> bool:
         """The runner wrote its `end` event: it ran every step and its teardown. A run without
-        it did not finish, whatever its exit code says."""
+        it did not finish, whatever its exit code says. (Read once: the output never changes.)"""
         return any(e.get("event") == "end" for e in read_events(self.output.stdout))
 
     @property

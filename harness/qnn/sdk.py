@@ -13,6 +13,7 @@ child process with `environment()`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -76,7 +77,10 @@ class QnnSdk:
         return env
 
 
+@functools.cache
 def executorch_version() -> str:
+    """The installed executorch's version (read once: importlib.metadata parses the package's
+    metadata file on every call, and every scenario run asks)."""
     try:
         return importlib.metadata.version("executorch")
     except importlib.metadata.PackageNotFoundError:

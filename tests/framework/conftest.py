@@ -34,6 +34,8 @@ FILE_KIND = {
     "test_plugin.py": "simulator",
     "test_program.py": "simulator",
     "test_runner_parity.py": "simulator",
+    "test_fork_server.py": "simulator",  # and cc (a library that starts a thread)
+    "test_isolation_parity.py": "simulator",  # runs tests/hil twice (minutes)
     "test_sessions.py": "simulator",
     "test_user_program.py": "simulator",
     "test_wheel.py": "simulator",

@@ -29,9 +29,11 @@ def sample(orderings, hil_session):
     return orderings
 
 
-def run_all(scenario_driver, hil_session, name, plans, orderings, jobs=1):
+def run_all(scenario_driver, hil_session, name, plans, orderings):
+    """Every ordering (or the sample), as many at once as the device runs (--scenario-jobs on
+    the simulator, one on adb devices); a failure fails the test with the shrunk ordering."""
     exploration = explore(scenario_driver.run, name, plans, sample(orderings, hil_session),
-                          jobs=jobs)
+                          jobs=scenario_jobs(scenario_driver.device))
     assert not exploration.failures, exploration.report()
     return exploration
 
@@ -71,29 +73,27 @@ def test_random_orderings_with_unloads(compiled_model, scenario_driver, hil_sess
             random_interleavings(plans, 12, seed))
 
 
-def test_orderings_mixed_backend_program(compiled_model, scenario_driver, hil_session, hil_device):
+def test_orderings_mixed_backend_program(compiled_model, scenario_driver, hil_session):
     """Two modules of one program whose method runs XNNPACK -> QNN -> XNNPACK delegates, in
     every interleaving (up to renaming the two modules)."""
     model = compiled_model("mixed_qnn_xnnpack")
     plans = [ModulePlan("A", model), ModulePlan("B", model)]
     run_all(scenario_driver, hil_session, "ord_mixed", plans,
-            interleavings(plans, symmetric=True), jobs=scenario_jobs(hil_device))
+            interleavings(plans, symmetric=True))
 
 
-def test_orderings_shared_weights_with_unloads(compiled_model, scenario_driver, hil_session,
-                                               hil_device):
+def test_orderings_shared_weights_with_unloads(compiled_model, scenario_driver, hil_session):
     """Two methods over the same weights, loaded, executed and unloaded one by one, interleaved
     with another module's convolution: every ordering."""
     plans = [ModulePlan("A", compiled_model("xnn_shared_weights", "fp32"), ("prefill", "decode"),
                         unload=True),
              ModulePlan("B", compiled_model("xnn_convs", "fp32"), ("conv_nobias",),
                         load_method=False)]
-    run_all(scenario_driver, hil_session, "ord_shared_weights", plans, interleavings(plans),
-            jobs=scenario_jobs(hil_device))
+    run_all(scenario_driver, hil_session, "ord_shared_weights", plans, interleavings(plans))
 
 
 @pytest.mark.parametrize("program", ["xnn_convs", "linear_relu"])
-def test_three_modules_exhaustive(compiled_model, scenario_driver, hil_session, hil_device, program):
+def test_three_modules_exhaustive(compiled_model, scenario_driver, hil_session, program):
     """Three modules of one program, every ordering up to renaming them (6x fewer runs):
     load / load-method / execute / destroy for the XNNPACK convolution (5775 orderings), and
     for the QNN program load / execute (implicit method load) / destroy (280)."""
@@ -106,5 +106,4 @@ def test_three_modules_exhaustive(compiled_model, scenario_driver, hil_session, 
     orderings = list(interleavings(plans, symmetric=True))
     assert len(orderings) == {"xnn_convs": 5775, "linear_relu": 280}[program]
     # (on an adb device or with the Python runner, run_all explores an evenly spaced sample)
-    run_all(scenario_driver, hil_session, f"ord_three_{program}", plans, orderings,
-            jobs=scenario_jobs(hil_device))
+    run_all(scenario_driver, hil_session, f"ord_three_{program}", plans, orderings)

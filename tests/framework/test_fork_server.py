@@ -1,0 +1,132 @@
+"""The fork server (harness/runner/fork_server.py, `harness-runner --serve`): a scenario run as
+a fork gives what a new process gives, a hung fork is killed and the server goes on, and a
+server whose libraries started a thread refuses to fork.
+
+The whole HIL suite in both isolation modes is compared in test_isolation_parity.py.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from harness.devices.simulator import SimulatorDevice
+from harness.driver import ScenarioDriver
+from harness.memory import ALLOCATOR_ENV
+from harness.runner.fork_server import ForkServer, ForkServerError
+from harness.runner.select import choose_runner
+from harness.scenario import Scenario
+from harness.scenarios import s1_two_modules, s4_cleanup_reload
+
+
+@pytest.fixture(scope="module")
+def native():
+    choice = choose_runner("native")
+    if choice.kind != "native":
+        pytest.fail(f"native runner unavailable: {choice.notice}")
+    return choice
+
+
+@pytest.fixture
+def both_isolations(hil_session, native, tmp_path):
+    devices = {iso: SimulatorDevice(hil_session.sdk, hil_session.soc, native, isolation=iso)
+               for iso in ("fork", "process")}
+    yield {iso: ScenarioDriver(device, tmp_path / iso, 300) for iso, device in devices.items()}
+    for device in devices.values():
+        device.close()
+
+
+def same_steps(fork, process) -> None:
+    assert fork.output.returncode == process.output.returncode
+    for i, (f, p) in enumerate(zip(fork.steps, process.steps)):
+        where = f"step {i} {f.step.describe()}"
+        assert f.status == p.status, f"{where}: fork {f.describe()} vs process {p.describe()}"
+        assert (f.event or {}).get("error_code") == (p.event or {}).get("error_code"), where
+        assert f.live == p.live, f"{where}: fork {f.live} vs process {p.live}"
+        assert ([o["sha256"] for o in (f.event or {}).get("outputs", [])] ==
+                [o["sha256"] for o in (p.event or {}).get("outputs", [])]), where
+
+
+def test_fork_gives_what_a_process_gives(both_isolations, compiled_model):
+    """S1 (fails on 1.5.1 at the survivor's execute: an error path) and S4, QNN on the
+    simulator: same steps, statuses, error codes, live QNN counts and outputs; the QNN trace of
+    the fork is its own (it starts at the fork's first call, not the server's)."""
+    model = compiled_model("linear_relu")
+    for sc in (s1_two_modules(model, "A"), s4_cleanup_reload(model)):
+        fork = both_isolations["fork"].run(sc, allow_crash=True)
+        process = both_isolations["process"].run(sc, allow_crash=True)
+        assert fork.completed and process.completed, fork.crash_report()
+        same_steps(fork, process)
+        assert fork.output.trace_text.split("\n", 1)[0].startswith("1 api ")
+        assert len(fork.trace) == len(process.trace)
+
+
+def test_each_fork_starts_with_an_empty_delegate_cache(both_isolations, compiled_model):
+    """Two forks in a row from one server: the second does not see the first's QNN context
+    (its load creates a context from the binary again, and its trace shows it)."""
+    model = compiled_model("linear_relu")
+    driver = both_isolations["fork"]
+    first = driver.run(Scenario("first").load_module("A", model).execute("A", "forward"))
+    second = driver.run(Scenario("second").load_module("A", model).execute("A", "forward"))
+    for result in (first, second):
+        created = [r for r in result.trace if r.kind == "context_create"]
+        assert len(created) == 1 and "binary" in created[0].fields, result.output.trace_text
+        assert result.steps[-1].live["context"] == 1, result.steps[-1].live
+
+
+@pytest.fixture
+def server_env(hil_session, tmp_path):
+    return {**os.environ, **ALLOCATOR_ENV, **hil_session.sdk.environment(None)}
+
+
+def test_a_hung_fork_is_killed_and_the_server_goes_on(native, server_env, tmp_path):
+    """A scenario file that is a FIFO nobody writes: reading it blocks forever. The fork is
+    killed at the timeout with everything it started (its own process group); the next
+    scenario runs in a fork of the same server."""
+    hang = tmp_path / "hang.json"
+    os.mkfifo(hang)
+    quick = tmp_path / "quick.json"
+    quick.write_text(json.dumps({"version": 1, "name": "quick", "steps": [{"op": "snapshot"}]}))
+    server = ForkServer(native.binary, [], server_env)
+    try:
+        started = time.monotonic()
+        out = server.run(hang, server_env, 2.0, tmp_path)
+        assert out.timed_out and out.returncode is None
+        assert time.monotonic() - started < 30
+        again = server.run(quick, server_env, 60, tmp_path)
+        assert again.returncode == 0 and not again.timed_out, again.stderr
+        assert '"event": "end"' in again.stdout
+        assert server.alive()
+    finally:
+        server.close()
+
+
+def test_a_failed_preload_is_named(native, server_env):
+    with pytest.raises(ForkServerError, match=r"cannot preload libDoesNotExist\.so"):
+        ForkServer(native.binary, ["libDoesNotExist.so"], server_env)
+
+
+def test_a_library_that_starts_a_thread_makes_the_server_refuse(native, server_env, tmp_path):
+    """fork() copies one thread: a library that starts one at load time would leave its forks
+    with a missing thread and possibly its locks held. The server counts its threads after
+    loading and refuses to serve, naming the count."""
+    source = tmp_path / "threaded.c"
+    source.write_text(
+        "#include <pthread.h>\n#include <unistd.h>\n"
+        "static void *idle(void *arg) { (void)arg; for (;;) pause(); return 0; }\n"
+        "__attribute__((constructor)) static void start(void) {\n"
+        "  pthread_t t; pthread_create(&t, 0, idle, 0); }\n")
+    lib = tmp_path / "libthreaded.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(source)],
+                   check=True)
+    with pytest.raises(ForkServerError, match=r"not safe to fork: 2 threads"):
+        ForkServer(native.binary, [str(lib)], server_env)
+
+
+def test_the_python_runner_falls_back_to_a_process_and_says_so(hil_session):
+    device = SimulatorDevice(hil_session.sdk, hil_session.soc, choose_runner("python"),
+                             isolation="fork")
+    assert device.isolation == "process"
+    assert "needs the native runner" in device.isolation_notice

@@ -1,0 +1,75 @@
+"""The whole HIL suite gives the same verdicts with each scenario a fork of the pre-loaded
+runner (the default) as with each scenario a new runner process.
+
+Both runs go through `--hil-report`; compared: every test's outcome and number of scenario
+runs, and for every kept run (`--hil-report-max-runs`) its exit code, whether it completed,
+and per step the status, error code, live QNN counts (backends, devices, contexts) and the
+sub-steps' statuses. Memory readings are not compared: a fork starts with the QNN libraries
+already mapped, so absolute Rss differs, and the suite's memory assertions compare a scenario's
+steps with each other (growth over cycles, heap against mapped bytes), never with a value from
+another process.
+
+The S5 cold-load tests are compared by outcome only: they stop at the first launch the runtime
+crashes in (a race in the simulator, known issue qnn-concurrent-first-context-create-crash), and
+which launch that is changes from run to run in either mode.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RACY = ("tests/hil/test_concurrency.py::test_s5_parallel_cold_load",)
+
+
+def run_suite(tmp_path: Path, isolation: str) -> dict:
+    report = tmp_path / isolation
+    argv = [sys.executable, "-m", "pytest", "tests/hil", "-q", "-p", "no:cacheprovider",
+            "--scenario-isolation", isolation, "--hil-report", str(report),
+            "--artifacts-dir", str(tmp_path / f"artifacts-{isolation}")]
+    proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=3600)
+    results = report / "results.json"
+    assert results.is_file(), f"{isolation}: exit {proc.returncode}\n{proc.stdout[-3000:]}"
+    return json.loads(results.read_text())
+
+
+def step_facts(step: dict) -> tuple:
+    return (step["index"], step["op"], step["target"], step["status"], step["error_code"],
+            tuple(sorted(step["live"].items())),
+            tuple(s["status"] for s in step.get("substeps", ())))
+
+
+def runs_by_key(doc: dict) -> dict:
+    return {(r["nodeid"], r["scenario"], r["occurrence"]): r for r in doc["runs"]
+            if not r["nodeid"].startswith(RACY)}
+
+
+def test_fork_and_process_give_the_same_verdicts(tmp_path):
+    fork, process = run_suite(tmp_path, "fork"), run_suite(tmp_path, "process")
+    tests = {mode: {t["nodeid"]: t for t in doc["tests"]} for mode, doc in
+             (("fork", fork), ("process", process))}
+    assert tests["fork"].keys() == tests["process"].keys()
+    assert len(tests["fork"]) >= 50, sorted(tests["fork"])
+    for nodeid, f in tests["fork"].items():
+        p = tests["process"][nodeid]
+        assert f["outcome"] == p["outcome"], f"{nodeid}: fork {f['outcome']} ({f['message']}) " \
+                                             f"vs process {p['outcome']} ({p['message']})"
+        if not nodeid.startswith(RACY):
+            assert f["scenario_runs"] == p["scenario_runs"], nodeid
+
+    runs = {"fork": runs_by_key(fork), "process": runs_by_key(process)}
+    assert runs["fork"].keys() == runs["process"].keys()
+    assert len(runs["fork"]) > 1000  # the explorations' kept runs, not only the fixed scenarios
+    compared_steps = 0
+    for key, f in runs["fork"].items():
+        p = runs["process"][key]
+        where = " ".join(map(str, key))
+        assert f["runner"] == p["runner"] == "native", where
+        assert (f["returncode"], f["completed"], f["failure_kind"]) == \
+            (p["returncode"], p["completed"], p["failure_kind"]), where
+        assert len(f["steps"]) == len(p["steps"]), where
+        for fs, ps in zip(f["steps"], p["steps"]):
+            assert step_facts(fs) == step_facts(ps), f"{where}: fork {fs} vs process {ps}"
+            compared_steps += 1
+    assert compared_steps > 5000
