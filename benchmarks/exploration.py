@@ -62,7 +62,7 @@ def main() -> int:
         for jobs in (1, cores):
             driver = ScenarioDriver(device, Path(tmp) / f"jobs{jobs}", 300.0)
             started = time.perf_counter()
-            exploration = explore(driver.run, f"bench{jobs}", plans, sample, jobs=jobs,
+            exploration = explore(driver, f"bench{jobs}", plans, sample, jobs=jobs,
                                   shrink_budget=0)
             elapsed = time.perf_counter() - started
             rates[jobs] = exploration.ran / elapsed * 60

@@ -9,7 +9,9 @@ names the signal, the last completed step and the log tail.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from harness.assertions import assert_completed
 from harness.devices.base import Device
@@ -29,6 +31,26 @@ class ScenarioDriver:
 
     def run(self, scenario: Scenario, allow_crash: bool = False,
             timeout: float | None = None) -> ScenarioResult:
+        return self._record(self._execute(scenario, timeout), allow_crash)
+
+    def run_batch(self, scenarios: Iterable[Scenario], jobs: int = 1) -> Iterator[ScenarioResult]:
+        """Run independent scenarios, up to `jobs` at once (each in its own fresh process
+        state), as `run` would one by one: results come back, and are kept for the report,
+        in the scenarios' order whichever finishes first; a crash raises at its turn."""
+        if jobs <= 1:
+            yield from map(self.run, scenarios)
+            return
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for result in pool.map(self._execute, scenarios):
+                yield self._record(result, allow_crash=False)
+
+    def _record(self, result: ScenarioResult, allow_crash: bool) -> ScenarioResult:
+        self.results.append(result)
+        if not allow_crash:
+            assert_completed(result)
+        return result
+
+    def _execute(self, scenario: Scenario, timeout: float | None = None) -> ScenarioResult:
         for path in scenario.files():
             if not path.is_file():
                 raise ModelError(f"scenario {scenario.name}: file {path} does not exist "
@@ -41,9 +63,6 @@ class ScenarioDriver:
         output = self.device.run(scenario, out_dir, timeout or self.timeout)
         result = ScenarioResult.build(scenario, output, parse_trace(output.trace_text), out_dir)
         self._keep(result, out_dir)
-        self.results.append(result)
-        if not allow_crash:
-            assert_completed(result)
         return result
 
     @staticmethod

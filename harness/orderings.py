@@ -11,7 +11,7 @@ Modules with the same plan (program, methods, unloads, backend options) are inte
 an ordering and the same ordering with two of them renamed drive the runtime alike, so
 `interleavings(..., symmetric=True)` yields one ordering per class, the one in which such
 modules are first loaded in name order (k interchangeable modules: k! times fewer runs).
-`explore(..., jobs=N)` runs N orderings at once, each in its own process.
+`explore(driver, ..., jobs=N)` runs N orderings at once, each in its own process.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol
 
 from harness.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
                                 assert_steps_ok)
@@ -198,7 +198,12 @@ class Exploration:
         return "\n".join(lines)
 
 
-Runner = Callable[[Scenario], ScenarioResult]
+class Runner(Protocol):
+    """What runs the orderings: `harness.driver.ScenarioDriver`."""
+
+    def run(self, scenario: Scenario) -> ScenarioResult: ...
+
+    def run_batch(self, scenarios: Iterable[Scenario], jobs: int) -> Iterable[ScenarioResult]: ...
 
 
 def scenario_jobs(device) -> int:
@@ -210,23 +215,12 @@ def scenario_jobs(device) -> int:
 
 def explore(run: Runner, name: str, plans: list[ModulePlan], orderings: list[list[Op]],
             shrink_budget: int = 40, jobs: int = 1) -> Exploration:
-    """Run every ordering (`jobs` at a time, each in its own process, results taken in order);
-    shrink the first failure of each kind."""
+    """Run every ordering (`jobs` at a time, each in its own process, results taken and
+    recorded in order); shrink the first failure of each kind."""
     failures: list[Failure] = []
     shrunk: set[str] = set()
     scenarios = (to_scenario(f"{name}_{i}", plans, ops) for i, ops in enumerate(orderings))
-    if jobs > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        pool = ThreadPoolExecutor(max_workers=jobs)
-        results = pool.map(run, scenarios)
-    else:
-        pool, results = None, map(run, scenarios)
-    try:
-        messages = [check(result) for result in results]
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    messages = [check(result) for result in run.run_batch(scenarios, jobs)]
     for i, (ops, message) in enumerate(zip(orderings, messages)):
         if message is None:
             continue
@@ -257,7 +251,7 @@ def shrink(run: Runner, name: str, plans: list[ModulePlan], ops: list[Op], kind:
             if not candidate or not _valid(plans, candidate):
                 continue
             tries += 1
-            got = check(run(to_scenario(f"{name}_shrink{tries}", plans, candidate)))
+            got = check(run.run(to_scenario(f"{name}_shrink{tries}", plans, candidate)))
             if got is not None and signature(got) == kind:
                 current, current_message, improved = candidate, got, True
                 break

@@ -32,7 +32,7 @@ def sample(orderings, hil_session):
 def run_all(scenario_driver, hil_session, name, plans, orderings):
     """Every ordering (or the sample), as many at once as the device runs (--scenario-jobs on
     the simulator, one on adb devices); a failure fails the test with the shrunk ordering."""
-    exploration = explore(scenario_driver.run, name, plans, sample(orderings, hil_session),
+    exploration = explore(scenario_driver, name, plans, sample(orderings, hil_session),
                           jobs=scenario_jobs(scenario_driver.device))
     assert not exploration.failures, exploration.report()
     return exploration

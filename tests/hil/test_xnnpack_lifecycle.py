@@ -69,7 +69,7 @@ def test_orderings_xnnpack_convolutions(compiled_model, scenario_driver, hil_ses
     orderings = list(interleavings(plans, symmetric=True))
     if hil_session.device_runner == "python":
         orderings = orderings[::max(1, len(orderings) // PYTHON_RUNNER_SAMPLE)]
-    exploration = explore(scenario_driver.run, f"xconv_{method}_{cache}", plans, orderings,
+    exploration = explore(scenario_driver, f"xconv_{method}_{cache}", plans, orderings,
                           jobs=scenario_jobs(hil_device))
     assert not exploration.failures, exploration.report()
     assert exploration.ran == len(orderings)
