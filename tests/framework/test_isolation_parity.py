@@ -2,9 +2,11 @@
 runner (the default) as with each scenario a new runner process.
 
 Both runs go through `--hil-report`; compared: every test's outcome and number of scenario
-runs, and for every kept run (`--hil-report-max-runs`) its exit code, whether it completed,
-and per step the status, error code, live QNN counts (backends, devices, contexts) and the
-sub-steps' statuses. Memory readings are not compared: a fork starts with the QNN libraries
+runs, and for every run the report keeps its exit code, whether it completed, and per step the
+status, error code, live QNN counts (backends, devices, contexts) and the sub-steps' statuses.
+The report keeps every run with a failure and the first 100 others of each test (about 800 of
+the suite's 9900 runs); a run it drops passed every check of its test in both modes, and those
+checks are the same per-step facts (statuses and live counts against the reference model). Memory readings are not compared: a fork starts with the QNN libraries
 already mapped, so absolute Rss differs, and the suite's memory assertions compare a scenario's
 steps with each other (growth over cycles, heap against mapped bytes), never with a value from
 another process.
@@ -60,7 +62,7 @@ def test_fork_and_process_give_the_same_verdicts(tmp_path):
 
     runs = {"fork": runs_by_key(fork), "process": runs_by_key(process)}
     assert runs["fork"].keys() == runs["process"].keys()
-    assert len(runs["fork"]) > 1000  # the explorations' kept runs, not only the fixed scenarios
+    assert len(runs["fork"]) > 500  # the explorations' kept runs, not only the fixed scenarios
     compared_steps = 0
     for key, f in runs["fork"].items():
         p = runs["process"][key]
@@ -72,4 +74,4 @@ def test_fork_and_process_give_the_same_verdicts(tmp_path):
         for fs, ps in zip(f["steps"], p["steps"]):
             assert step_facts(fs) == step_facts(ps), f"{where}: fork {fs} vs process {ps}"
             compared_steps += 1
-    assert compared_steps > 5000
+    assert compared_steps > 4000
