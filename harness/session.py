@@ -127,6 +127,8 @@ class HilSession:
             except HarnessError as exc:
                 self._device_error = exc
                 raise
+            self._device.log.info("ready: %s; runner %s", self._device.info.header(),
+                                  self._device.runner_description())
         return self._device
 
     def _make_device(self) -> Device:

@@ -362,12 +362,16 @@ class AdbDevice(Device):
         killed = [l.split()[1] for l in out.splitlines()
                   if l.startswith("HARNESS_KILLED ") and len(l.split()) > 1]
         if killed:
+            self.log.warning("killed leftover runner(s) in %s: pid %s", ws, ", ".join(killed))
             self.notice(f"{self.serial}: killed {len(killed)} runner(s) left running in workspace "
                         f"{ws} by an earlier session or an interrupted run "
                         f"(pid {', '.join(killed)})")
         entries = [(self.runner_source, ws / RUNNER_NAME, 0o755)] if self.runner_source else []
         entries += [(path, remote, 0o644) for path, remote in self.qnn_libraries.items()]
+        before = dataclasses.replace(self.stats)
         self._push(entries)
+        self.log.info("workspace %s ready: %d file(s) pushed, %d already there", ws,
+                      self.stats.pushed - before.pushed, self.stats.skipped - before.skipped)
 
     def _leftover_script(self) -> str:
         """Shell code that kills the process group of every runner whose pid file is still in
@@ -504,6 +508,8 @@ class AdbDevice(Device):
         else:
             code = int(exit_line[-1].split()[1])
             returncode = -(code - 128) if code > 128 else code
+        self.log.debug("scenario %s: %s (%d pushed)", scenario.name,
+                       "timed out" if timed_out else f"exit {returncode}", pushes["pushed"])
         stderr, trace = outputs if outputs is not None else self._fetch_outputs(run_dir)
         logs = self._crash_logs(start) if returncode is None or returncode < 0 else {}
         return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes)
@@ -647,6 +653,8 @@ class AdbDevice(Device):
         if self._reacquiring or self._online():
             return DeviceError(f"{self.serial}: {what} failed{why}")
         self._reacquiring = True
+        self.log.warning("offline during %s%s; waiting up to %.0f s for it to come back", what,
+                         why, self.reacquire_s)
         try:
             wait_online(self.client, self.serial, self.reacquire_s)
             self._remote_sha.clear()  # a restarted device may have lost files
@@ -662,6 +670,7 @@ class AdbDevice(Device):
             return DeviceError(self.lost)
         finally:
             self._reacquiring = False
+        self.log.info("back online; workspace re-installed, the session goes on")
         return DeviceError(f"{self.serial} went offline during {what}{why}; it is back, the "
                            "session goes on")
 

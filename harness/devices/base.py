@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
+import logging
 from pathlib import Path
 
 from harness.result import RunOutput
@@ -29,6 +31,15 @@ class DeviceInfo:
         return " ".join(parts)
 
 
+class DeviceLog(logging.LoggerAdapter):
+    """The `harness.device` logger with the device's name in front of every message, so the
+    lines of several devices (a farm worker's failover, a test with two) tell themselves
+    apart in pytest's captured log and in `--log-cli-level=INFO`."""
+
+    def process(self, msg, kwargs):
+        return f"[{self.extra['device']}] {msg}", kwargs
+
+
 class Device(abc.ABC):
     """A place to run scenarios. One instance per device per session."""
 
@@ -52,6 +63,11 @@ class Device(abc.ABC):
         A hang is killed after `timeout` seconds and reported in the output (`timed_out`),
         never raised: the session goes on.
         """
+
+    @functools.cached_property
+    def log(self) -> DeviceLog:
+        """This device's logger (debug: every run; info: set-up, pushes, reconnects)."""
+        return DeviceLog(logging.getLogger("harness.device"), {"device": self.info.serial})
 
     def runner_description(self) -> str:
         """The runner and how scenarios are isolated, for the session header."""

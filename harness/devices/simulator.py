@@ -16,6 +16,7 @@ import platform
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from harness.compile import uses_qnn
@@ -85,11 +86,15 @@ class SimulatorDevice(Device):
         scenario_file = scenario.write(artifacts / "scenario.json")
         env = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(trace, self.abi_bridge),
                **self.runner.environment()}
+        started = time.monotonic()
         if self.isolation == "fork":
             qnn = any(uses_qnn(model.backend) for model in scenario.models.values())
             proc = self._pool(env, qnn).run(scenario_file.resolve(), env, timeout, artifacts)
         else:
             proc = run_process(self.runner.command(str(scenario_file)), env, timeout)
+        self.log.debug("scenario %s: %s in %.3f s (%s)", scenario.name,
+                       "timed out" if proc.timed_out else f"exit {proc.returncode}",
+                       time.monotonic() - started, self.isolation)
         return RunOutput(proc.returncode, proc.stdout, proc.stderr,
                          trace.read_text() if trace.exists() else "", proc.timed_out,
                          self.runner_kind)
@@ -111,5 +116,5 @@ class SimulatorDevice(Device):
         with self._pools_lock:
             if key not in self._pools:
                 self._pools[key] = ForkServerPool(self.runner.binary, list(preload), base,
-                                                  self.scenario_jobs)
+                                                  self.scenario_jobs, self.log)
             return self._pools[key]

@@ -43,7 +43,8 @@ class ForkServerError(HarnessError):
 class ForkServer:
     """One `harness-runner --serve` process; runs one scenario at a time."""
 
-    def __init__(self, binary: Path, preload: list[str], env: dict[str, str]) -> None:
+    def __init__(self, binary: Path, preload: list[str], env: dict[str, str],
+                 log: logging.LoggerAdapter | logging.Logger = log) -> None:
         self._log = tempfile.NamedTemporaryFile(prefix="harness-fork-server-", suffix=".log")
         argv = [str(binary), "--serve"]
         for lib in preload:
@@ -58,8 +59,8 @@ class ForkServer:
             raise ForkServerError(f"the native fork server did not start: {why}; "
                                   f"its log: {self.log_tail()}")
         self.threads = ready.get("threads")
-        log.debug("fork server %s ready (%s threads, preloaded %s)", self.proc.pid,
-                  self.threads, preload)
+        log.info("fork server %s ready (%s thread, preloaded %s)", self.proc.pid,
+                 self.threads, ", ".join(preload) or "nothing")
 
     def run(self, scenario: Path, env: dict[str, str], timeout: float,
             out_dir: Path) -> ProcessOutput:
@@ -150,8 +151,10 @@ class ForkServerPool:
     """Up to `size` fork servers started on demand, each lent to one caller at a time, so up
     to `size` scenarios run at once (the ordering explorer's threads)."""
 
-    def __init__(self, binary: Path, preload: list[str], env: dict[str, str], size: int) -> None:
+    def __init__(self, binary: Path, preload: list[str], env: dict[str, str], size: int,
+                 log: logging.LoggerAdapter | logging.Logger = log) -> None:
         self.binary, self.preload, self.env, self.size = binary, preload, env, max(1, size)
+        self.log = log
         self._idle: queue.Queue[ForkServer] = queue.Queue()
         self._started = 0
         self._lock = threading.Lock()
@@ -162,7 +165,8 @@ class ForkServerPool:
         server = self._take()
         try:
             result = server.run(scenario, env, timeout, out_dir)
-        except ForkServerError:
+        except ForkServerError as exc:
+            self.log.warning("fork server %s dropped: %s", server.proc.pid, exc)
             self._discard(server)
             raise
         self._idle.put(server)
@@ -180,7 +184,7 @@ class ForkServerPool:
         if not start:
             return self._idle.get()
         try:
-            server = ForkServer(self.binary, self.preload, self.env)
+            server = ForkServer(self.binary, self.preload, self.env, self.log)
         except ForkServerError:
             with self._lock:
                 self._started -= 1
