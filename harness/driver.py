@@ -9,6 +9,8 @@ names the signal, the last completed step and the log tail.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -28,6 +30,7 @@ class ScenarioDriver:
         self.artifacts = artifacts
         self.timeout = timeout
         self.results: list[ScenarioResult] = []
+        self._programs_checked: dict[Path, tuple[int, int]] = {}  # path -> (mtime_ns, size)
 
     def run(self, scenario: Scenario, allow_crash: bool = False,
             timeout: float | None = None) -> ScenarioResult:
@@ -44,6 +47,25 @@ class ScenarioDriver:
             for result in pool.map(self._execute, scenarios):
                 yield self._record(result, allow_crash=False)
 
+    def _check_files(self, scenario: Scenario) -> None:
+        """Every file the scenario names exists, and every program is an ExecuTorch program: a
+        file that is not one never reaches a runner, since what a runtime does with one (the
+        1.5.1 pybindings abort) would be reported as a runtime crash. A program is read once
+        per size and modification time (the explorer runs one program thousands of times)."""
+        programs = {model.pte for model in scenario.models.values()}
+        for path in scenario.files():
+            try:
+                st = os.stat(path)
+            except OSError:
+                st = None
+            if st is None or not stat.S_ISREG(st.st_mode):
+                raise ModelError(f"scenario {scenario.name}: file {path} does not exist "
+                                 "(a deleted compile cache entry? rerun to recompile)")
+            seen = (st.st_mtime_ns, st.st_size)
+            if path in programs and self._programs_checked.get(path) != seen:
+                check_file(path)
+                self._programs_checked[path] = seen
+
     def _record(self, result: ScenarioResult, allow_crash: bool) -> ScenarioResult:
         self.results.append(result)
         if not allow_crash:
@@ -51,14 +73,7 @@ class ScenarioDriver:
         return result
 
     def _execute(self, scenario: Scenario, timeout: float | None = None) -> ScenarioResult:
-        for path in scenario.files():
-            if not path.is_file():
-                raise ModelError(f"scenario {scenario.name}: file {path} does not exist "
-                                 "(a deleted compile cache entry? rerun to recompile)")
-        for model in scenario.models.values():
-            # A file that is not an ExecuTorch program never reaches a runner: what a runtime
-            # does with one (the 1.5.1 pybindings abort) would be reported as a runtime crash.
-            check_file(model.pte)
+        self._check_files(scenario)
         out_dir = self.artifacts / scenario.name
         output = self.device.run(scenario, out_dir, timeout or self.timeout)
         result = ScenarioResult.build(scenario, output, parse_trace(output.trace_text), out_dir)

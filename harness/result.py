@@ -86,7 +86,8 @@ class ScenarioResult:
     @classmethod
     def build(cls, scenario: Scenario, output: RunOutput, trace: list[TraceRecord],
               artifacts: Path | None = None) -> "ScenarioResult":
-        events = [e for e in read_events(output.stdout) if e.get("event") == "step"]
+        every = read_events(output.stdout)
+        events = [e for e in every if e.get("event") == "step"]
         by_index = {e["index"]: e for e in events}
         offsets = [by_index[i]["trace_offset"] if i in by_index else -1
                    for i in range(len(scenario.steps))]
@@ -96,7 +97,9 @@ class ScenarioResult:
         logs = split_log_by_step(output.stderr)
         steps = [StepResult(s, by_index.get(i), states[i], logs.get(i, ""))
                  for i, s in enumerate(scenario.steps)]
-        return cls(scenario, output, steps, trace, artifacts)
+        result = cls(scenario, output, steps, trace, artifacts)
+        result.__dict__["completed"] = any(e.get("event") == "end" for e in every)  # cached
+        return result
 
     @functools.cached_property
     def completed(self) -> bool:
