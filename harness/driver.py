@@ -25,11 +25,18 @@ from harness.scenario import Scenario
 
 
 class ScenarioDriver:
-    def __init__(self, device: Device, artifacts: Path, timeout: float) -> None:
+    def __init__(self, device: Device, artifacts: Path, timeout: float,
+                 defer_artifacts: bool = False) -> None:
+        """`defer_artifacts`: a run that exited 0 keeps its output in memory until
+        `write_artifacts()` (the `scenario_driver` fixture calls it only for a test whose
+        artifacts are kept), since the explorer's thousands of passing runs would otherwise
+        each write four files that a passing test deletes; any other run is written at once."""
         self.device = device
         self.artifacts = artifacts
         self.timeout = timeout
+        self.defer_artifacts = defer_artifacts
         self.results: list[ScenarioResult] = []
+        self._unwritten: list[ScenarioResult] = []
         self._programs_checked: dict[Path, tuple[int, int]] = {}  # path -> (mtime_ns, size)
 
     def run(self, scenario: Scenario, allow_crash: bool = False,
@@ -77,12 +84,23 @@ class ScenarioDriver:
         out_dir = self.artifacts / scenario.name
         output = self.device.run(scenario, out_dir, timeout or self.timeout)
         result = ScenarioResult.build(scenario, output, parse_trace(output.trace_text), out_dir)
-        self._keep(result, out_dir)
+        if self.defer_artifacts and output.returncode == 0 and not output.timed_out:
+            self._unwritten.append(result)
+        else:
+            self._keep(result, out_dir)
         return result
+
+    def write_artifacts(self) -> None:
+        """Write the artifacts of the runs `defer_artifacts` held back."""
+        unwritten, self._unwritten = self._unwritten, []
+        for result in unwritten:
+            self._keep(result, result.artifacts)
 
     @staticmethod
     def _keep(result: ScenarioResult, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
+        if not (out_dir / "scenario.json").exists():  # a fork's was in memory
+            result.scenario.write(out_dir / "scenario.json", lambda p: str(Path(p).absolute()))
         out = result.output
         (out_dir / "runner.stdout").write_text(out.stdout)
         (out_dir / "runner.stderr").write_text(out.stderr)

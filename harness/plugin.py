@@ -643,13 +643,16 @@ def scenario_driver(request: pytest.FixtureRequest, hil_session: HilSession, hil
     artifacts = hil_session.options.artifacts_dir / _safe(request.node.nodeid)
     if artifacts.exists():
         shutil.rmtree(artifacts)
-    driver = ScenarioDriver(hil_device, artifacts, hil_session.timeout)
+    driver = ScenarioDriver(hil_device, artifacts, hil_session.timeout, defer_artifacts=True)
     yield driver
     reports = request.config.stash[_REPORTS_KEY].get(request.node.nodeid, [])
     passed = reports and all(r.passed for r in reports) and not any(
         hasattr(r, "wasxfail") for r in reports)
-    if passed and not hil_session.options.keep_artifacts and artifacts.exists():
-        shutil.rmtree(artifacts)
+    if passed and not hil_session.options.keep_artifacts:
+        if artifacts.exists():
+            shutil.rmtree(artifacts)
+    else:
+        driver.write_artifacts()
 
 
 def _safe(nodeid: str) -> str:

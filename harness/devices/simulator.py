@@ -23,9 +23,10 @@ from harness.compile import uses_qnn
 from harness.devices.base import Device, DeviceInfo
 from harness.errors import HarnessError
 from harness.memory import ALLOCATOR_ENV
-from harness.process import run_process
+from harness.process import ProcessOutput, run_process
 from harness.qnn.sdk import QnnSdk
 from harness.result import RunOutput
+from harness.runner.fork_server import ForkServerPool
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
 
@@ -53,7 +54,7 @@ class SimulatorDevice(Device):
                                      f"{runner.kind} runner starts a process per scenario")
             isolation = "process"
         self.isolation = isolation
-        self._pools: dict[tuple, "ForkServerPool"] = {}
+        self._pools: dict[tuple, ForkServerPool] = {}
         self._pools_lock = threading.Lock()
         self.info = DeviceInfo("simulator", "simulator", soc, platform.machine(),
                                details={"qnn": sdk.source})
@@ -80,26 +81,38 @@ class SimulatorDevice(Device):
             self._scratch.cleanup()
 
     def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
-        artifacts.mkdir(parents=True, exist_ok=True)
-        trace = artifacts / "qnn_trace.txt"
-        trace.unlink(missing_ok=True)
-        scenario_file = scenario.write(artifacts / "scenario.json")
-        env = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(trace, self.abi_bridge),
-               **self.runner.environment()}
+        """A new process writes its scenario file and QNN trace into `artifacts`; a fork
+        writes them into its server's scratch directory in memory, and the driver writes them
+        into `artifacts` with the rest when it keeps the run."""
         started = time.monotonic()
         if self.isolation == "fork":
             qnn = any(uses_qnn(model.backend) for model in scenario.models.values())
-            proc = self._pool(env, qnn).run(scenario_file.resolve(), env, timeout, artifacts)
+            with self._pool(self._environment(None), qnn).lease() as server:
+                proc, trace = self._run(scenario, server.scratch, lambda path, env:
+                                        server.run(path, env, timeout))
         else:
-            proc = run_process(self.runner.command(str(scenario_file)), env, timeout)
+            artifacts.mkdir(parents=True, exist_ok=True)
+            proc, trace = self._run(scenario, artifacts, lambda path, env: run_process(
+                self.runner.command(str(path)), env, timeout))
         self.log.debug("scenario %s: %s in %.3f s (%s)", scenario.name,
                        "timed out" if proc.timed_out else f"exit {proc.returncode}",
                        time.monotonic() - started, self.isolation)
-        return RunOutput(proc.returncode, proc.stdout, proc.stderr,
-                         trace.read_text() if trace.exists() else "", proc.timed_out,
+        return RunOutput(proc.returncode, proc.stdout, proc.stderr, trace, proc.timed_out,
                          self.runner_kind)
 
-    def _pool(self, env: dict[str, str], qnn: bool) -> "ForkServerPool":
+    def _run(self, scenario: Scenario, directory: Path, start) -> tuple["ProcessOutput", str]:
+        trace = directory / "qnn_trace.txt"
+        trace.unlink(missing_ok=True)
+        scenario_file = scenario.write(directory / "scenario.json",
+                                       lambda p: str(Path(p).absolute()))
+        proc = start(scenario_file.absolute(), self._environment(trace))
+        return proc, trace.read_text() if trace.exists() else ""
+
+    def _environment(self, trace: Path | None) -> dict[str, str]:
+        return {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(trace, self.abi_bridge),
+                **self.runner.environment()}
+
+    def _pool(self, env: dict[str, str], qnn: bool) -> ForkServerPool:
         """The fork servers for this environment: a server starts with a scenario's environment
         less its per-run part, since the loader and malloc read theirs only at start.
 
@@ -107,8 +120,6 @@ class SimulatorDevice(Device):
         by the name the runtime asks for, the real library by the path the interposer opens);
         the others load nothing more, since a fork copies every mapping its server holds and
         a scenario without QNN would pay for 100 MB of QNN mappings it never touches."""
-        from harness.runner.fork_server import ForkServerPool
-
         base = {k: v for k, v in env.items() if k not in PER_RUN_ENV}
         preload = (("libQnnHtp.so", base["HARNESS_QNN_REAL_HTP"], "libQnnSystem.so") if qnn
                    else ())

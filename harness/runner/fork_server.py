@@ -15,17 +15,20 @@ when it ends. The child is its own process group, so a timeout kills it and what
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import queue
 import select
+import shutil
 import signal
 import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 from harness.errors import HarnessError
 from harness.process import ProcessOutput
@@ -46,6 +49,12 @@ class ForkServer:
     def __init__(self, binary: Path, preload: list[str], env: dict[str, str],
                  log: logging.LoggerAdapter | logging.Logger = log) -> None:
         self._log = tempfile.NamedTemporaryFile(prefix="harness-fork-server-", suffix=".log")
+        # Files of the run in progress: the fork's stdout and stderr (read back and removed
+        # after each run) and whatever the caller puts in `scratch` (the scenario file, the QNN
+        # trace), in memory (/dev/shm) where there is one: a disk costs milliseconds a file.
+        shm = Path("/dev/shm")
+        self.scratch = Path(tempfile.mkdtemp(prefix="harness-fork-",
+                                             dir=shm if shm.is_dir() else None))
         argv = [str(binary), "--serve"]
         for lib in preload:
             argv += ["--preload", lib]
@@ -62,11 +71,10 @@ class ForkServer:
         log.info("fork server %s ready (%s thread, preloaded %s)", self.proc.pid,
                  self.threads, ", ".join(preload) or "nothing")
 
-    def run(self, scenario: Path, env: dict[str, str], timeout: float,
-            out_dir: Path) -> ProcessOutput:
+    def run(self, scenario: Path, env: dict[str, str], timeout: float) -> ProcessOutput:
         """Run `scenario` in a fork with exactly `env` as its environment; its stdout and
-        stderr go to files in `out_dir` and come back in the result, as from a process."""
-        stdout, stderr = out_dir / "fork.stdout", out_dir / "fork.stderr"
+        stderr come back in the result, as from a process (through two files in memory)."""
+        stdout, stderr = self.scratch / "stdout", self.scratch / "stderr"
         request = {"scenario": str(scenario), "stdout": str(stdout), "stderr": str(stderr),
                    "env": env}
         try:
@@ -145,6 +153,7 @@ class ForkServer:
             except OSError:
                 pass
         self._log.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class ForkServerPool:
@@ -160,17 +169,21 @@ class ForkServerPool:
         self._lock = threading.Lock()
         self._all: list[ForkServer] = []
 
-    def run(self, scenario: Path, env: dict[str, str], timeout: float,
-            out_dir: Path) -> ProcessOutput:
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[ForkServer]:
+        """A server of the pool for one run (its `scratch` is the caller's until it is back);
+        one that failed is stopped and replaced by a new one on a later lease."""
         server = self._take()
         try:
-            result = server.run(scenario, env, timeout, out_dir)
+            yield server
         except ForkServerError as exc:
             self.log.warning("fork server %s dropped: %s", server.proc.pid, exc)
             self._discard(server)
             raise
+        except BaseException:
+            self._idle.put(server)
+            raise
         self._idle.put(server)
-        return result
 
     def _take(self) -> ForkServer:
         try:

@@ -92,10 +92,10 @@ def test_a_hung_fork_is_killed_and_the_server_goes_on(native, server_env, tmp_pa
     server = ForkServer(native.binary, [], server_env)
     try:
         started = time.monotonic()
-        out = server.run(hang, server_env, 2.0, tmp_path)
+        out = server.run(hang, server_env, 2.0)
         assert out.timed_out and out.returncode is None
         assert time.monotonic() - started < 30
-        again = server.run(quick, server_env, 60, tmp_path)
+        again = server.run(quick, server_env, 60)
         assert again.returncode == 0 and not again.timed_out, again.stderr
         assert '"event": "end"' in again.stdout
         assert server.alive()
