@@ -114,6 +114,11 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--hil-suites", action="store_true",
                     help="also collect the HIL suites shipped with the package (for a project "
                          "that has the package installed, e.g. with --pte)")
+    group.addoption("--full-exploration", action="store_true",
+                    help="tests/hil/test_orderings.py: explore three modules of the XNNPACK "
+                         "convolution over the whole lifecycle (load, load-method, execute, "
+                         "unload-method, destroy: 126126 orderings up to renaming, minutes) "
+                         "instead of CI's bound (no unload-method: 5775)")
     parser.addini("hil_pte", type="paths", default=[],
                   help="programs the HIL suites run on (like --pte), relative to the ini file")
     parser.addini("hil_models_dirs", type="paths", default=[],

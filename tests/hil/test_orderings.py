@@ -93,17 +93,21 @@ def test_orderings_shared_weights_with_unloads(compiled_model, scenario_driver, 
 
 
 @pytest.mark.parametrize("program", ["xnn_convs", "linear_relu"])
-def test_three_modules_exhaustive(compiled_model, scenario_driver, hil_session, program):
+def test_three_modules_exhaustive(compiled_model, scenario_driver, hil_session, program,
+                                  pytestconfig):
     """Three modules of one program, every ordering up to renaming them (6x fewer runs):
-    load / load-method / execute / destroy for the XNNPACK convolution (5775 orderings), and
-    for the QNN program load / execute (implicit method load) / destroy (280)."""
+    load / load-method / execute / destroy for the XNNPACK convolution (5775 orderings; with
+    --full-exploration also unload-method: 126126), and for the QNN program load / execute
+    (implicit method load) / destroy (280)."""
+    full = pytestconfig.getoption("full_exploration")
     if program == "xnn_convs":
         model = compiled_model(program, "fp32")
-        plans = [ModulePlan(m, model, ("conv_nobias",)) for m in "ABC"]
+        plans = [ModulePlan(m, model, ("conv_nobias",), unload=full) for m in "ABC"]
     else:
         model = compiled_model(program)
         plans = [ModulePlan(m, model, load_method=False) for m in "ABC"]
     orderings = list(interleavings(plans, symmetric=True))
-    assert len(orderings) == {"xnn_convs": 5775, "linear_relu": 280}[program]
+    expected = {"xnn_convs": 126126 if full else 5775, "linear_relu": 280}
+    assert len(orderings) == expected[program]
     # (on an adb device or with the Python runner, run_all explores an evenly spaced sample)
     run_all(scenario_driver, hil_session, f"ord_three_{program}", plans, orderings)
