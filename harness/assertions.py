@@ -106,8 +106,13 @@ def owned_by(owner: str | None, module: str) -> bool:
 
 
 def assert_traced(result: ScenarioResult) -> None:
-    """A scenario with QNN programs has a QNN call trace; without one, counts would read zero."""
-    if any(uses_qnn(m.backend) for m in result.scenario.models.values()) and not any(r.kind == "api" for r in result.trace):
+    """A scenario that loads or executes a method of a QNN program has a QNN call trace;
+    without one, counts would read zero. (Loading and destroying a module alone makes no QNN
+    call: delegates start when a method loads.)"""
+    qnn = {name for name, m in result.scenario.models.items() if uses_qnn(m.backend)}
+    touched = any(sub.op in ("load_method", "execute") and sub.module in qnn
+                  for step in result.scenario.steps for sub in step.flat)
+    if touched and not any(r.kind == "api" for r in result.trace):
         raise check_failed(result, 
             f"scenario {result.scenario.name}: no QNN call trace was recorded, so isolation and "
             "live counts cannot be checked: the harness's libQnnHtp.so interposer was not loaded "

@@ -68,3 +68,44 @@ def test_shrinks_to_minimal_failing_ordering(monkeypatch):
     assert ("destroy_module", "A", None) in minimal and ("execute", "B", "forward") in minimal
     assert "DelegateHandle has been deleted" in exploration.report()
     assert signature("scenario x: step 3 execute(B.forward): error [1] boom") == "execute error"
+
+
+def test_hypothesis_search_shrinks_and_replays(monkeypatch, tmp_path):
+    """The Hypothesis search (harness.ordering_search) finds the same stand-in bug, shrinks it
+    to the two operations that make it plus their modules' loads and destroys, and the next
+    search replays that ordering first from its example database."""
+    import harness.ordering_search as search_module
+    from harness.ordering_search import orderings_strategy, search
+
+    plans = [ModulePlan("A", model()), ModulePlan("B", model()), ModulePlan("C", model())]
+
+    def verdict(scenario):  # "bug": executing B after A was destroyed
+        ops = [(s.op, s.module, s.method) for s in scenario.steps]
+        if ("destroy_module", "A", None) in ops and ("execute", "B", "forward") in ops:
+            if ops.index(("destroy_module", "A", None)) < ops.index(("execute", "B", "forward")):
+                return "scenario x: step 3 execute(B.forward): error [1] DelegateHandle has been deleted"
+        return None
+
+    class Echo:
+        ran: list = []
+
+        def run(self, sc):
+            Echo.ran.append([(s.op, s.module, s.method) for s in sc.steps if s.op != "snapshot"])
+            return sc
+
+    monkeypatch.setattr(search_module, "check", verdict)
+    first = search(Echo(), "t", plans, examples=200, database=tmp_path)
+    assert first.failures, "no failing ordering found in 200 examples"
+    minimal = first.failures[0].minimal
+    assert minimal == [("load_module", "A", None), ("destroy_module", "A", None),
+                       ("load_module", "B", None), ("execute", "B", "forward"),
+                       ("destroy_module", "B", None)], minimal
+    Echo.ran = []
+    again = search(Echo(), "t", plans, examples=200, database=tmp_path)
+    assert again.failures[0].minimal == minimal
+    assert Echo.ran[0] == minimal and len(Echo.ran) <= 3  # replayed first from the database
+
+    from hypothesis import find
+
+    drawn = find(orderings_strategy(plans), lambda ops: len({o[1] for o in ops}) == 3)
+    assert all(e.step_ok for e in predict(to_scenario("x", plans, drawn)))

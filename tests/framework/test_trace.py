@@ -54,18 +54,27 @@ def test_torn_last_line_is_ignored_and_garbage_is_an_error():
 
 
 def test_missing_trace_is_reported_not_read_as_zero(tmp_path):
+    """A QNN method was loaded and no trace came back: reported. A QNN module loaded and
+    destroyed with no method loaded makes no QNN call, so no trace is right there."""
     from harness.assertions import assert_live_counts
-    from harness.compile import CompiledModel
+    from harness.compile import CompiledModel, MethodReference
     from harness.result import RunOutput, ScenarioResult
     from harness.scenario import Scenario
 
-    model = CompiledModel("m", "qnn", "SM8650", "fp16", tmp_path / "m.pte", {}, 0, 0)
-    sc = Scenario("untraced").load_module("A", model)
-    events = ('HARNESS_EVENT {"event": "step", "index": 0, "op": "load_module", "status": "ok", '
-              '"trace_offset": 0}\nHARNESS_EVENT {"event": "end"}\n')
-    result = ScenarioResult.build(sc, RunOutput(0, events, ""), [])
+    model = CompiledModel("m", "qnn", "SM8650", "fp16", tmp_path / "m.pte",
+                          {"forward": MethodReference((), ())}, 0, 0)
+
+    def untraced(sc: Scenario) -> ScenarioResult:
+        events = "".join(
+            f'HARNESS_EVENT {{"event": "step", "index": {i}, "op": "{s.op}", "status": "ok", '
+            '"trace_offset": 0}\n' for i, s in enumerate(sc.steps))
+        return ScenarioResult.build(sc, RunOutput(0, events + 'HARNESS_EVENT {"event": "end"}\n',
+                                                  ""), [])
+
+    loaded = untraced(Scenario("untraced").load_module("A", model).load_method("A", "forward"))
     with pytest.raises(AssertionError, match="no QNN call trace was recorded"):
-        assert_live_counts(result)
+        assert_live_counts(loaded)
+    assert_live_counts(untraced(Scenario("no_call").load_module("A", model).destroy_module("A")))
 
 
 def test_htp_memory_bound_uses_live_contexts(tmp_path):
