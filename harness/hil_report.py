@@ -244,7 +244,8 @@ class HilReport:
         metrics = metrics_of(runs)
         kept = kept_runs(runs, self.config.getoption("hil_report_max_runs", DEFAULT_MAX_RUNS),
                          raised)
-        data.update({"runs": [runs[i] for i in kept], "runs_omitted": len(runs) - len(kept),
+        omitted = len(runs) - len(kept) + getattr(driver, "omitted", 0)
+        data.update({"runs": [runs[i] for i in kept], "runs_omitted": omitted,
                      "metrics": metrics,
                      "xnnpack": [xnnpack_entry(load, expected) for load, expected in verdicts],
                      "failure": raised, "_results": [results[i] for i in kept],

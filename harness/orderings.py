@@ -220,7 +220,11 @@ def explore(run: Runner, name: str, plans: list[ModulePlan], orderings: list[lis
     failures: list[Failure] = []
     shrunk: set[str] = set()
     scenarios = (to_scenario(f"{name}_{i}", plans, ops) for i, ops in enumerate(orderings))
-    messages = [check(result) for result in run.run_batch(scenarios, jobs)]
+    messages = []
+    for result in run.run_batch(scenarios, jobs):
+        messages.append(check(result))
+        if messages[-1] is None and hasattr(run, "release"):
+            run.release(result)  # passed: the driver need not hold it for the report
     for i, (ops, message) in enumerate(zip(orderings, messages)):
         if message is None:
             continue
