@@ -26,10 +26,9 @@ import random
 from pathlib import Path
 
 from harness.orderings import (Exploration, Failure, ModulePlan, Op, Runner, _valid, check,
-                               to_scenario)
+                               ready, to_scenario)
 
 KEPT_ALWAYS = ("load_module", "destroy_module")
-STEP_ORDER = ("load_method", "execute", "unload_method")
 
 
 def orderings_strategy(plans: list[ModulePlan]):
@@ -50,27 +49,14 @@ def orderings_strategy(plans: list[ModulePlan]):
         done: set[Op] = set()
         ordering: list[Op] = []
         while len(ordering) < len(kept):
-            ready = [op for op in kept if op not in done and _ready(op, done, keep)]
-            op = ready[draw(st.integers(0, len(ready) - 1))]
+            now = [op for op in kept if op not in done and ready(op, done, keep)]
+            op = now[draw(st.integers(0, len(now) - 1))]
             ordering.append(op)
             done.add(op)
         assume(_valid(plans, ordering))
         return ordering
 
     return draw_ordering()
-
-
-def _ready(op: Op, done: set[Op], kept: set[Op]) -> bool:
-    """`harness.orderings._ready` over the kept operations only."""
-    kind, module, method = op
-    if kind == "load_module":
-        return True
-    if ("load_module", module, None) not in done:
-        return False
-    if kind == "destroy_module":
-        return all(o in done for o in kept if o[1] == module and o[0] != "destroy_module")
-    before = STEP_ORDER[:STEP_ORDER.index(kind)]
-    return all((k, module, method) in done for k in before if (k, module, method) in kept)
 
 
 def search(run: Runner, name: str, plans: list[ModulePlan], examples: int,

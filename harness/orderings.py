@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Callable, Collection, Iterable, Iterator, Protocol
 
 from harness.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
                                 assert_steps_ok)
@@ -59,18 +59,21 @@ class ModulePlan:
         return ops + [("destroy_module", self.name, None)]
 
 
-def _ready(op: Op, done: set[Op], plan: ModulePlan) -> bool:
-    """May `op` run now? Module load first, destroy last, per method load < execute < unload."""
+STEP_ORDER = ("load_method", "execute", "unload_method")
+
+
+def ready(op: Op, done: set[Op], planned: Collection[Op]) -> bool:
+    """May `op` run now, given the operations `done` and those `planned` (a module's whole
+    lifecycle, or the subset a search kept)? Module load first, destroy last after the
+    module's other planned operations, per method load < execute < unload."""
     kind, module, method = op
     if kind == "load_module":
         return True
     if ("load_module", module, None) not in done:
         return False
     if kind == "destroy_module":
-        return all(o in done for o in plan.ops() if o[0] != "destroy_module")
-    order = ["load_method", "execute", "unload_method"]
-    before = order[:order.index(kind)]
-    planned = plan.ops()
+        return all(o in done for o in planned if o[1] == module and o[0] != "destroy_module")
+    before = STEP_ORDER[:STEP_ORDER.index(kind)]
     return all((k, module, method) in done for k in before if (k, module, method) in planned)
 
 
@@ -95,7 +98,7 @@ def _extensions(plans: list[ModulePlan], choose: Callable[[list[Op]], list[Op]],
         if op[0] == "load_module" and op[1] in twins and \
                 ("load_module", twins[op[1]], None) not in done:
             return False
-        return _ready(op, done, by_module[op[1]])
+        return ready(op, done, by_module[op[1]].ops())
 
     def walk(prefix: list[Op], done: set[Op]) -> Iterator[list[Op]]:
         left = [op for op in remaining if op not in done]

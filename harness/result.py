@@ -98,14 +98,14 @@ class ScenarioResult:
         steps = [StepResult(s, by_index.get(i), states[i], logs.get(i, ""))
                  for i, s in enumerate(scenario.steps)]
         result = cls(scenario, output, steps, trace, artifacts)
-        result.__dict__["completed"] = any(e.get("event") == "end" for e in every)  # cached
+        result.__dict__["completed"] = _ended(every)  # the cached property, from this one parse
         return result
 
     @functools.cached_property
     def completed(self) -> bool:
         """The runner wrote its `end` event: it ran every step and its teardown. A run without
         it did not finish, whatever its exit code says. (Read once: the output never changes.)"""
-        return any(e.get("event") == "end" for e in read_events(self.output.stdout))
+        return _ended(read_events(self.output.stdout))
 
     @property
     def crashed(self) -> bool:
@@ -185,3 +185,8 @@ def _signal_name(num: int) -> str:
 def log_tail(text: str, lines: int) -> str:
     kept = [l for l in text.splitlines() if not is_protocol_line(l)]
     return "\n".join("    " + l for l in kept[-lines:])
+
+
+def _ended(events: list[dict]) -> bool:
+    """The runner wrote its `end` event."""
+    return any(e.get("event") == "end" for e in events)

@@ -41,19 +41,21 @@ def test_random_orderings_are_seeded():
     assert len({tuple(o) for o in random_interleavings(plans, 20, seed=1)}) > 1
 
 
+def b_executed_after_a_destroyed(scenario):
+    """A stand-in for `check`: the "bug" is executing B after A was destroyed."""
+    ops = [(s.op, s.module, s.method) for s in scenario.steps]
+    if ("destroy_module", "A", None) in ops and ("execute", "B", "forward") in ops:
+        if ops.index(("destroy_module", "A", None)) < ops.index(("execute", "B", "forward")):
+            return "scenario x: step 3 execute(B.forward): error [1] DelegateHandle has been deleted"
+    return None
+
+
 def test_shrinks_to_minimal_failing_ordering(monkeypatch):
     import harness.orderings as orderings
 
     plans = [ModulePlan("A", model()), ModulePlan("B", model()), ModulePlan("C", model())]
 
-    def verdict(scenario):  # "bug": executing B after A was destroyed
-        ops = [(s.op, s.module, s.method) for s in scenario.steps]
-        if ("destroy_module", "A", None) in ops and ("execute", "B", "forward") in ops:
-            if ops.index(("destroy_module", "A", None)) < ops.index(("execute", "B", "forward")):
-                return "scenario x: step 3 execute(B.forward): error [1] DelegateHandle has been deleted"
-        return None
-
-    monkeypatch.setattr(orderings, "check", lambda result: verdict(result))
+    monkeypatch.setattr(orderings, "check", b_executed_after_a_destroyed)
     class Echo:  # "runs" a scenario by handing it back: check() above reads its steps
         def run(self, sc):
             return sc
@@ -79,13 +81,6 @@ def test_hypothesis_search_shrinks_and_replays(monkeypatch, tmp_path):
 
     plans = [ModulePlan("A", model()), ModulePlan("B", model()), ModulePlan("C", model())]
 
-    def verdict(scenario):  # "bug": executing B after A was destroyed
-        ops = [(s.op, s.module, s.method) for s in scenario.steps]
-        if ("destroy_module", "A", None) in ops and ("execute", "B", "forward") in ops:
-            if ops.index(("destroy_module", "A", None)) < ops.index(("execute", "B", "forward")):
-                return "scenario x: step 3 execute(B.forward): error [1] DelegateHandle has been deleted"
-        return None
-
     class Echo:
         ran: list = []
 
@@ -93,7 +88,7 @@ def test_hypothesis_search_shrinks_and_replays(monkeypatch, tmp_path):
             Echo.ran.append([(s.op, s.module, s.method) for s in sc.steps if s.op != "snapshot"])
             return sc
 
-    monkeypatch.setattr(search_module, "check", verdict)
+    monkeypatch.setattr(search_module, "check", b_executed_after_a_destroyed)
     first = search(Echo(), "t", plans, examples=200, database=tmp_path)
     assert first.failures, "no failing ordering found in 200 examples"
     minimal = first.failures[0].minimal
