@@ -107,6 +107,9 @@ class Counting:
     def run_batch(self, scenarios, jobs):
         return map(self.run, scenarios)
 
+    def release(self, result):
+        self.driver.release(result)
+
 
 def shrinking(seeds: int) -> int:
     from harness.ordering_search import search

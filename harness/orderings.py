@@ -208,6 +208,9 @@ class Runner(Protocol):
 
     def run_batch(self, scenarios: Iterable[Scenario], jobs: int) -> Iterable[ScenarioResult]: ...
 
+    def release(self, result: ScenarioResult) -> None:
+        """`result` passed every check: the runner need not hold it for the report."""
+
 
 def scenario_jobs(device) -> int:
     """How many orderings to run at once on `device`: its `scenario_jobs` (the simulator's is
@@ -226,8 +229,8 @@ def explore(run: Runner, name: str, plans: list[ModulePlan], orderings: list[lis
     messages = []
     for result in run.run_batch(scenarios, jobs):
         messages.append(check(result))
-        if messages[-1] is None and hasattr(run, "release"):
-            run.release(result)  # passed: the driver need not hold it for the report
+        if messages[-1] is None:
+            run.release(result)
     for i, (ops, message) in enumerate(zip(orderings, messages)):
         if message is None:
             continue

@@ -1,7 +1,8 @@
 """The host HTP simulator as a device: runners run as local child processes.
 
-Each run gets its own QNN trace file and scenario directory under the test's artifacts, and
-the QNN environment of `harness.qnn.sdk` (interposer first on the library path).
+Each run gets its own QNN trace file and scenario file (under the test's artifacts, or for a
+fork in its server's scratch directory until the driver keeps the run), and the QNN
+environment of `harness.qnn.sdk` (interposer first on the library path).
 
 Isolation (`--scenario-isolation`): with the native runner every scenario is, by default, a
 fork of a server that has loaded the QNN libraries once (`harness.runner.fork_server`);
@@ -24,15 +25,13 @@ from harness.devices.base import Device, DeviceInfo
 from harness.errors import HarnessError
 from harness.memory import ALLOCATOR_ENV
 from harness.process import ProcessOutput, run_process
-from harness.qnn.sdk import QnnSdk
+from harness.qnn.sdk import TRACE_ENV, QnnSdk
 from harness.result import RunOutput
 from harness.runner.fork_server import ForkServerPool
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
 
 ISOLATIONS = ("fork", "process")
-# What each scenario sets itself; everything else of its environment is the fork server's.
-PER_RUN_ENV = ("HARNESS_QNN_TRACE",)
 
 
 class SimulatorDevice(Device):
@@ -85,14 +84,17 @@ class SimulatorDevice(Device):
         writes them into its server's scratch directory in memory, and the driver writes them
         into `artifacts` with the rest when it keeps the run."""
         started = time.monotonic()
+        base = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(None, self.abi_bridge),
+                **self.runner.environment()}
+        base.pop(TRACE_ENV, None)  # each run's own, set by _run; a server's environment lacks it
         if self.isolation == "fork":
             qnn = any(uses_qnn(model.backend) for model in scenario.models.values())
-            with self._pool(self._environment(None), qnn).lease() as server:
-                proc, trace = self._run(scenario, server.scratch, lambda path, env:
+            with self._pool(base, qnn).lease() as server:
+                proc, trace = self._run(scenario, server.scratch, base, lambda path, env:
                                         server.run(path, env, timeout))
         else:
             artifacts.mkdir(parents=True, exist_ok=True)
-            proc, trace = self._run(scenario, artifacts, lambda path, env: run_process(
+            proc, trace = self._run(scenario, artifacts, base, lambda path, env: run_process(
                 self.runner.command(str(path)), env, timeout))
         self.log.debug("scenario %s: %s in %.3f s (%s)", scenario.name,
                        "timed out" if proc.timed_out else f"exit {proc.returncode}",
@@ -100,27 +102,26 @@ class SimulatorDevice(Device):
         return RunOutput(proc.returncode, proc.stdout, proc.stderr, trace, proc.timed_out,
                          self.runner_kind)
 
-    def _run(self, scenario: Scenario, directory: Path, start) -> tuple["ProcessOutput", str]:
+    def _run(self, scenario: Scenario, directory: Path, base: dict[str, str],
+             start) -> tuple[ProcessOutput, str]:
+        """Write the scenario file into `directory`, start it with `base` and the trace file
+        there as the environment, and return what ran and the trace's text."""
         trace = directory / "qnn_trace.txt"
         trace.unlink(missing_ok=True)
         scenario_file = scenario.write(directory / "scenario.json",
                                        lambda p: str(Path(p).absolute()))
-        proc = start(scenario_file.absolute(), self._environment(trace))
+        proc = start(scenario_file.absolute(), {**base, TRACE_ENV: str(trace)})
         return proc, trace.read_text() if trace.exists() else ""
 
-    def _environment(self, trace: Path | None) -> dict[str, str]:
-        return {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(trace, self.abi_bridge),
-                **self.runner.environment()}
-
-    def _pool(self, env: dict[str, str], qnn: bool) -> ForkServerPool:
+    def _pool(self, base: dict[str, str], qnn: bool) -> ForkServerPool:
         """The fork servers for this environment: a server starts with a scenario's environment
-        less its per-run part, since the loader and malloc read theirs only at start.
+        less its per-run part (the trace file; the interposer reads it at every call), since
+        the loader and malloc read theirs only at start.
 
         Servers for scenarios with QNN programs have the QNN libraries loaded (the interposer
         by the name the runtime asks for, the real library by the path the interposer opens);
         the others load nothing more, since a fork copies every mapping its server holds and
         a scenario without QNN would pay for 100 MB of QNN mappings it never touches."""
-        base = {k: v for k, v in env.items() if k not in PER_RUN_ENV}
         preload = (("libQnnHtp.so", base["HARNESS_QNN_REAL_HTP"], "libQnnSystem.so") if qnn
                    else ())
         key = (preload, tuple(sorted(base.items())))

@@ -36,6 +36,11 @@ BUILT_AGAINST_CORE_API = {"1.5.1": "2.27"}
 DEFAULT_BUILT_AGAINST = "2.27"
 
 
+TRACE_ENV = "HARNESS_QNN_TRACE"
+"""Where the interposer appends the QNN call trace (read at every call, so it may change per run
+in a forked process)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class QnnSdk:
     """A usable set of host QNN libraries and the root laid out for them."""
@@ -64,7 +69,7 @@ class QnnSdk:
             "HARNESS_QNN_BRIDGE_ABOVE": built_against_core_api(),
         }
         if trace is not None:
-            env["HARNESS_QNN_TRACE"] = str(trace)
+            env[TRACE_ENV] = str(trace)
         return env
 
 

@@ -63,6 +63,9 @@ def test_shrinks_to_minimal_failing_ordering(monkeypatch):
         def run_batch(self, scenarios, jobs):
             return map(self.run, scenarios)
 
+        def release(self, result):
+            pass
+
     exploration = explore(Echo(), "t", plans, random_interleavings(plans, 30, seed=7))
     assert exploration.failures
     minimal = exploration.failures[0].minimal
