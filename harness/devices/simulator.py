@@ -32,6 +32,9 @@ from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
 
 ISOLATIONS = ("fork", "process")
+# The harness process's own bookkeeping, not given to runners: pytest sets it anew for every
+# test phase, so with it every test would need fork servers of its own.
+HARNESS_ONLY_ENV = ("PYTEST_CURRENT_TEST",)
 
 
 class SimulatorDevice(Device):
@@ -53,7 +56,8 @@ class SimulatorDevice(Device):
                                      f"{runner.kind} runner starts a process per scenario")
             isolation = "process"
         self.isolation = isolation
-        self._pools: dict[tuple, ForkServerPool] = {}
+        # preload set -> (the environment its servers started with, the pool)
+        self._pools: dict[tuple, tuple[tuple, ForkServerPool]] = {}
         self._pools_lock = threading.Lock()
         self.info = DeviceInfo("simulator", "simulator", soc, platform.machine(),
                                details={"qnn": sdk.source})
@@ -74,7 +78,7 @@ class SimulatorDevice(Device):
     def close(self) -> None:
         with self._pools_lock:
             pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
+        for _, pool in pools:
             pool.close()
         if hasattr(self, "_scratch"):
             self._scratch.cleanup()
@@ -87,6 +91,8 @@ class SimulatorDevice(Device):
         base = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(None, self.abi_bridge),
                 **self.runner.environment()}
         base.pop(TRACE_ENV, None)  # each run's own, set by _run; a server's environment lacks it
+        for name in HARNESS_ONLY_ENV:
+            base.pop(name, None)
         if self.isolation == "fork":
             qnn = any(uses_qnn(model.backend) for model in scenario.models.values())
             with self._pool(base, qnn).lease() as server:
@@ -124,9 +130,16 @@ class SimulatorDevice(Device):
         a scenario without QNN would pay for 100 MB of QNN mappings it never touches."""
         preload = (("libQnnHtp.so", base["HARNESS_QNN_REAL_HTP"], "libQnnSystem.so") if qnn
                    else ())
-        key = (preload, tuple(sorted(base.items())))
+        environment = tuple(sorted(base.items()))
         with self._pools_lock:
-            if key not in self._pools:
-                self._pools[key] = ForkServerPool(self.runner.binary, list(preload), base,
-                                                  self.scenario_jobs, self.log)
-            return self._pools[key]
+            held = self._pools.get(preload)
+            if held is not None and held[0] == environment:
+                return held[1]
+            # The environment changed (a test set a variable): servers for the new one, and
+            # the old ones stopped, so the device holds at most one pool per preload set.
+            pool = ForkServerPool(self.runner.binary, list(preload), base, self.scenario_jobs,
+                                  self.log)
+            self._pools[preload] = (environment, pool)
+        if held is not None:
+            held[1].close()
+        return pool
