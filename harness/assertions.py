@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 
 from harness.compile import uses_qnn
+from harness.dsp_heap import error_name
 from harness.failures import Failure, HilFailure, inconsistent_outputs, run_failures
+from harness.qnn.trace import replay
 from harness.reference import predict
 from harness.result import ScenarioResult
 from harness.scenario import Step
@@ -257,3 +259,64 @@ def assert_htp_memory_bounded(result: ScenarioResult, per_context_kb: int) -> No
     if problems:
         raise check_failed(result, f"scenario {result.scenario.name}: HTP memory beyond the device "
                              "config's tolerance:\n  " + "\n  ".join(problems))
+
+
+def step_at_offset(result: ScenarioResult, offset: int) -> int | None:
+    """The step during which the trace reached byte `offset` (the first step whose reported
+    trace offset covers it); None when no reported step does (the runner died in it)."""
+    for i, s in enumerate(result.steps):
+        reached = (s.event or {}).get("trace_offset")
+        if isinstance(reached, int) and reached >= offset:
+            return i
+    return None
+
+
+def assert_dsp_heap_bounded(result: ScenarioResult, per_context_kb: int, leak_kb: int,
+                            expected: bool) -> None:
+    """DSP heap (QNN's own profile events at every context create and free, on phones) never
+    exceeds `per_context_kb` per live context above its baseline, the reading before the run's
+    first context, and is back within `leak_kb` of it whenever a free leaves no context live.
+
+    `expected` says whether the device gives the reading (harness.dsp_heap.wanted); where it
+    does not (the HTP simulator) there is nothing to check. Where it should, a library that
+    refused the profiling, or contexts without any reading, fail: a missing reading must not
+    read as a pass."""
+    if not expected:
+        return
+    assert_completed(result)
+    name = result.scenario.name
+    state = replay(result.trace)
+    if state.dsp_unsupported is not None:
+        raise check_failed(result,
+            f"scenario {name}: the device's libQnnHtp refused DSP memory profiling (error "
+            f"{error_name(state.dsp_unsupported)}), so its DSP heap cannot be read; run with "
+            "--dsp-heap off to go without the reading")
+    if not state.dsp:
+        if any(r.kind == "context_create" and r.rc == 0 for r in result.trace):
+            raise check_failed(result,
+                f"scenario {name}: QNN contexts were created but no DSP heap reading was traced "
+                "(no DSP:... byte events in the profiles of QnnContext_createFromBinary and "
+                "QnnContext_free)")
+        return
+    baseline = state.dsp[0].bytes
+    problems = []
+    for reading in state.dsp:
+        grown_kb = (reading.bytes - baseline) / 1024
+        step = step_at_offset(result, reading.offset)
+        where = (f"step {step} {result.steps[step].step.describe()}" if step is not None
+                 else "after the last reported step")
+        # A "before ..._freed" figure still holds the context being freed.
+        holding = reading.live_contexts + (reading.op == "free" and "before" in reading.event)
+        if reading.op == "free" and "after" in reading.event and reading.live_contexts == 0:
+            if grown_kb > leak_kb:
+                problems.append(
+                    f"{where}: {reading.event} {reading.bytes} bytes, {grown_kb:.0f} kB above the "
+                    f"baseline ({baseline} bytes) with no live context (tolerance {leak_kb} kB): "
+                    "freed contexts kept DSP heap")
+        elif grown_kb > holding * per_context_kb:
+            problems.append(
+                f"{where}: {reading.event} +{grown_kb:.0f} kB with {holding} live contexts "
+                f"(allowed {per_context_kb} kB each)")
+    if problems:
+        raise check_failed(result, f"scenario {name}: DSP heap beyond the device config's "
+                           "bounds:\n  " + "\n  ".join(problems))

@@ -38,7 +38,8 @@ DEFAULT_TIME_MIN_MS = 10.0
 DEFAULT_MEMORY_THRESHOLD_KB = 8192
 BAD = ("failed", "error")
 MEMORY_METRICS = (("rss_kb", "peak Rss", 1), ("pss_kb", "peak Pss", 1),
-                  ("dmabuf_bytes", "peak dma-buf", 1024))  # last: units per kB
+                  ("dmabuf_bytes", "peak dma-buf", 1024),
+                  ("dsp_heap_bytes", "peak DSP heap", 1024))  # last: units per kB
 
 
 @dataclasses.dataclass(frozen=True)

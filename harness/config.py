@@ -27,6 +27,11 @@ class SocMemory(StrictModel):
     rss_leak_kb: int = Field(ge=0)
     # dma-buf (HTP shared and spill-fill buffers) expected per live QNN context.
     htp_context_kb: int = Field(0, ge=0)
+    # DSP heap (QNN's DSP memory profiling, phones only) allowed per live QNN context above
+    # the heap before the first context, and how far above that baseline it may stay once no
+    # context is live.
+    dsp_heap_context_kb: int = Field(32768, ge=0)
+    dsp_heap_leak_kb: int = Field(256, ge=0)
 
 
 class SocTimeouts(StrictModel):
@@ -88,6 +93,8 @@ class SocConfig:
     path: Path
     name: str = ""
     board_platforms: tuple[str, ...] = ()
+    dsp_heap_context_kb: int = 32768
+    dsp_heap_leak_kb: int = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +122,8 @@ def load_soc(path: Path) -> SocConfig:
                           f"{path.stem!r}")
     return SocConfig(data.soc, data.htp_arch, data.vtcm_mb, data.memory.rss_leak_kb,
                      data.memory.htp_context_kb, float(data.timeouts.runner_s), path, data.name,
-                     tuple(data.board_platforms))
+                     tuple(data.board_platforms), data.memory.dsp_heap_context_kb,
+                     data.memory.dsp_heap_leak_kb)
 
 
 def known_socs(config_dir: Path = CONFIG_DIR) -> list[str]:

@@ -135,7 +135,8 @@ class HilReport:
         facts = {"worker": self.worker, "serial": info.serial, "kind": info.kind, "soc": info.soc,
                  "abi": info.abi, "android": info.android,
                  "details": {k: v for k, v in info.details.items()}, "runner": None,
-                 "soc_config": None, "simulator_config": None, "qnn": {}, "state": {}}
+                 "soc_config": None, "simulator_config": None, "qnn": {}, "state": {},
+                 "dsp_heap": getattr(device, "dsp_heap_note", "")}
         try:
             facts["runner"] = session.device_runner
         except HarnessError as exc:
@@ -145,6 +146,8 @@ class HilReport:
             facts["soc_config"] = {"soc": soc.soc, "name": soc.name, "htp_arch": soc.htp_arch,
                                    "vtcm_mb": soc.vtcm_mb, "rss_leak_kb": soc.rss_leak_kb,
                                    "htp_context_kb": soc.htp_context_kb,
+                                   "dsp_heap_context_kb": soc.dsp_heap_context_kb,
+                                   "dsp_heap_leak_kb": soc.dsp_heap_leak_kb,
                                    "runner_timeout_s": soc.runner_timeout_s,
                                    "board_platforms": list(soc.board_platforms),
                                    "file": str(soc.path)}

@@ -137,13 +137,14 @@ def step_table(run: dict, failing: set[int]) -> str:
         rows.append(_row([str(step["index"]), step["target"], step["status"],
                           _clip(message.strip()), _ms(step.get("elapsed_ms")),
                           _live(step["live"]), _mib(memory.get("rss_kb"), 1024),
-                          _mib(memory.get("dmabuf_bytes"), 2**20)],
-                         failing=step["index"] in failing, numeric={0, 4, 6, 7}))
+                          _mib(memory.get("dmabuf_bytes"), 2**20),
+                          _mib(memory.get("dsp_heap_bytes"), 2**20)],
+                         failing=step["index"] in failing, numeric={0, 4, 6, 7, 8}))
     more = len(run["steps"]) - STEP_ROWS
     note = f'<p class="muted">{more} more steps: see {RESULTS}</p>' if more > 0 else ""
     return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in (
         "#", "op", "status", "runtime's message", "elapsed ms", "live backend/device/context",
-        "Rss MiB", "dma-buf MiB")) + "</tr>" + "".join(rows) + "</table>" + note)
+        "Rss MiB", "dma-buf MiB", "DSP heap MiB")) + "</tr>" + "".join(rows) + "</table>" + note)
 
 
 def _excerpts(run: dict, result: ScenarioResult, failing: set[int]) -> str:
@@ -221,6 +222,8 @@ def devices_section(devices: list[dict]) -> str:
             parts.append(_kv_table("simulator config", d["simulator_config"]))
         parts.append(_kv_table("QNN", d.get("qnn") or {}))
         parts.append("</div>")
+        if d.get("dsp_heap"):
+            parts.append(f"<p>{escape(d['dsp_heap'])}</p>")
         parts.append(state_section(d.get("state") or {}))
     parts.append("</div>")
     return "".join(parts)

@@ -37,7 +37,12 @@ def scenario_plot(run: dict, failing_steps: set[int]) -> str:
     fig = Figure(figsize=(10, 3.8), dpi=DPI)
     ax = fig.add_subplot(1, 1, 1)
     lines = [series("rss_kb", 1024), series("anonymous_kb", 1024), series("dmabuf_bytes", 2**20)]
-    for values, label in zip(lines, ("Rss", "Anonymous", "dma-buf")):
+    labels = ["Rss", "Anonymous", "dma-buf"]
+    dsp = series("dsp_heap_bytes", 2**20)
+    if not all(math.isnan(v) for v in dsp):  # phones only: the simulator has no DSP heap
+        lines.append(dsp)
+        labels.append("DSP heap")
+    for values, label in zip(lines, labels):
         ax.plot(x, values, marker="o", ms=3, label=label)
     ax.set_ylabel("MiB")
     top = max([v for values in lines for v in values if not math.isnan(v)] + [1.0])

@@ -25,7 +25,7 @@ MESSAGE_CHARS = 2000  # a failure's message (the runtime's words and log lines) 
 TIMED_OPS = ("load_method", "execute")  # steps whose elapsed_ms are per-method metrics
 MEMORY_FIELDS = (("rss_kb", "Rss"), ("pss_kb", "Pss"), ("anonymous_kb", "Anonymous"),
                  ("private_dirty_kb", "Private_Dirty"), ("swap_kb", "Swap"))
-PEAK_FIELDS = ("rss_kb", "pss_kb", "anonymous_kb", "dmabuf_bytes")
+PEAK_FIELDS = ("rss_kb", "pss_kb", "anonymous_kb", "dmabuf_bytes", "dsp_heap_bytes")
 
 
 class ResultsError(ValueError):
@@ -34,8 +34,9 @@ class ResultsError(ValueError):
 
 # One scenario run -------------------------------------------------------------------------------
 def step_memory(step: StepResult) -> dict | None:
-    """The step's process memory: smaps_rollup values in kB, dma-buf in bytes; None when the
-    runner reported no reading (a step that never ran)."""
+    """The step's process memory: smaps_rollup values in kB, dma-buf in bytes, and the DSP
+    heap QNN last reported by the end of the step (bytes; None where the device gives no such
+    reading); None when the runner reported no reading (a step that never ran)."""
     memory = step.memory
     rollup = memory.get("rollup") or {}
     dmabuf = memory.get("dmabuf") or {}
@@ -44,6 +45,7 @@ def step_memory(step: StepResult) -> dict | None:
     out = {key: rollup.get(field) for key, field in MEMORY_FIELDS}
     out["dmabuf_bytes"] = dmabuf.get("bytes")
     out["dmabuf_count"] = dmabuf.get("count")
+    out["dsp_heap_bytes"] = step.trace.get("dsp_heap")
     return out
 
 
@@ -141,7 +143,7 @@ def timed_steps(run: dict) -> Iterable[tuple[str, str, float]]:
 
 
 def run_peaks(run: dict) -> dict[str, int | None]:
-    """Peak over the run's steps of Rss, Pss, Anonymous (kB) and dma-buf (bytes)."""
+    """Peak over the run's steps of Rss, Pss, Anonymous (kB), dma-buf and DSP heap (bytes)."""
     peaks: dict[str, int | None] = {k: None for k in PEAK_FIELDS}
     for step in run.get("steps", []):
         memory = step.get("memory") or {}

@@ -61,6 +61,8 @@ class Options:
     # CPU) where a test runs independent scenarios (the ordering explorer).
     scenario_isolation: str = "fork"
     scenario_jobs: int = 0
+    # --dsp-heap: ask QNN for DSP heap readings (auto: on Android devices with QNN only)
+    dsp_heap: str = "auto"
 
 
 class HilSession:
@@ -142,7 +144,8 @@ class HilSession:
             device = SimulatorDevice(self.sdk, self._simulated_soc(), self.simulator_runner,
                                      self.options.abi_bridge,
                                      isolation=self.options.scenario_isolation,
-                                     jobs=self.options.scenario_jobs)
+                                     jobs=self.options.scenario_jobs,
+                                     dsp_heap_setting=self.options.dsp_heap)
             if device.isolation_notice:
                 self.notices.append(device.isolation_notice)
             return device
@@ -182,8 +185,10 @@ class HilSession:
 
         payload = adb.device_payload(identity, device_build(identity.abi), config.htp_arch,
                                      workspace, sdk_root=os.environ.get("QNN_SDK_ROOT"),
-                                     simulator_lib_dir=lambda: self.sdk.lib_dir)
-        device.setup(payload.runner, payload.files, payload.env, payload.backends)
+                                     simulator_lib_dir=lambda: self.sdk.lib_dir,
+                                     dsp_heap_setting=opts.dsp_heap)
+        device.setup(payload.runner, payload.files, payload.env, payload.backends,
+                     payload.dsp_heap_note)
         self._soc_config = config
         return device
 
@@ -318,6 +323,13 @@ class HilSession:
         return self.soc_config.rss_leak_kb
 
     @property
+    def dsp_heap(self) -> tuple[int, int, bool]:
+        """(allowed kB per live context, kB allowed above the baseline with none live, whether
+        the device gives the reading): the arguments of assertions.assert_dsp_heap_bounded."""
+        config = self.soc_config
+        return config.dsp_heap_context_kb, config.dsp_heap_leak_kb, self.device.dsp_heap
+
+    @property
     def htp_context_kb(self) -> int:
         """dma-buf (HTP shared / spill-fill) memory allowed per live QNN context; the SoC's
         config value (the SoC being simulated, on the simulator, which allocates none)."""
@@ -377,6 +389,8 @@ class HilSession:
 
     def summary(self) -> list[str]:
         lines = self._device.summary() if self._device is not None else []
+        if self._device is not None and self._device.dsp_heap_note:
+            lines.append(self._device.dsp_heap_note)  # e.g. that the simulator has none
         return lines + self.farm_summary()
 
     def close(self) -> None:
@@ -412,6 +426,14 @@ class FarmDevice(Device):
     @property
     def runner_kind(self) -> str:
         return self.current.runner_kind
+
+    @property
+    def dsp_heap(self) -> bool:
+        return self.current.dsp_heap
+
+    @property
+    def dsp_heap_note(self) -> str:
+        return self.current.dsp_heap_note
 
     def runner_description(self) -> str:
         return self.current.runner_description()

@@ -55,6 +55,7 @@ from typing import Callable
 
 import adbutils
 
+from harness import dsp_heap
 from harness.cache import file_sha256
 from harness.config import SocConfig, soc_for_board_platform
 from harness.devices import adb_wire
@@ -209,14 +210,21 @@ class Payload:
     files: dict[Path, PurePosixPath]
     env: dict[str, str]
     backends: tuple[str, ...]
+    dsp_heap_note: str = ""
+
+    @property
+    def dsp_heap(self) -> bool:
+        """Runs ask QNN for DSP heap readings (the interposer's setting)."""
+        return self.env.get(dsp_heap.ENV) == "1"
 
 
 def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
                    workspace: PurePosixPath, *, sdk_root: str | None,
-                   simulator_lib_dir: Callable[[], Path]) -> Payload:
+                   simulator_lib_dir: Callable[[], Path], dsp_heap_setting: str = "auto") -> Payload:
     """The files and run variables for `build` on this device. On an arm64 phone the harness's
     interposer takes the name libQnnHtp.so in the workspace (first on LD_LIBRARY_PATH) and the
-    SDK's real library goes to `qnn/`, so the QNN call trace works there as on the simulator."""
+    SDK's real library goes to `qnn/`, so the QNN call trace works there as on the simulator,
+    and the interposer reads the DSP heap (`dsp_heap_setting`, harness.dsp_heap.wanted)."""
     if build.kind == "arm64-linux" and identity.product != LOOPBACK_PRODUCT:
         raise DeviceError(
             f"{identity.serial} is an arm64 Android device, and the only arm64 runner here is the "
@@ -226,7 +234,8 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
     files = {lib: workspace / lib.name for lib in build.libraries()}
     env: dict[str, str] = {}
     if not build.has_backend("QnnBackend"):
-        return Payload(build.runner, files, env, build.backends)
+        return Payload(build.runner, files, env, build.backends,
+                       "DSP heap: not read (the device's runtime has no QNN backend)")
     qnn = qnn_libraries(identity.abi, htp_arch, workspace, sdk_root=sdk_root,
                         simulator_lib_dir=simulator_lib_dir)
     if identity.abi != "x86_64" and build.interposer is not None:
@@ -237,8 +246,16 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
         files[build.interposer] = workspace / "libQnnHtp.so"
         env = {"HARNESS_QNN_REAL_HTP": str(real), "HARNESS_QNN_ABI_BRIDGE": "auto",
                "HARNESS_QNN_BRIDGE_ABOVE": built_against_core_api()}
+    android_htp = identity.abi != "x86_64" and build.interposer is not None
+    on = dsp_heap.wanted(dsp_heap_setting, android_htp=android_htp)
+    env[dsp_heap.ENV] = "1" if on else "0"
+    if on:
+        note = dsp_heap.DEVICE_NOTE + ("" if android_htp else
+                                       " (asked for on an x86_64 stand-in: --dsp-heap on)")
+    else:
+        note = dsp_heap.OFF_NOTE if android_htp else dsp_heap.STAND_IN_NOTE
     files.update(qnn)
-    return Payload(build.runner, files, env, build.backends)
+    return Payload(build.runner, files, env, build.backends, note)
 
 
 @dataclasses.dataclass
@@ -335,13 +352,17 @@ class AdbDevice(Device):
 
     # Workspace and pushes ------------------------------------------------------------------
     def setup(self, runner: Path, qnn_libraries: dict[Path, PurePosixPath],
-              env: dict[str, str] | None = None, backends: tuple[str, ...] | None = None) -> None:
+              env: dict[str, str] | None = None, backends: tuple[str, ...] | None = None,
+              dsp_heap_note: str = "") -> None:
         """Take the device's lease (waiting up to `lease_wait` seconds for another session's),
         then create the workspace (killing runners an earlier session left running in it) and
-        push the runner and the QNN libraries, each only when the device lacks its bytes."""
+        push the runner and the QNN libraries, each only when the device lacks its bytes.
+        `env` is what every run gets (the interposer's settings, the DSP heap reading's)."""
         self.runner_source = runner
         self.qnn_libraries = dict(qnn_libraries)
         self.run_env = dict(env or {})
+        self.dsp_heap = self.run_env.get(dsp_heap.ENV) == "1"
+        self.dsp_heap_note = dsp_heap_note
         self.backends = backends
         if backends is not None:
             self.info.details["backends"] = ",".join(backends) or "none"

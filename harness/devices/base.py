@@ -54,6 +54,10 @@ class Device(abc.ABC):
     # How many independent scenarios may run on the device at once (the ordering explorer's
     # pool); 1 where runs share per-device state (an adb device's run directory and pushes).
     scenario_jobs: int = 1
+    # Whether runs ask QNN for DSP heap readings (harness.dsp_heap), and what the report says
+    # about them on this device.
+    dsp_heap: bool = False
+    dsp_heap_note: str = ""
 
     @abc.abstractmethod
     def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from harness import dsp_heap
 from harness.compile import uses_qnn
 from harness.devices.base import Device, DeviceInfo
 from harness.errors import HarnessError
@@ -39,7 +40,7 @@ HARNESS_ONLY_ENV = ("PYTEST_CURRENT_TEST",)
 
 class SimulatorDevice(Device):
     def __init__(self, sdk: QnnSdk, soc: str, runner: RunnerChoice, abi_bridge: str = "auto",
-                 isolation: str = "fork", jobs: int = 0) -> None:
+                 isolation: str = "fork", jobs: int = 0, dsp_heap_setting: str = "auto") -> None:
         if isolation not in ISOLATIONS:
             raise HarnessError(f"--scenario-isolation must be one of {', '.join(ISOLATIONS)}, "
                                f"not {isolation!r}")
@@ -56,6 +57,10 @@ class SimulatorDevice(Device):
                                      f"{runner.kind} runner starts a process per scenario")
             isolation = "process"
         self.isolation = isolation
+        # The simulator has no DSP: asked anyway (--dsp-heap on), the trace says it refused.
+        self.dsp_heap = dsp_heap.wanted(dsp_heap_setting, android_htp=False)
+        self.dsp_heap_note = ("DSP heap: asked for on the HTP simulator (--dsp-heap on)"
+                              if self.dsp_heap else dsp_heap.SIMULATOR_NOTE)
         # preload set -> (the environment its servers started with, the pool)
         self._pools: dict[tuple, tuple[tuple, ForkServerPool]] = {}
         self._pools_lock = threading.Lock()
@@ -89,7 +94,7 @@ class SimulatorDevice(Device):
         into `artifacts` with the rest when it keeps the run."""
         started = time.monotonic()
         base = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(None, self.abi_bridge),
-                **self.runner.environment()}
+                **self.runner.environment(), dsp_heap.ENV: "1" if self.dsp_heap else "0"}
         base.pop(TRACE_ENV, None)  # each run's own, set by _run; a server's environment lacks it
         for name in HARNESS_ONLY_ENV:
             base.pop(name, None)

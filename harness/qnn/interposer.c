@@ -11,6 +11,14 @@
  *  - Tracer: backend/device/context create and free, graph create/retrieve/execute are written
  *    as one text line each to $HARNESS_QNN_TRACE. The harness reads it as the ground truth for
  *    handle isolation and live counts.
+ *  - DSP heap (phones): with HARNESS_QNN_DSP_HEAP=1 every QnnContext_createFromBinary gets the
+ *    HTP context config DSP_MEMORY_PROFILING_ENABLED and, like every QnnContext_free, a
+ *    profile handle (the caller's, else one of ours); the profile's byte events named "DSP:..."
+ *    (DSP:before_context_created, DSP:after_context_freed, ...) are traced as `dsp_heap` lines.
+ *    ExecuTorch does this only around its first and last context and only with profiling on;
+ *    this reads it at every create and free. A library that answers NOT_SUPPORTED (the x86_64
+ *    simulator does, with 1000) is asked again without it, once, and traced as
+ *    `dsp_heap_unsupported`; the call sequence is the runtime's own from then on.
  *
  * Linked with -z nodelete: ExecuTorch dlcloses libQnnHtp.so when the last backend goes, and the
  * patched table (owned by the real library, which is never closed) would otherwise point into
@@ -21,6 +29,7 @@
  *   HARNESS_QNN_TRACE         trace file (optional; no tracing without it)
  *   HARNESS_QNN_ABI_BRIDGE    "1" force on, "0" force off, "auto"/unset: on when the library's
  *                             core API version is newer than HARNESS_QNN_BRIDGE_ABOVE ("2.x")
+ *   HARNESS_QNN_DSP_HEAP      "1": read DSP heap usage through QNN profiling (see above)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -59,6 +68,10 @@ enum { /* indices into the function table (QnnInterface.h order) */
   FN_GRAPH_CREATE = 15,
   FN_GRAPH_RETRIEVE = 20,
   FN_GRAPH_EXECUTE = 21,
+  FN_PROFILE_CREATE = 28,
+  FN_PROFILE_GET_EVENTS = 30,
+  FN_PROFILE_GET_EVENT_DATA = 32,
+  FN_PROFILE_FREE = 34,
   FN_DEVICE_CREATE = 40,
   FN_DEVICE_FREE = 43,
   FN_COUNT = 44
@@ -77,7 +90,12 @@ typedef qnn_err_t (*graph_retrieve_fn)(qnn_handle_t, const char *, qnn_handle_t 
 typedef qnn_err_t (*graph_execute_fn)(qnn_handle_t, const void *, uint32_t, void *, uint32_t,
                                       qnn_handle_t, qnn_handle_t);
 
-static void *real_table[FN_COUNT];
+typedef qnn_err_t (*profile_create_fn)(qnn_handle_t, uint32_t, qnn_handle_t *);
+typedef qnn_err_t (*profile_events_fn)(qnn_handle_t, const uint64_t **, uint32_t *);
+typedef struct { uint32_t type, unit; uint64_t value; const char *identifier; } event_data_t;
+typedef qnn_err_t (*profile_event_data_fn)(uint64_t, event_data_t *);
+
+static void *real_table[FN_COUNT]; /* every entry of the real table, wrapped or not */
 static int bridge_on = 0;
 static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t trace_seq = 0;
@@ -163,6 +181,110 @@ static qnn_err_t w_device_free(qnn_handle_t h) {
   return rc;
 }
 
+/* ---- DSP heap through QNN profiling ---------------------------------------------------- */
+
+enum {
+  QNN_NOT_SUPPORTED = 1000,          /* QNN_COMMON_ERROR_NOT_SUPPORTED */
+  CONTEXT_CONFIG_CUSTOM = 0,         /* QNN_CONTEXT_CONFIG_OPTION_CUSTOM */
+  HTP_CONTEXT_DSP_MEMORY_PROFILING = 4, /* QNN_HTP_CONTEXT_CONFIG_OPTION_DSP_MEMORY_PROFILING_ENABLED */
+  PROFILE_LEVEL_BASIC = 1,
+  EVENT_UNIT_BYTES = 2,
+  MAX_CONTEXTS = 256
+};
+
+/* QnnContext_Config_t {u32 option; union at 8} and QnnHtpContext_CustomConfig_t {u32 option;
+ * union at 8 (it holds a pointer and a u64)}; sized past the real unions, zero-filled. */
+typedef struct { uint32_t option; void *payload; unsigned char rest[48]; } context_config_t;
+typedef struct { uint32_t option; uint8_t flag __attribute__((aligned(8))); unsigned char rest[23]; }
+    htp_context_config_t;
+
+static int dsp_state = -1; /* -1 not read yet, 0 off, 1 on, 2 the library refused it */
+static struct { qnn_handle_t context, backend; } context_backends[MAX_CONTEXTS];
+static pthread_mutex_t dsp_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int dsp_heap_on(void) {
+  if (__atomic_load_n(&dsp_state, __ATOMIC_ACQUIRE) < 0) {
+    const char *v = getenv("HARNESS_QNN_DSP_HEAP");
+    int on = v && strcmp(v, "1") == 0 && real_table[FN_PROFILE_CREATE] &&
+             real_table[FN_PROFILE_GET_EVENTS] && real_table[FN_PROFILE_GET_EVENT_DATA] &&
+             real_table[FN_PROFILE_FREE];
+    int unread = -1;
+    __atomic_compare_exchange_n(&dsp_state, &unread, on, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  }
+  return __atomic_load_n(&dsp_state, __ATOMIC_ACQUIRE) == 1;
+}
+
+/* Which backend a context belongs to: QnnContext_free has no backend argument, and a profile
+ * handle is made per backend. */
+static void remember_backend(qnn_handle_t context, qnn_handle_t backend) {
+  pthread_mutex_lock(&dsp_lock);
+  for (int i = 0; i < MAX_CONTEXTS; i++) {
+    if (!context_backends[i].context) {
+      context_backends[i].context = context;
+      context_backends[i].backend = backend;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&dsp_lock);
+}
+
+static qnn_handle_t forget_backend(qnn_handle_t context) {
+  qnn_handle_t backend = NULL;
+  pthread_mutex_lock(&dsp_lock);
+  for (int i = 0; i < MAX_CONTEXTS; i++) {
+    if (context_backends[i].context == context) {
+      backend = context_backends[i].backend;
+      context_backends[i].context = NULL;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&dsp_lock);
+  return backend;
+}
+
+static uint32_t profile_event_count(qnn_handle_t profile) {
+  const uint64_t *ids = NULL;
+  uint32_t n = 0;
+  if (((profile_events_fn)real_table[FN_PROFILE_GET_EVENTS])(profile, &ids, &n) != 0) return 0;
+  return n;
+}
+
+/* The profile's byte events named DSP:... past the first `seen`, one trace line each. */
+static void trace_dsp_events(qnn_handle_t profile, uint32_t seen, const char *op,
+                             qnn_handle_t context) {
+  const uint64_t *ids = NULL;
+  uint32_t n = 0;
+  if (((profile_events_fn)real_table[FN_PROFILE_GET_EVENTS])(profile, &ids, &n) != 0 || !ids)
+    return;
+  for (uint32_t i = seen; i < n; i++) {
+    event_data_t e;
+    memset(&e, 0, sizeof e);
+    if (((profile_event_data_fn)real_table[FN_PROFILE_GET_EVENT_DATA])(ids[i], &e) != 0) continue;
+    if (e.unit != EVENT_UNIT_BYTES || !e.identifier || strncmp(e.identifier, "DSP:", 4) != 0)
+      continue;
+    char name[96];
+    size_t k = 0;
+    for (; e.identifier[k] && k < sizeof name - 1; k++)
+      name[k] = (e.identifier[k] == ' ' || e.identifier[k] == '=') ? '_' : e.identifier[k];
+    name[k] = 0;
+    trace("dsp_heap op=%s context=0x%" PRIxPTR " event=%s bytes=%" PRIu64, op, H(context), name,
+          e.value);
+  }
+}
+
+/* A profile for one call: the caller's if it passed one, else a new one on `backend`. */
+static qnn_handle_t call_profile(qnn_handle_t caller, qnn_handle_t backend, qnn_handle_t *own) {
+  *own = NULL;
+  if (caller || !backend) return caller;
+  if (((profile_create_fn)real_table[FN_PROFILE_CREATE])(backend, PROFILE_LEVEL_BASIC, own) != 0)
+    *own = NULL;
+  return *own;
+}
+
+static void free_own_profile(qnn_handle_t own) {
+  if (own) ((free1_fn)real_table[FN_PROFILE_FREE])(own);
+}
+
 static qnn_err_t w_context_create(qnn_handle_t b, qnn_handle_t d, const void **cfg,
                                   qnn_handle_t *out) {
   qnn_err_t rc = ((context_create_fn)real_table[FN_CONTEXT_CREATE])(b, d, cfg, out);
@@ -174,16 +296,53 @@ static qnn_err_t w_context_create(qnn_handle_t b, qnn_handle_t d, const void **c
 static qnn_err_t w_context_from_binary(qnn_handle_t b, qnn_handle_t d, const void **cfg,
                                        const void *buf, uint64_t size, qnn_handle_t *out,
                                        qnn_handle_t prof) {
-  qnn_err_t rc = ((context_from_binary_fn)real_table[FN_CONTEXT_CREATE_FROM_BINARY])(
-      b, d, cfg, buf, size, out, prof);
+  context_from_binary_fn real = (context_from_binary_fn)real_table[FN_CONTEXT_CREATE_FROM_BINARY];
+  if (!dsp_heap_on()) {
+    qnn_err_t rc = real(b, d, cfg, buf, size, out, prof);
+    trace("context_create rc=%" PRIu64 " handle=0x%" PRIxPTR " backend=0x%" PRIxPTR
+          " device=0x%" PRIxPTR " binary=%" PRIu64, rc, rc ? 0 : OUT(out), H(b), H(d), size);
+    return rc;
+  }
+  /* The caller's configs plus DSP memory profiling. */
+  size_t n = 0;
+  while (cfg && cfg[n]) n++;
+  const void **with = calloc(n + 2, sizeof *with);
+  context_config_t custom = {.option = CONTEXT_CONFIG_CUSTOM};
+  htp_context_config_t htp = {.option = HTP_CONTEXT_DSP_MEMORY_PROFILING, .flag = 1};
+  custom.payload = &htp;
+  if (!with) return real(b, d, cfg, buf, size, out, prof);
+  for (size_t i = 0; i < n; i++) with[i] = cfg[i];
+  with[n] = &custom;
+  qnn_handle_t own;
+  qnn_handle_t profile = call_profile(prof, b, &own);
+  uint32_t seen = profile ? profile_event_count(profile) : 0;
+  qnn_err_t rc = real(b, d, with, buf, size, out, profile);
+  free(with);
+  if (rc == QNN_NOT_SUPPORTED) {
+    __atomic_store_n(&dsp_state, 2, __ATOMIC_RELEASE);
+    trace("dsp_heap_unsupported rc=%" PRIu64 " op=create", rc);
+    free_own_profile(own);
+    own = profile = NULL;
+    rc = real(b, d, cfg, buf, size, out, prof);
+  }
   trace("context_create rc=%" PRIu64 " handle=0x%" PRIxPTR " backend=0x%" PRIxPTR
         " device=0x%" PRIxPTR " binary=%" PRIu64, rc, rc ? 0 : OUT(out), H(b), H(d), size);
+  if (rc == 0 && out) remember_backend(*out, b);
+  if (profile) trace_dsp_events(profile, seen, "create", rc ? NULL : *out);
+  free_own_profile(own);
   return rc;
 }
 
 static qnn_err_t w_context_free(qnn_handle_t h, qnn_handle_t prof) {
-  qnn_err_t rc = ((context_free_fn)real_table[FN_CONTEXT_FREE])(h, prof);
+  context_free_fn real = (context_free_fn)real_table[FN_CONTEXT_FREE];
+  qnn_handle_t backend = forget_backend(h);
+  qnn_handle_t own = NULL, profile = NULL;
+  if (dsp_heap_on()) profile = call_profile(prof, backend, &own);
+  uint32_t seen = profile ? profile_event_count(profile) : 0;
+  qnn_err_t rc = real(h, profile ? profile : prof);
   trace("context_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
+  if (profile) trace_dsp_events(profile, seen, "free", h);
+  free_own_profile(own);
   return rc;
 }
 
@@ -241,7 +400,11 @@ static int patch_provider(qnn_interface_t *p) {
     return -1;
   }
   for (int i = 0; i < FN_COUNT; i++) {
-    if (!wrappers[i] || p->table[i] == wrappers[i]) continue;
+    if (!wrappers[i]) {
+      if (!real_table[i]) real_table[i] = p->table[i]; /* called by the DSP heap reading */
+      continue;
+    }
+    if (p->table[i] == wrappers[i]) continue;
     if (!real_table[i]) real_table[i] = p->table[i];
     if (p->table[i] == real_table[i]) p->table[i] = wrappers[i];
   }

@@ -7,6 +7,10 @@ device and context create/free and every graph execute, in call order, one line 
 
 QNN reuses handle values after a free, so the replay gives each successful create a unique
 identity (`context#3`) and maps raw values to the identity that is live at that moment.
+
+On phones the trace also carries DSP heap readings (`dsp_heap op=create|free context=...
+event=DSP:... bytes=N`, written after the create or free they belong to), or one
+`dsp_heap_unsupported rc=N` when the library refused DSP memory profiling.
 """
 
 from __future__ import annotations
@@ -62,6 +66,18 @@ def read_trace(path: Path) -> list[TraceRecord]:
     return parse_trace(path.read_text()) if path.exists() else []
 
 
+@dataclasses.dataclass(frozen=True)
+class DspReading:
+    """One DSP heap figure QNN reported, with the live contexts right after its create/free."""
+
+    seq: int
+    op: str  # "create" or "free"
+    event: str  # e.g. "DSP:after_context_freed"
+    bytes: int
+    live_contexts: int
+    offset: int  # trace byte offset just past the line (which step it belongs to)
+
+
 @dataclasses.dataclass
 class TraceState:
     """Live QNN objects after replaying a prefix of the trace, plus anything that went wrong."""
@@ -73,6 +89,8 @@ class TraceState:
     executes: dict[str, int] = dataclasses.field(default_factory=dict)  # context id -> count
     violations: list[str] = dataclasses.field(default_factory=list)
     api: dict[str, str] = dataclasses.field(default_factory=dict)
+    dsp: list[DspReading] = dataclasses.field(default_factory=list)
+    dsp_unsupported: int | None = None  # the library's error code when it refused
 
     def counts(self) -> dict[str, int]:
         return {kind: len(handles) for kind, handles in sorted(self.live.items())}
@@ -84,6 +102,16 @@ class TraceState:
         kind, _, action = rec.kind.partition("_")
         if rec.kind == "api":
             self.api = dict(rec.fields)
+        elif rec.kind == "dsp_heap":
+            try:
+                value = int(rec.fields["bytes"])
+            except (KeyError, ValueError):
+                raise TraceFormatError(f"seq {rec.seq}: dsp_heap without a byte count") from None
+            self.dsp.append(DspReading(rec.seq, rec.fields.get("op", ""),
+                                       rec.fields.get("event", ""), value,
+                                       len(self.live["context"]), rec.offset))
+        elif rec.kind == "dsp_heap_unsupported":
+            self.dsp_unsupported = rec.rc
         elif kind in KINDS and action == "create":
             if rec.rc == 0:
                 self.created[kind] += 1
@@ -117,6 +145,7 @@ class TraceState:
             "contexts": sorted(self.live_contexts()),
             "executes": dict(self.executes),
             "violations": list(self.violations),
+            "dsp_heap": self.dsp[-1].bytes if self.dsp else None,  # bytes, the latest reading
         }
 
 

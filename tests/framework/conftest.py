@@ -22,6 +22,8 @@ FILE_KIND = {
     "test_protocol.py": "unit",
     "test_scenario.py": "unit",
     "test_trace.py": "unit",
+    "test_dsp_heap.py": "unit",
+    "test_dsp_heap_chain.py": "simulator",  # and gcc (the DSP heap emulation library)
     "test_xnnpack_classify.py": "unit",
     "test_report_data.py": "unit",
     "test_native_build.py": "compiler",

@@ -99,7 +99,8 @@ def test_misspelt_nested_key_names_file_line_key_and_suggestion(tmp_path):
     line = line_of(text, "htp_context_kbb")
     assert line > 1
     assert (f"line {line}: memory.htp_context_kbb: Extra inputs are not permitted "
-            "(unknown key; allowed here: htp_context_kb, rss_leak_kb); "
+            "(unknown key; allowed here: dsp_heap_context_kb, dsp_heap_leak_kb, htp_context_kb, "
+            "rss_leak_kb); "
             "did you mean 'htp_context_kb'?") in message
 
 

@@ -8,7 +8,7 @@ fp16 and int8, or with --pte on the user's programs.
 
 import pytest
 
-from harness.assertions import (assert_htp_memory_bounded, assert_isolation, assert_live_counts,
+from harness.assertions import (assert_dsp_heap_bounded, assert_htp_memory_bounded, assert_isolation, assert_live_counts,
                                 assert_memory_within, assert_outputs_consistent, assert_steps_ok)
 from harness.scenarios import s1_two_modules, s2_shared_context, s3_unload_one, s4_cleanup_reload
 
@@ -43,6 +43,7 @@ def test_s2_methods_share_one_context(hil_program, scenario_driver, hil_session)
     assert result.steps[-1].live == {"backend": 0, "context": 0, "device": 0}, result.summary()
     # Methods of one module add no context, so no HTP memory beyond one context's worth.
     assert_htp_memory_bounded(result, hil_session.htp_context_kb)
+    assert_dsp_heap_bounded(result, *hil_session.dsp_heap)  # phones: QNN's DSP heap reading
 
 
 @pytest.mark.hil_programs("prefill_decode", precisions=BOTH_PRECISIONS, needs=("qnn", "two_methods"))
@@ -69,3 +70,5 @@ def test_s4_cleanup_and_reload(hil_program, scenario_driver, hil_session):
     # The first cycle warms allocators up; later cycles must not keep growing.
     assert_memory_within(result, snapshots[1], snapshots[-1], hil_session.rss_leak_kb)
     assert_htp_memory_bounded(result, hil_session.htp_context_kb)
+    # phones: DSP heap back at its baseline after every cycle (nothing on the simulator)
+    assert_dsp_heap_bounded(result, *hil_session.dsp_heap)

@@ -26,8 +26,8 @@ seen in the QNN call trace on the simulator:
 
 import pytest
 
-from harness.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
-                                assert_steps_ok)
+from harness.assertions import (assert_dsp_heap_bounded, assert_isolation, assert_live_counts,
+                                assert_outputs_consistent, assert_steps_ok)
 from harness.scenario import Scenario
 from harness.scenarios import method_pair
 
@@ -46,7 +46,7 @@ def _contexts(step) -> list[str]:
 
 @pytest.mark.hil_programs("prefill_decode", precisions=BOTH_PRECISIONS, options=OPTIONS,
                           needs=MULTI_CONTEXT)
-def test_s7_methods_of_one_module_add_no_context(hil_program, scenario_driver):
+def test_s7_methods_of_one_module_add_no_context(hil_program, scenario_driver, hil_session):
     """One module, both methods loaded and executed: one live context (the program's single
     context binary holds both graphs), both methods execute on it, all released at the end.
 
@@ -71,11 +71,12 @@ def test_s7_methods_of_one_module_add_no_context(hil_program, scenario_driver):
     assert set(executed) == set(_contexts(both)) and sum(executed.values()) == 2, (
         f"{first} and {second} did not both execute on {_contexts(both)}: {executed}")
     assert result.steps[-1].live == ALL_RELEASED, result.summary()
+    assert_dsp_heap_bounded(result, *hil_session.dsp_heap)  # phones: one context's worth
 
 
 @pytest.mark.hil_programs("prefill_decode", precisions=BOTH_PRECISIONS, options=OPTIONS,
                           needs=MULTI_CONTEXT)
-def test_s7_two_modules_hold_their_own_contexts(hil_program, scenario_driver):
+def test_s7_two_modules_hold_their_own_contexts(hil_program, scenario_driver, hil_session):
     """Two live modules of one multi-context program: each holds its own context (two live
     contexts, each module executing on its own); destroying one leaves the other executing.
 
@@ -99,6 +100,7 @@ def test_s7_two_modules_hold_their_own_contexts(hil_program, scenario_driver):
     both = next(s for s in result.steps if s.step.op == "snapshot")
     assert both.live["context"] == 2, result.summary()
     assert result.steps[-1].live == ALL_RELEASED, result.summary()
+    assert_dsp_heap_bounded(result, *hil_session.dsp_heap)  # phones: per live context
 
 
 def _spill_fill_run(model, scenario_driver, name: str):
