@@ -159,23 +159,33 @@ def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
     return ok
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds this machine has spent busy since boot, all processes (/proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def run_suite(devices: list[str], workers: int, selection: str,
-              work: Path) -> tuple[float, str, int]:
+              work: Path) -> tuple[float, str, int, float]:
     """One pytest process over tests/hil (`-k selection` unless empty); no devices: the
-    simulator."""
+    simulator. Also returns the machine's busy CPU seconds meanwhile (runners, adbds, the adb
+    server and pytest all run here)."""
     argv = [sys.executable, "-m", "pytest", "tests/hil", "-q", "-p", "no:cacheprovider",
             f"--artifacts-dir={work}"]
     argv += ["-k", selection] if selection else []
     argv += [f"--device={d}" for d in devices]
     argv += ["-n", str(workers)] if workers > 1 else []
-    started = time.perf_counter()
+    started, busy = time.perf_counter(), busy_cpu_seconds()
     proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
+    busy = busy_cpu_seconds() - busy
     summary = next((l.strip("= ") for l in reversed(proc.stdout.splitlines())
                     if re.search(r"\d+ (passed|failed|xfailed|error)", l)), "no summary")
     if proc.returncode != 0:
         print(proc.stdout[-3000:] + proc.stderr[-2000:])
-    return elapsed, re.sub(r"(, \d+ warnings?)? in [\d.]+s.*", "", summary), proc.returncode
+    return (elapsed, re.sub(r"(, \d+ warnings?)? in [\d.]+s.*", "", summary), proc.returncode,
+            busy)
 
 
 def bench_suite(serials: list[str], rounds: int, selections: list[str], simulator: bool,
@@ -189,18 +199,25 @@ def bench_suite(serials: list[str], rounds: int, selections: list[str], simulato
     for selection in selections:
         print(f"\n  -k {selection!r}" if selection else "\n  all of tests/hil")
         times: dict[str, list[float]] = {v: [] for v in variants}
+        cores: dict[str, list[float]] = {v: [] for v in variants}
         for round_ in range(rounds):
             order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
             for name in order:
                 devices, workers = variants[name]
-                elapsed, summary, code = run_suite(devices, workers, selection,
-                                                   work / f"{len(times[name])}-{workers}")
+                elapsed, summary, code, busy = run_suite(devices, workers, selection,
+                                                         work / f"{len(times[name])}-{workers}")
                 times[name].append(elapsed)
+                cores[name].append(busy / elapsed)
                 ok = ok and code == 0
-                print(f"    round {round_} {name:20} {elapsed:7.1f} s  exit {code}  {summary}")
+                print(f"    round {round_} {name:20} {elapsed:7.1f} s  exit {code}  "
+                      f"{busy / elapsed:.2f} cores busy  {summary}")
         one, two = (statistics.median(times[v]) for v in ("one device", "two devices, -n 2"))
+        bound = os.cpu_count() / statistics.median(cores["one device"])
         print(f"    two devices / one: {one:.1f} s / {two:.1f} s = {one / two:.2f}x; goal >= "
               f"{SUITE_GOAL}x: {'met' if one / two >= SUITE_GOAL else 'NOT met'}")
+        print(f"    one device keeps {statistics.median(cores['one device']):.2f} of this "
+              f"machine's {os.cpu_count()} cores busy (its runners run here, as a phone's would "
+              f"not), so two can be at most {bound:.2f}x faster here")
         if simulator:
             s1, s2 = (statistics.median(times[v]) for v in ("simulator, 1 worker",
                                                              "simulator, -n 2"))

@@ -32,6 +32,7 @@ from harness.paths import IN_CHECKOUT
 from harness.program_params import MARKER, params_for, unique_ids, unmet_needs
 from harness.qnn.sdk import executorch_version
 from harness.session import HilSession, Options, worker_info
+from harness.xdist_order import balanced_order
 
 _SESSION_KEY = pytest.StashKey[HilSession]()
 _REPORTS_KEY = pytest.StashKey[dict]()
@@ -187,6 +188,9 @@ def pytest_configure_node(node) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hil: a test that runs scenarios on a device or simulator")
+    config.addinivalue_line("markers", "hil_cost(seconds): rough seconds the test takes on the "
+                            "reference 2-core host (default 0.2); orders a pytest-xdist run so "
+                            "each worker's share costs about the same (harness/xdist_order.py)")
     config.addinivalue_line("markers", "hil_programs(*names, precisions=('fp16',), options={}, "
                             "needs=()): the built-in models a suite test runs on by default "
                             "(with --pte: the user's programs), and what it needs of a program")
@@ -202,6 +206,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_REPORTS_KEY] = {}
     config.stash[_MET_KEY] = {}
     config.pluginmanager.register(_KnownIssuesMet(config), "hil-known-issues-met")
+    workers = xdist_workers(config, opts)
+    if workers > 1:
+        config.pluginmanager.register(_XdistBalance(workers), "hil-xdist-balance")
     if not opts.worker.startswith("gw"):
         _link_latest(opts.artifacts_dir)
 
@@ -397,6 +404,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "--strict-known-issues: known issues for executorch " + version + " that match no "
             "collected test (stale or misspelt entries):\n  " + "\n  ".join(
                 f"{i.id} in {i.source}: tests {', '.join(i.tests)}" for i in stale))
+
+
+DEFAULT_COST_S = 0.2  # a fixed scenario test (S1-S7): a few runs of a tenth of a second
+
+
+class _XdistBalance:
+    """Under pytest-xdist, arranges the selected tests (after -k/-m deselection, hence last) so
+    each worker's share of xdist's work-stealing split costs about the same
+    (harness/xdist_order.py). Without xdist the order is kept. Every worker arranges its own
+    collection the same way, as xdist requires."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        def cost(item: pytest.Item) -> float:
+            marker = item.get_closest_marker("hil_cost")
+            return float(marker.args[0]) if marker and marker.args else DEFAULT_COST_S
+
+        items[:] = balanced_order(items, [cost(i) for i in items], self.workers)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`-n N` (xdist's `--dist load`) runs with xdist's work-stealing scheduler: an idle worker
+    takes half of the longest queue's tail, and the tests are ordered for its split. Other
+    `--dist` modes are xdist's own."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import WorkStealingScheduling
+
+    return WorkStealingScheduling(config, log)
 
 
 def _skip_builtin_only_suites(config: pytest.Config, items: list[pytest.Item]) -> None:

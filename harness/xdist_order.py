@@ -1,0 +1,48 @@
+"""The order a pytest-xdist run hands out HIL tests in, so that no worker is left running a
+long explorer alone while the others idle.
+
+The plugin runs under xdist's work-stealing scheduler (`--dist load`, the default with `-n`):
+it first splits the collection into one contiguous share per worker, by count (the first
+worker gets len // N, the next len(rest) // (N - 1), ...), then lets an idle worker take half
+of the longest queue's tail. So each share should cost about the same and start with its
+longest tests, and what is stolen from its tail is short. The costs are the tests' `hil_cost`
+markers (rough seconds on the reference host), a default for the rest.
+
+Measured with the HIL suite on two loopback devices (2-core host): in collection order the
+last test, a 20 s three-module explorer, ran alone at the end (49 s in all); see
+benchmarks/adb_path.py for the figures with this order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def share_sizes(count: int, workers: int) -> list[int]:
+    """How many tests each worker's first share holds: xdist's work-stealing split."""
+    sizes, left = [], count
+    for i in range(workers):
+        size = left // (workers - i)
+        sizes.append(size)
+        left -= size
+    return sizes
+
+
+def balanced_order(items: Sequence[T], costs: Sequence[float], workers: int) -> list[T]:
+    """`items` arranged as `workers` contiguous shares of xdist's sizes, filled longest first,
+    each test going to the share with the least cost so far that has room; each share longest
+    first. Ties keep the collection order (the sort is stable)."""
+    if workers < 2 or len(items) < 2:
+        return list(items)
+    sizes = share_sizes(len(items), workers)
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    totals = [0.0] * workers
+    for index in sorted(range(len(items)), key=lambda i: -costs[i]):
+        open_shares = [w for w in range(workers) if len(shares[w]) < sizes[w]]
+        target = min(open_shares, key=lambda w: (totals[w], w))
+        shares[target].append(index)
+        totals[target] += costs[index]
+    return [items[i] for share in shares for i in share]
