@@ -189,7 +189,7 @@ def pytest_configure_node(node) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hil: a test that runs scenarios on a device or simulator")
     config.addinivalue_line("markers", "hil_cost(seconds): rough seconds the test takes on the "
-                            "reference 2-core host (default 0.2); orders a pytest-xdist run so "
+                            "reference 2-core host (unmarked: short); orders a pytest-xdist run so "
                             "each worker's share costs about the same (harness/xdist_order.py)")
     config.addinivalue_line("markers", "hil_programs(*names, precisions=('fp16',), options={}, "
                             "needs=()): the built-in models a suite test runs on by default "
@@ -406,9 +406,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{i.id} in {i.source}: tests {', '.join(i.tests)}" for i in stale))
 
 
-DEFAULT_COST_S = 0.2  # a fixed scenario test (S1-S7): a few runs of a tenth of a second
-
-
 class _XdistBalance:
     """Under pytest-xdist, arranges the selected tests (after -k/-m deselection, hence last) so
     each worker's share of xdist's work-stealing split costs about the same
@@ -420,9 +417,9 @@ class _XdistBalance:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        def cost(item: pytest.Item) -> float:
+        def cost(item: pytest.Item) -> float | None:
             marker = item.get_closest_marker("hil_cost")
-            return float(marker.args[0]) if marker and marker.args else DEFAULT_COST_S
+            return float(marker.args[0]) if marker and marker.args else None
 
         items[:] = balanced_order(items, [cost(i) for i in items], self.workers)
 

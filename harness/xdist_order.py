@@ -6,7 +6,7 @@ it first splits the collection into one contiguous share per worker, by count (t
 worker gets len // N, the next len(rest) // (N - 1), ...), then lets an idle worker take half
 of the longest queue's tail. So each share should cost about the same and start with its
 longest tests, and what is stolen from its tail is short. The costs are the tests' `hil_cost`
-markers (rough seconds on the reference host), a default for the rest.
+markers (rough seconds on the reference host); the tests without one are short.
 
 Measured with the HIL suite on two loopback devices (2-core host): in collection order the
 last test, a 20 s three-module explorer, ran alone at the end (49 s in all); see
@@ -31,18 +31,23 @@ def share_sizes(count: int, workers: int) -> list[int]:
     return sizes
 
 
-def balanced_order(items: Sequence[T], costs: Sequence[float], workers: int) -> list[T]:
-    """`items` arranged as `workers` contiguous shares of xdist's sizes, filled longest first,
-    each test going to the share with the least cost so far that has room; each share longest
-    first. Ties keep the collection order (the sort is stable)."""
+def balanced_order(items: Sequence[T], costs: Sequence[float | None], workers: int) -> list[T]:
+    """`items` arranged as `workers` contiguous shares of xdist's sizes. The tests with a cost
+    go first, longest first, each to the share with the least cost so far that has room; the
+    tests without one (None: the many short ones) then fill the shares' room in collection
+    order, so a module's tests stay together. Ties keep the collection order."""
     if workers < 2 or len(items) < 2:
         return list(items)
     sizes = share_sizes(len(items), workers)
     shares: list[list[int]] = [[] for _ in range(workers)]
     totals = [0.0] * workers
-    for index in sorted(range(len(items)), key=lambda i: -costs[i]):
+    costed = [i for i in range(len(items)) if costs[i] is not None]
+    for index in sorted(costed, key=lambda i: -costs[i]):
         open_shares = [w for w in range(workers) if len(shares[w]) < sizes[w]]
         target = min(open_shares, key=lambda w: (totals[w], w))
         shares[target].append(index)
         totals[target] += costs[index]
+    rest = iter(i for i in range(len(items)) if costs[i] is None)
+    for w in range(workers):
+        shares[w].extend(next(rest) for _ in range(sizes[w] - len(shares[w])))
     return [items[i] for share in shares for i in share]
