@@ -261,3 +261,45 @@ def test_farm_file_selects_devices_and_soc(pytester, phone, tmp_path, monkeypatc
     monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(CACHE))
     result = pytester.runpytest(f"--farm={farm}", "--runner=python")
     result.assert_outcomes(passed=1)
+
+
+def test_dsp_heap_readings_come_back_over_adb(tmp_path_factory, tmp_path, sdk, compiled_model):
+    """The phone path of the DSP heap reading: the payload's variable, the interposer on the
+    device, the trace pulled back with the run's output, the check. The device's libQnnHtp.so
+    is the DSP emulation of test_dsp_heap_chain.py (a phone's answers over the simulator)."""
+    from harness import dsp_heap
+    from harness.assertions import assert_dsp_heap_bounded, assert_steps_ok
+    from harness.qnn.trace import replay
+    from harness.scenarios import s4_cleanup_reload
+
+    emulation = tmp_path_factory.mktemp("dsp") / "libQnnHtp.so"
+    built = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-Wl,-z,nodelete", "-o",
+                            str(emulation), str(Path(__file__).with_name("dsp_heap_emulation.c")),
+                            "-ldl", "-lpthread"], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    env = {**sdk.device_environment(), "HARNESS_QNN_REAL_HTP": str(emulation),
+           "DSP_EMULATION_REAL_HTP": str(sdk.real_lib_dir / "libQnnHtp.so")}
+    start_server()
+    dev = LoopbackDevice(tmp_path_factory.mktemp("dsp-phone"), extra_env=env).start()
+    connect(dev.serial)
+    session = HilSession(options(tmp_path, dev.serial, dsp_heap="on"))
+    try:
+        device = session.device
+        assert device.dsp_heap and "--dsp-heap on" in device.dsp_heap_note
+        assert device.run_env[dsp_heap.ENV] == "1"
+        result = ScenarioDriver(device, tmp_path / "run", 300).run(
+            s4_cleanup_reload(compiled_model("linear_relu"), 2))
+        assert_steps_ok(result)
+        readings = replay(result.trace).dsp
+        assert [r.event for r in readings[:2]] == ["DSP:before_context_created",
+                                                   "DSP:after_context_created"]
+        assert len(readings) == 8  # two figures per create and per free, two cycles
+        snapshots = [s for s in result.steps if s.step.op == "snapshot"]
+        assert all(s.trace["dsp_heap"] == readings[0].bytes for s in snapshots)
+        config = session.soc_config
+        assert_dsp_heap_bounded(result, config.dsp_heap_context_kb, config.dsp_heap_leak_kb,
+                                device.dsp_heap)
+    finally:
+        session.close()
+        disconnect(dev.serial, missing_ok=True)
+        dev.stop()
