@@ -11,7 +11,6 @@ import re
 from harness.compile import uses_qnn
 from harness.dsp_heap import error_name
 from harness.failures import Failure, HilFailure, inconsistent_outputs, run_failures
-from harness.qnn.trace import replay
 from harness.reference import predict
 from harness.result import ScenarioResult
 from harness.scenario import Step
@@ -261,16 +260,6 @@ def assert_htp_memory_bounded(result: ScenarioResult, per_context_kb: int) -> No
                              "config's tolerance:\n  " + "\n  ".join(problems))
 
 
-def step_at_offset(result: ScenarioResult, offset: int) -> int | None:
-    """The step during which the trace reached byte `offset` (the first step whose reported
-    trace offset covers it); None when no reported step does (the runner died in it)."""
-    for i, s in enumerate(result.steps):
-        reached = (s.event or {}).get("trace_offset")
-        if isinstance(reached, int) and reached >= offset:
-            return i
-    return None
-
-
 def assert_dsp_heap_bounded(result: ScenarioResult, per_context_kb: int, leak_kb: int,
                             expected: bool) -> None:
     """DSP heap (QNN's own profile events at every context create and free, on phones) never
@@ -285,7 +274,7 @@ def assert_dsp_heap_bounded(result: ScenarioResult, per_context_kb: int, leak_kb
         return
     assert_completed(result)
     name = result.scenario.name
-    state = replay(result.trace)
+    state = result.trace_state
     if state.dsp_unsupported is not None:
         raise check_failed(result,
             f"scenario {name}: the device's libQnnHtp refused DSP memory profiling (error "
@@ -302,7 +291,7 @@ def assert_dsp_heap_bounded(result: ScenarioResult, per_context_kb: int, leak_kb
     problems = []
     for reading in state.dsp:
         grown_kb = (reading.bytes - baseline) / 1024
-        step = step_at_offset(result, reading.offset)
+        step = result.step_at_offset(reading.offset)
         where = (f"step {step} {result.steps[step].step.describe()}" if step is not None
                  else "after the last reported step")
         # A "before ..._freed" figure still holds the context being freed.

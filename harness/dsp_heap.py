@@ -13,6 +13,8 @@ never asks for it. So `--dsp-heap auto` asks on Android devices with a QNN runti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from harness.errors import HarnessError
 
 ENV = "HARNESS_QNN_DSP_HEAP"
@@ -26,6 +28,7 @@ DEVICE_NOTE = ("DSP heap: read through QNN DSP memory profiling at every context
 OFF_NOTE = "DSP heap: not read (--dsp-heap off)"
 STAND_IN_NOTE = ("DSP heap: not read (an x86_64 stand-in device runs the HTP simulator; "
                  "--dsp-heap on asks anyway)")
+NO_QNN_NOTE = "DSP heap: not read (the device's runtime has no QNN backend)"
 
 
 def wanted(setting: str, *, android_htp: bool) -> bool:
@@ -34,6 +37,21 @@ def wanted(setting: str, *, android_htp: bool) -> bool:
     if setting not in SETTINGS:
         raise HarnessError(f"--dsp-heap must be one of {', '.join(SETTINGS)}, not {setting!r}")
     return setting == "on" or (setting == "auto" and android_htp)
+
+
+def note(on: bool, *, android_htp: bool, simulator: bool = False) -> str:
+    """What the report and the session summary say about a device's DSP heap reading."""
+    if not on:
+        return (SIMULATOR_NOTE if simulator else OFF_NOTE if android_htp else STAND_IN_NOTE)
+    if android_htp:
+        return DEVICE_NOTE
+    where = "the HTP simulator" if simulator else "an x86_64 stand-in"
+    return f"{DEVICE_NOTE} (asked for on {where}: --dsp-heap on)"
+
+
+def requested(env: Mapping[str, str]) -> bool:
+    """Whether runs with these variables ask for the reading (the interposer's setting)."""
+    return env.get(ENV) == "1"
 
 
 def error_name(code: int) -> str:

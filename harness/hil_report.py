@@ -136,7 +136,7 @@ class HilReport:
                  "abi": info.abi, "android": info.android,
                  "details": {k: v for k, v in info.details.items()}, "runner": None,
                  "soc_config": None, "simulator_config": None, "qnn": {}, "state": {},
-                 "dsp_heap": getattr(device, "dsp_heap_note", "")}
+                 "dsp_heap": device.dsp_heap_note}
         try:
             facts["runner"] = session.device_runner
         except HarnessError as exc:

@@ -174,14 +174,13 @@ def _excerpts(run: dict, result: ScenarioResult, failing: set[int]) -> str:
 def trace_excerpt(result: ScenarioResult, index: int) -> str:
     """The QNN calls of the run up to and including step `index` (the last EXCERPT_LINES),
     each marked with the step it happened in; for a step that never reported, every call."""
-    bounds = [(i, s.event["trace_offset"]) for i, s in enumerate(result.steps)
-              if s.event and s.event.get("trace_offset") is not None]
-    end = dict(bounds).get(index)
+    reported = result.steps[index].event if index < len(result.steps) else None
+    end = (reported or {}).get("trace_offset")
     lines = []
     for rec in result.trace:
         if end is not None and rec.offset > end:
             break
-        step = next((i for i, off in bounds if rec.offset <= off), None)
+        step = result.step_at_offset(rec.offset)
         where = f"step {step}" if step is not None else "after the last step"
         lines.append(f"[{where}] {rec.seq} {rec.kind} " +
                      " ".join(f"{k}={v}" for k, v in rec.fields.items()))

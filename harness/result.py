@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.protocol import (STEP_MARKER, ExitCode, is_protocol_line, read_events,
                               step_marker_index)
-from harness.qnn.trace import TraceRecord, replay, replay_by_offsets
+from harness.qnn.trace import TraceRecord, TraceState, replay, replay_by_offsets
 from harness.scenario import Scenario, Step
 
 
@@ -168,8 +168,22 @@ class ScenarioResult:
                     "did not finish")
         return f"runner exited with code {out.returncode}"
 
+    @functools.cached_property
+    def trace_state(self) -> TraceState:
+        """The whole trace replayed (live objects, violations, DSP heap readings), once."""
+        return replay(self.trace)
+
     def final_trace(self) -> dict:
-        return replay(self.trace).snapshot()
+        return self.trace_state.snapshot()
+
+    def step_at_offset(self, offset: int) -> int | None:
+        """The step during which the trace reached byte `offset`: the first step whose
+        reported trace offset covers it; None past the last reported step (the runner died)."""
+        for i, s in enumerate(self.steps):
+            reached = (s.event or {}).get("trace_offset")
+            if reached is not None and reached >= offset:
+                return i
+        return None
 
     def summary(self) -> str:
         return "\n".join(f"  {i}: {s.describe()} live={s.live}" for i, s in enumerate(self.steps))

@@ -215,7 +215,7 @@ class Payload:
     @property
     def dsp_heap(self) -> bool:
         """Runs ask QNN for DSP heap readings (the interposer's setting)."""
-        return self.env.get(dsp_heap.ENV) == "1"
+        return dsp_heap.requested(self.env)
 
 
 def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
@@ -234,11 +234,11 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
     files = {lib: workspace / lib.name for lib in build.libraries()}
     env: dict[str, str] = {}
     if not build.has_backend("QnnBackend"):
-        return Payload(build.runner, files, env, build.backends,
-                       "DSP heap: not read (the device's runtime has no QNN backend)")
+        return Payload(build.runner, files, env, build.backends, dsp_heap.NO_QNN_NOTE)
     qnn = qnn_libraries(identity.abi, htp_arch, workspace, sdk_root=sdk_root,
                         simulator_lib_dir=simulator_lib_dir)
-    if identity.abi != "x86_64" and build.interposer is not None:
+    android_htp = identity.abi != "x86_64" and build.interposer is not None
+    if android_htp:
         from harness.qnn.sdk import built_against_core_api
 
         real = workspace / "qnn" / "libQnnHtp.so"
@@ -246,16 +246,11 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
         files[build.interposer] = workspace / "libQnnHtp.so"
         env = {"HARNESS_QNN_REAL_HTP": str(real), "HARNESS_QNN_ABI_BRIDGE": "auto",
                "HARNESS_QNN_BRIDGE_ABOVE": built_against_core_api()}
-    android_htp = identity.abi != "x86_64" and build.interposer is not None
     on = dsp_heap.wanted(dsp_heap_setting, android_htp=android_htp)
     env[dsp_heap.ENV] = "1" if on else "0"
-    if on:
-        note = dsp_heap.DEVICE_NOTE + ("" if android_htp else
-                                       " (asked for on an x86_64 stand-in: --dsp-heap on)")
-    else:
-        note = dsp_heap.OFF_NOTE if android_htp else dsp_heap.STAND_IN_NOTE
     files.update(qnn)
-    return Payload(build.runner, files, env, build.backends, note)
+    return Payload(build.runner, files, env, build.backends,
+                   dsp_heap.note(on, android_htp=android_htp))
 
 
 @dataclasses.dataclass
@@ -361,7 +356,7 @@ class AdbDevice(Device):
         self.runner_source = runner
         self.qnn_libraries = dict(qnn_libraries)
         self.run_env = dict(env or {})
-        self.dsp_heap = self.run_env.get(dsp_heap.ENV) == "1"
+        self.dsp_heap = dsp_heap.requested(self.run_env)
         self.dsp_heap_note = dsp_heap_note
         self.backends = backends
         if backends is not None:

@@ -59,8 +59,7 @@ class SimulatorDevice(Device):
         self.isolation = isolation
         # The simulator has no DSP: asked anyway (--dsp-heap on), the trace says it refused.
         self.dsp_heap = dsp_heap.wanted(dsp_heap_setting, android_htp=False)
-        self.dsp_heap_note = ("DSP heap: asked for on the HTP simulator (--dsp-heap on)"
-                              if self.dsp_heap else dsp_heap.SIMULATOR_NOTE)
+        self.dsp_heap_note = dsp_heap.note(self.dsp_heap, android_htp=False, simulator=True)
         # preload set -> (the environment its servers started with, the pool)
         self._pools: dict[tuple, tuple[tuple, ForkServerPool]] = {}
         self._pools_lock = threading.Lock()

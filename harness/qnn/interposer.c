@@ -293,14 +293,19 @@ static qnn_err_t w_context_create(qnn_handle_t b, qnn_handle_t d, const void **c
   return rc;
 }
 
+static void trace_binary_create(qnn_err_t rc, qnn_handle_t *out, qnn_handle_t b, qnn_handle_t d,
+                                uint64_t size) {
+  trace("context_create rc=%" PRIu64 " handle=0x%" PRIxPTR " backend=0x%" PRIxPTR
+        " device=0x%" PRIxPTR " binary=%" PRIu64, rc, rc ? 0 : OUT(out), H(b), H(d), size);
+}
+
 static qnn_err_t w_context_from_binary(qnn_handle_t b, qnn_handle_t d, const void **cfg,
                                        const void *buf, uint64_t size, qnn_handle_t *out,
                                        qnn_handle_t prof) {
   context_from_binary_fn real = (context_from_binary_fn)real_table[FN_CONTEXT_CREATE_FROM_BINARY];
   if (!dsp_heap_on()) {
     qnn_err_t rc = real(b, d, cfg, buf, size, out, prof);
-    trace("context_create rc=%" PRIu64 " handle=0x%" PRIxPTR " backend=0x%" PRIxPTR
-          " device=0x%" PRIxPTR " binary=%" PRIu64, rc, rc ? 0 : OUT(out), H(b), H(d), size);
+    trace_binary_create(rc, out, b, d, size);
     return rc;
   }
   /* The caller's configs plus DSP memory profiling. */
@@ -325,8 +330,7 @@ static qnn_err_t w_context_from_binary(qnn_handle_t b, qnn_handle_t d, const voi
     own = profile = NULL;
     rc = real(b, d, cfg, buf, size, out, prof);
   }
-  trace("context_create rc=%" PRIu64 " handle=0x%" PRIxPTR " backend=0x%" PRIxPTR
-        " device=0x%" PRIxPTR " binary=%" PRIu64, rc, rc ? 0 : OUT(out), H(b), H(d), size);
+  trace_binary_create(rc, out, b, d, size);
   if (rc == 0 && out) remember_backend(*out, b);
   if (profile) trace_dsp_events(profile, seen, "create", rc ? NULL : *out);
   free_own_profile(own);

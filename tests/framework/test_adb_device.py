@@ -28,6 +28,7 @@ from harness.scenario import Scenario
 from harness.session import HilSession
 
 from adb_options import adb_options
+from dsp_emulation import build_emulation
 
 pytest_plugins = ["pytester"]
 CACHE = cache_root()  # read now: pytester points HOME at a temporary directory
@@ -272,11 +273,7 @@ def test_dsp_heap_readings_come_back_over_adb(tmp_path_factory, tmp_path, sdk, c
     from harness.qnn.trace import replay
     from harness.scenarios import s4_cleanup_reload
 
-    emulation = tmp_path_factory.mktemp("dsp") / "libQnnHtp.so"
-    built = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-Wl,-z,nodelete", "-o",
-                            str(emulation), str(Path(__file__).with_name("dsp_heap_emulation.c")),
-                            "-ldl", "-lpthread"], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr
+    emulation = build_emulation(tmp_path_factory.mktemp("dsp"))
     env = {**sdk.device_environment(), "HARNESS_QNN_REAL_HTP": str(emulation),
            "DSP_EMULATION_REAL_HTP": str(sdk.real_lib_dir / "libQnnHtp.so")}
     start_server()

@@ -9,7 +9,6 @@ shows what the simulator really does: it refuses the config with NOT_SUPPORTED (
 """
 
 import dataclasses
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,8 @@ from harness.qnn.trace import replay
 from harness.runner.select import choose_runner
 from harness.scenarios import s4_cleanup_reload
 
-HERE = Path(__file__).parent
+from dsp_emulation import build_emulation
+
 pytest_plugins = ["pytester"]
 BASE = 8 * 2**20
 
@@ -30,12 +30,7 @@ BASE = 8 * 2**20
 @pytest.fixture(scope="module")
 def emulation_dir(tmp_path_factory) -> Path:
     """The emulation library, named libQnnHtp.so as the interposer's real library would be."""
-    out = tmp_path_factory.mktemp("dsp-emulation")
-    built = subprocess.run(["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-Wl,-z,nodelete", "-o",
-                            str(out / "libQnnHtp.so"), str(HERE / "dsp_heap_emulation.c"),
-                            "-ldl", "-lpthread"], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr
-    return out
+    return build_emulation(tmp_path_factory.mktemp("dsp-emulation")).parent
 
 
 @pytest.fixture
