@@ -77,9 +77,11 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                     help="lifecycle runner: native (built on first use) or python; auto picks "
                          "native when it can be built")
     group.addoption("--scenario-isolation", choices=("fork", "process"), default="fork",
-                    help="simulator: run each scenario in a fork of a native runner that has "
-                         "loaded the QNN libraries once (fork, the default) or in a new runner "
-                         "process (process); both start with no backend, program or context")
+                    help="run each scenario in a fork of a native runner that has loaded the "
+                         "QNN libraries once (fork, the default; on an adb device a "
+                         "`harness-runner --serve` held open in its workspace) or in a new "
+                         "runner process (process); both start with no backend, program or "
+                         "context")
     group.addoption("--scenario-jobs", type=_scenario_jobs, default=0, metavar="N",
                     help="simulator: run up to N independent scenarios at once where a test "
                          "has several (the ordering explorer); default: one per CPU")

@@ -177,7 +177,7 @@ class HilSession:
                                reacquire_s=opts.reacquire_s or adb.REACQUIRE_S,
                                soc_source=source, notice=self.notices.append,
                                session_id=opts.session_id, worker=opts.worker,
-                               lease_wait=opts.lease_wait)
+                               lease_wait=opts.lease_wait, isolation=opts.scenario_isolation)
         if self.options.runner == "python":
             self.notices.append("adb devices always use the native runner; "
                                 "--runner=python applies to the simulator only")

@@ -58,13 +58,17 @@ import adbutils
 from harness import dsp_heap
 from harness.cache import file_sha256
 from harness.config import SocConfig, soc_for_board_platform
+from harness.compile import uses_qnn
 from harness.devices import adb_wire
+from harness.devices.adb_fork import REPLY_TIMEOUT_S, DeviceForkServer
 from harness.devices.base import Device, DeviceInfo
 from harness.devices.lease import DeviceLease, LeaseBusy
 from harness.errors import ConfigError, DeviceError
 from harness.memory import ALLOCATOR_ENV
 from harness.protocol import read_events
+from harness.qnn.sdk import TRACE_ENV
 from harness.result import RunOutput
+from harness.runner.fork_server import ForkServerError
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
 
@@ -280,7 +284,8 @@ class AdbDevice(Device):
                  soc_config: SocConfig, workspace: PurePosixPath, *, artifacts_dir: Path,
                  keep_workspace: bool = False, reacquire_s: float = REACQUIRE_S,
                  soc_source: str = "", notice: Callable[[str], None] | None = None,
-                 session_id: str = "", worker: str = "master", lease_wait: float = 0.0) -> None:
+                 session_id: str = "", worker: str = "master", lease_wait: float = 0.0,
+                 isolation: str = "fork") -> None:
         """No I/O: everything comes in as arguments (the resolved config, the workspace, the
         session's options it uses); `setup` takes the device's lease and does the pushes."""
         self.client = client
@@ -315,6 +320,12 @@ class AdbDevice(Device):
         self.run_env: dict[str, str] = {}  # extra variables every run gets (the interposer's)
         self.backends: tuple[str, ...] | None = None  # what the device's runtime registers
         self.preflight_report: dict = {}
+        # --scenario-isolation: "fork" runs each scenario as a fork of `harness-runner --serve`
+        # on the device (harness.devices.adb_fork), "process" starts a runner per scenario.
+        self.isolation = isolation
+        self.fork_refused = ""  # why the device's fork server could not serve, once it could not
+        self.runs = {"fork": 0, "process": 0}
+        self._servers: dict[bool, tuple[tuple, DeviceForkServer]] = {}  # QNN preloaded? ->
 
     def sh(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
         """Run a shell command (already quoted) and return (exit code, stdout+stderr)."""
@@ -501,6 +512,10 @@ class AdbDevice(Device):
         content = local_scenario.read_bytes()
         sha = hashlib.sha256(content).hexdigest()
         run_dir = self.workspace / "runs" / f"{sha[:16]}-{scenario.name}"
+        server = self._fork_server(scenario)
+        if server is not None:
+            return self._run_forked(server, scenario, artifacts, run_dir, content, sha, before,
+                                    timeout)
         nonce = uuid.uuid4().hex[:16]
         text, timed_out, pid, start, cut = self._stream(
             self._run_command(run_dir, scenario_sha=sha, nonce=nonce), timeout, stdin=content)
@@ -511,9 +526,7 @@ class AdbDevice(Device):
             self.stats.skipped += 1
         if sent:
             self._remote_sha[str(run_dir / "scenario.json")] = sha
-        pushes = {"pushed": self.stats.pushed - before.pushed,
-                  "skipped": self.stats.skipped - before.skipped,
-                  "session_pushed": self.stats.pushed, "session_skipped": self.stats.skipped}
+        pushes = self._pushes(before)
         stdout, outputs = split_outputs(text, nonce)
         exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
         if timed_out:
@@ -528,7 +541,120 @@ class AdbDevice(Device):
                        "timed out" if timed_out else f"exit {returncode}", pushes["pushed"])
         stderr, trace = outputs if outputs is not None else self._fetch_outputs(run_dir)
         logs = self._crash_logs(start) if returncode is None or returncode < 0 else {}
+        self.runs["process"] += 1
         return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes)
+
+    def _pushes(self, before: PushStats) -> dict[str, int]:
+        return {"pushed": self.stats.pushed - before.pushed,
+                "skipped": self.stats.skipped - before.skipped,
+                "session_pushed": self.stats.pushed, "session_skipped": self.stats.skipped}
+
+    # Forks of a served runner (harness.devices.adb_fork) -----------------------------------
+    def _fork_server(self, scenario: Scenario) -> DeviceForkServer | None:
+        """The device's fork server for this scenario (one with the QNN libraries loaded for
+        scenarios with QNN programs, one without for the rest, as on the simulator), started on
+        first use; None when scenarios run as processes: --scenario-isolation process, a test's
+        own runner in place of the harness's, or a server that could not start (said once)."""
+        if (self.isolation != "fork" or self.fork_refused or self.runner_source is None
+                or self.runner_path != self.workspace / RUNNER_NAME):
+            return None
+        qnn = bool(self.qnn_libraries) and any(uses_qnn(m.backend)
+                                               for m in scenario.models.values())
+        key = tuple(sorted(self.run_env.items()))  # the loader reads its variables at start
+        held = self._servers.get(qnn)
+        if held is not None and held[0] == key and held[1].alive:
+            return held[1]
+        if held is not None:
+            self._drop_server(held[1])
+        try:
+            server = DeviceForkServer(self.client, self.serial, self._serve_command(qnn),
+                                      self.log)
+        except ForkServerError as exc:
+            if not self._online():
+                return None  # the process path meets the drop and re-acquires the device
+            self.fork_refused = str(exc)
+            self.log.warning("fork server refused: %s", exc)
+            self.notice(f"{self.serial}: each scenario starts a new runner process, since the "
+                        f"runner's fork server could not serve there: {exc}")
+            return None
+        self.log.info("fork server %s ready on the device (preloaded %s)", server.pid,
+                      ", ".join(server.preloaded) or "nothing")
+        self._servers[qnn] = (key, server)
+        return server
+
+    def _serve_command(self, qnn: bool) -> str:
+        """`harness-runner --serve` in `runs/`, with every variable a run's command gives the
+        runner but the trace's; with `qnn`, the QNN libraries preloaded by the names the
+        runtime and the interposer open (the real library's path from the interposer's
+        variable, where the device has one)."""
+        preload = (' --preload libQnnHtp.so ${HARNESS_QNN_REAL_HTP:+--preload '
+                   '"$HARNESS_QNN_REAL_HTP"} --preload libQnnSystem.so') if qnn else ""
+        return (f"cd {q(str(self.workspace / 'runs'))} && export {self._runner_variables()} && "
+                f"exec {q(str(self.runner_path))} --serve{preload}")
+
+    def _run_forked(self, server: DeviceForkServer, scenario: Scenario, artifacts: Path,
+                    run_dir: PurePosixPath, content: bytes, sha: str, before: PushStats,
+                    timeout: float) -> RunOutput:
+        """One request: the run directory (names relative to the server's `runs/`), the
+        scenario file unless there, the trace emptied, the pid file, and the runner's stdout,
+        stderr and trace back with its exit status. A timeout kills the fork's process group;
+        a cut stream ends the test as the process path's does, with what the run wrote."""
+        request = {"dir": run_dir.name, "scenario": "scenario.json", "stdout": "stdout.txt",
+                   "stderr": "stderr.txt", "inherit_env": True,
+                   "env": {TRACE_ENV: "qnn_trace.txt"},
+                   "write": {"scenario.json": content.decode("utf-8")},
+                   "truncate": ["qnn_trace.txt"], "pid_file": PID_FILE,
+                   "read": ["stdout.txt", "stderr.txt", "qnn_trace.txt"]}
+        pid = ""
+        try:
+            server.send(request)
+            started = server.reply(REPLY_TIMEOUT_S)
+            if started is None or "child" not in started:
+                raise ForkServerError(f"the device's fork server did not fork the scenario "
+                                      f"({started}); its log: {server.log_tail()}")
+            pid = str(started["child"])
+            self.stats.pushed += len(started.get("written", []))
+            self.stats.skipped += len(started.get("kept", []))
+            self._remote_sha[str(run_dir / "scenario.json")] = sha
+            done = server.reply(timeout)
+            timed_out = done is None
+            if timed_out:
+                self._kill_group(pid, run_dir)
+                done = server.reply(REPLY_TIMEOUT_S)
+                if done is None:
+                    raise ForkServerError(f"the device's fork server did not report the end of "
+                                          f"its killed child {pid}")
+        except ForkServerError as exc:
+            self._drop_server(server)
+            raise self._interrupted(scenario, "", artifacts, pid, run_dir, str(exc),
+                                    stdout_file=run_dir / "stdout.txt")
+        files = done.get("files", {})
+        returncode = None if timed_out else (done["exit"] if "exit" in done
+                                             else -int(done.get("signal", 0)))
+        self.log.debug("scenario %s: %s (fork %s)", scenario.name,
+                       "timed out" if timed_out else f"exit {returncode}", pid)
+        logs = (self._crash_logs(started.get("time")) if returncode is None or returncode < 0
+                else {})
+        self.runs["fork"] += 1
+        return RunOutput(returncode, files.get("stdout.txt", ""), files.get("stderr.txt", ""),
+                         files.get("qnn_trace.txt", ""), timed_out, "native", logs,
+                         self._pushes(before))
+
+    def _read_back(self, path: PurePosixPath) -> str:
+        """A file of an interrupted run (what its runner streamed), or "" when unreadable."""
+        try:
+            return self._raw_sh(f"cat {q(str(path))} 2>/dev/null", 30)[1]
+        except (adbutils.AdbError, OSError):
+            return ""
+
+    def _drop_server(self, server: DeviceForkServer) -> None:
+        server.close()
+        self._servers = {k: v for k, v in self._servers.items() if v[1] is not server}
+
+    def _close_servers(self) -> None:
+        for _, server in list(self._servers.values()):
+            server.close()
+        self._servers = {}
 
     def _run_command(self, run_dir: PurePosixPath, scenario_sha: str = "",
                      nonce: str = "") -> str:
@@ -541,14 +667,10 @@ class AdbDevice(Device):
         `HARNESS_SCENARIO written` or `kept`); with `nonce`, it ends by printing the runner's
         stderr and the QNN trace after that run's markers (`split_outputs`). Without either it
         runs in an existing directory, as a stream of the shell protocol v1 can."""
-        ws = str(self.workspace)
-        adsp = ";".join([ws, "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp", "/system/lib/rfsa/adsp", "/dsp"])
         program = q(str(self.runner_path))
         directory = q(str(run_dir))
         stderr_file, trace_file = q(str(run_dir / "stderr.txt")), q(str(run_dir / "qnn_trace.txt"))
-        env = (f"LD_LIBRARY_PATH={q(ws)}:\"$LD_LIBRARY_PATH\" ADSP_LIBRARY_PATH={q(adsp)} "
-               f"HARNESS_QNN_TRACE={trace_file}")
-        env += "".join(f" {k}={q(v)}" for k, v in sorted({**ALLOCATOR_ENV, **self.run_env}.items()))
+        env = f"{self._runner_variables()} {TRACE_ENV}={trace_file}"
         # Every process the shell starts costs about a millisecond of the scenario's time, so
         # the command sticks to shell builtins where it can: the run directory is named by the
         # scenario's sha256 and its file written whole (temporary file, then mv), so a
@@ -568,6 +690,16 @@ class AdbDevice(Device):
                 f"{env} setsid {program} scenario.json </dev/null 2>{stderr_file} & "
                 f"pid=$!; echo $pid > {q(PID_FILE)}; echo HARNESS_PID $pid; "
                 f"wait $pid; echo HARNESS_EXIT $?; rm -f {q(PID_FILE)}{outputs}; }}")
+
+    def _runner_variables(self) -> str:
+        """The runner's variables as shell assignments (the trace's aside): the workspace first
+        on the library path, the DSP's library path, the allocator's and the run's settings."""
+        ws = str(self.workspace)
+        adsp = ";".join([ws, "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp", "/system/lib/rfsa/adsp",
+                         "/dsp"])
+        env = f"LD_LIBRARY_PATH={q(ws)}:\"$LD_LIBRARY_PATH\" ADSP_LIBRARY_PATH={q(adsp)}"
+        return env + "".join(f" {k}={q(v)}"
+                             for k, v in sorted({**ALLOCATOR_ENV, **self.run_env}.items()))
 
     def _fetch_outputs(self, run_dir: PurePosixPath) -> tuple[str, str]:
         """The runner's stderr and the QNN trace of a run whose own output did not bring them
@@ -625,16 +757,22 @@ class AdbDevice(Device):
                 f"rm -f {q(str(run_dir / PID_FILE))}; true")
 
     def _interrupted(self, scenario: Scenario, stdout: str, artifacts: Path, pid: str,
-                     run_dir: PurePosixPath, cut: str) -> RunInterrupted:
-        """The stream ended without the runner's exit: keep what it streamed, name the step,
-        and (device still there) kill the runner; (device gone) re-acquire it."""
+                     run_dir: PurePosixPath, cut: str,
+                     stdout_file: PurePosixPath | None = None) -> RunInterrupted:
+        """The stream ended without the runner's exit: keep what it streamed (a fork's
+        `stdout_file` on the device, read once the device is there), name the step, and
+        (device still there) kill the runner; (device gone) re-acquire it, which kills it."""
+        online = self._online()
+        lost = None if online else self._offline(f"scenario {scenario.name}", None)
+        if stdout_file is not None and not self.lost:
+            stdout = self._read_back(stdout_file)
         (artifacts / "runner.stdout").write_text(stdout)
         step = running_step(scenario, stdout)
         output = RunOutput(None, stdout, "", runner="native")
         kept = (f"the run of scenario {scenario.name} was interrupted during {step}; the "
                 f"{len(stdout.splitlines())} lines it streamed are kept in "
                 f"{artifacts / 'runner.stdout'}")
-        if self._online():
+        if lost is None:
             why = f" ({cut})" if cut else ""
             try:
                 self._kill_group(pid, run_dir)
@@ -642,7 +780,6 @@ class AdbDevice(Device):
                 pass
             return RunInterrupted(f"{self.serial}: the adb stream closed before the runner's exit "
                                   f"status{why}; {kept}", output, step)
-        lost = self._offline(f"scenario {scenario.name}", None)
         return RunInterrupted(f"{lost}\n{kept}", output, step)
 
     def _crash_logs(self, start: int | None) -> dict[str, str]:
@@ -679,6 +816,7 @@ class AdbDevice(Device):
                          why, self.reacquire_s)
         try:
             wait_online(self.client, self.serial, self.reacquire_s)
+            self._close_servers()  # their streams went with the device
             self._remote_sha.clear()  # a restarted device may have lost files
             self.device_lease.acquire(0)  # still ours (or taken over meanwhile: then lost)
             self._install()
@@ -702,13 +840,24 @@ class AdbDevice(Device):
         if self.lost:
             raise DeviceError(self.lost)
 
+    def runner_description(self) -> str:
+        how = ("a fork of harness-runner --serve on the device" if self.isolation == "fork"
+               else "a new process")
+        return f"{self.runner_kind}; each scenario {how}"
+
     def summary(self) -> list[str]:
-        return [f"{self.serial}: pushes this session: {self.stats.pushed} pushed, "
-                f"{self.stats.skipped} skipped (sha256 already on the device); workspace "
-                f"{self.workspace}" + (" (kept)" if self.keep_workspace else "")]
+        lines = [f"{self.serial}: pushes this session: {self.stats.pushed} pushed, "
+                 f"{self.stats.skipped} skipped (sha256 already on the device); workspace "
+                 f"{self.workspace}" + (" (kept)" if self.keep_workspace else "")]
+        runs = (f"{self.serial}: scenarios: {self.runs['fork']} as forks of the device's "
+                f"harness-runner --serve, {self.runs['process']} as new runner processes")
+        if self.fork_refused:
+            runs += f" (the fork server could not serve: {self.fork_refused})"
+        return lines + [runs]
 
     def close(self) -> None:
         """Remove the workspace (unless kept, or the device is lost) and release the lease."""
+        self._close_servers()
         try:
             if not (self.lost or self.keep_workspace):
                 self.sh(f"rm -rf {q(str(self.workspace))}", timeout=30)

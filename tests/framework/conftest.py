@@ -44,6 +44,7 @@ FILE_KIND = {
     "test_wheel.py": "simulator",
     "test_report.py": "simulator",
     "test_adb_device.py": "adb",
+    "test_adb_fork.py": "adb",
     "test_loopback.py": "adb",
     "test_device_phases.py": "adb",
     "test_adb_robustness.py": "adb",

@@ -111,9 +111,11 @@ def test_runs_scenario_and_dedupes_pushes(adb_device, compiled_model, tmp_path, 
 
 def test_a_scenario_whose_files_are_there_costs_one_adb_call(adb_device, compiled_model,
                                                              tmp_path, session):
-    """One shell call runs it: run directory, scenario file on stdin, runner, then its stderr
-    and QNN trace after markers (no `cat` round trips); a model's first use adds one sha256
-    check and one sync session."""
+    """A process per scenario (--scenario-isolation process): one shell call runs it: run
+    directory, scenario file on stdin, runner, then its stderr and QNN trace after markers (no
+    `cat` round trips); a model's first use adds one sha256 check and one sync session. (The
+    fork path's one request per scenario: test_adb_fork.py.)"""
+    adb_device.isolation = "process"
     model = compiled_model("linear_relu")
     driver = ScenarioDriver(adb_device, tmp_path / "a", 300)
     calls: list[str] = []

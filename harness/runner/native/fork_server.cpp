@@ -11,8 +11,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -70,18 +74,67 @@ int open_onto(const std::string& path, int flags, int target) {
   return 0;
 }
 
+// The request's run directory ("dir", optional): where its relative file
+// names are, and the child's working directory.
+std::string in_dir(const nlohmann::json& request, const std::string& name) {
+  if (!request.contains("dir") || (!name.empty() && name[0] == '/')) return name;
+  return request.at("dir").get<std::string>() + "/" + name;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Before the fork, for a client that has no other way to reach the device's
+// files in the same round trip (an adb device): create "dir", write each
+// "write" file that is not there yet (the scenario file; its run directory
+// is named by its content), empty each "truncate" file (the QNN trace).
+nlohmann::json prepare_run(const nlohmann::json& request) {
+  nlohmann::json written = nlohmann::json::array(), kept = nlohmann::json::array();
+  if (request.contains("dir")) {
+    std::filesystem::create_directories(request.at("dir").get<std::string>());
+  }
+  if (request.contains("write")) {
+    for (const auto& [name, text] : request.at("write").items()) {
+      std::string path = in_dir(request, name);
+      if (std::filesystem::exists(path)) {
+        kept.push_back(name);
+        continue;
+      }
+      std::string tmp = path + ".tmp";
+      std::ofstream(tmp, std::ios::binary) << text.get<std::string>();
+      std::filesystem::rename(tmp, path);  // whole or not at all
+      written.push_back(name);
+    }
+  }
+  if (request.contains("truncate")) {
+    for (const auto& name : request.at("truncate")) {
+      std::ofstream(in_dir(request, name.get<std::string>()), std::ios::trunc);
+    }
+  }
+  return {{"written", written}, {"kept", kept}};
+}
+
 // In the child: become what `harness-runner <scenario>` started with these
 // streams and this environment would be, run the scenario, exit.
 [[noreturn]] void run_child(const nlohmann::json& request) {
   ::setpgid(0, 0);
   ::close(reply_fd);
+  if (request.contains("dir") && ::chdir(request.at("dir").get<std::string>().c_str()) != 0) {
+    std::_Exit(kExitUnrunnable);
+  }
   const int wr = O_WRONLY | O_CREAT | O_TRUNC;
   if (open_onto("/dev/null", O_RDONLY, 0) != 0 ||
       open_onto(request.at("stdout").get<std::string>(), wr, 1) != 0 ||
       open_onto(request.at("stderr").get<std::string>(), wr, 2) != 0) {
     std::_Exit(kExitUnrunnable);
   }
-  ::clearenv();
+  // "inherit_env": the server's environment (what the device's shell gave it)
+  // with "env" on top; otherwise exactly "env".
+  if (!request.value("inherit_env", false)) ::clearenv();
   for (const auto& [key, value] : request.at("env").items()) {
     ::setenv(key.c_str(), value.get<std::string>().c_str(), 1);
   }
@@ -149,8 +202,29 @@ int serve(const std::vector<std::string>& preload) {
       for (const auto& item : request.at("env").items()) {
         if (!item.value().is_string()) throw std::invalid_argument("env values are strings");
       }
+      for (const char* key : {"dir", "pid_file"}) {
+        if (request.contains(key) && !request.at(key).is_string()) throw std::invalid_argument(key);
+      }
+      if (request.contains("write")) {
+        for (const auto& item : request.at("write").items()) {
+          if (!item.value().is_string()) throw std::invalid_argument("write values are strings");
+        }
+      }
+      for (const char* key : {"truncate", "read"}) {
+        if (!request.contains(key)) continue;
+        for (const auto& name : request.at(key)) {
+          if (!name.is_string()) throw std::invalid_argument(key);
+        }
+      }
     } catch (const std::exception& e) {
       reply(nlohmann::json{{"error", std::string("bad request: ") + e.what()}}.dump());
+      continue;
+    }
+    nlohmann::json started;
+    try {
+      started = prepare_run(request);
+    } catch (const std::exception& e) {
+      reply(nlohmann::json{{"error", std::string("cannot prepare the run: ") + e.what()}}.dump());
       continue;
     }
     std::fflush(nullptr);
@@ -161,10 +235,27 @@ int serve(const std::vector<std::string>& preload) {
     }
     if (pid == 0) run_child(request);
     ::setpgid(pid, pid);  // also here, so a kill right after this reply finds the group
-    reply(nlohmann::json{{"child", pid}}.dump());
+    std::string pid_file = request.contains("pid_file")
+                               ? in_dir(request, request.at("pid_file").get<std::string>())
+                               : "";
+    if (!pid_file.empty()) std::ofstream(pid_file) << pid << "\n";  // for a later session
+    started["child"] = pid;
+    started["time"] = static_cast<long long>(std::time(nullptr));  // device time, for logs
+    reply(started.dump());
     std::string status = wait_status(pid);
     auto space = status.find(' ');
-    reply(nlohmann::json{{"done", pid}, {status.substr(0, space), std::stoi(status.substr(space + 1))}}.dump());
+    nlohmann::json done{{"done", pid},
+                        {status.substr(0, space), std::stoi(status.substr(space + 1))}};
+    if (!pid_file.empty()) ::unlink(pid_file.c_str());
+    if (request.contains("read")) {
+      nlohmann::json files = nlohmann::json::object();
+      for (const auto& name : request.at("read")) {
+        files[name.get<std::string>()] = read_text(in_dir(request, name.get<std::string>()));
+      }
+      done["files"] = files;
+    }
+    // A runner's output need not be UTF-8: replace what is not, never fail the reply.
+    reply(done.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   return 0;
 }

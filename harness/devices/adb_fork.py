@@ -1,0 +1,104 @@
+"""`harness-runner --serve` on an adb device: scenarios as forks of a runner that has loaded
+its libraries once, over one shell stream held open for the session.
+
+A new runner process per scenario pays for loading the runtime and the QNN libraries every
+time (on the loopback stand-in the simulator's 106 MB libQnnHtp.so: about 20 ms a scenario,
+benchmarks/adb_path.py). The server is the one the simulator uses (docs/runner-protocol.md,
+"Fork server"), started by `adb shell` in the workspace's `runs/` directory with the
+variables a run's command would give the runner; each request names its run directory
+relative to it, because a device maps its paths in commands, never inside what a command
+reads (the loopback stand-in rewrites `/data` in command text only).
+
+One request per scenario carries all a run needs, so a scenario stays one round trip: the
+run directory (created), the scenario file (written unless the content-named directory holds
+it already), the trace to empty, the pid file (for a later session to kill a leftover run),
+the per-run variables on top of the server's, and which files to send back with the exit
+status (the runner's stdout and stderr, the QNN trace).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+
+import adbutils
+
+from harness.devices import adb_wire
+from harness.runner.fork_server import ForkServerError
+
+START_TIMEOUT_S = 120.0  # loading the libraries on a busy device
+REPLY_TIMEOUT_S = 30.0  # for a fork (or a killed fork's end) to be reported
+LOG_LIMIT = 16 * 1024  # of what the server and its libraries wrote on stderr
+
+
+class DeviceForkServer:
+    """One `harness-runner --serve` on a device; one scenario at a time (an adb device runs
+    its scenarios one after another)."""
+
+    def __init__(self, client: adbutils.AdbClient, serial: str, command: str,
+                 log: logging.LoggerAdapter | logging.Logger) -> None:
+        self.log = log
+        self._lines = bytearray()
+        self._stderr = bytearray()
+        try:
+            self.stream = adb_wire.ShellStream(client, serial, command, stdin=None)
+        except (adbutils.AdbError, OSError) as exc:
+            raise ForkServerError(f"cannot start the fork server: {exc}") from exc
+        ready = self.reply(START_TIMEOUT_S)
+        if ready is None or "error" in ready or "ready" not in ready:
+            why = ready.get("error") if ready else "no answer"
+            self.close()
+            raise ForkServerError(f"the device's fork server did not start: {why}; its log: "
+                                  f"{self.log_tail()}")
+        self.pid = ready["ready"]
+        self.threads = ready.get("threads")
+        self.preloaded = ready.get("preloaded", [])
+
+    def send(self, request: dict) -> None:
+        try:
+            self.stream.send((json.dumps(request) + "\n").encode())
+        except OSError as exc:
+            raise ForkServerError(f"the device's fork server is gone ({exc})") from exc
+
+    def reply(self, timeout: float) -> dict | None:
+        """The next reply line, or None when none came within `timeout`. ForkServerError when
+        the stream ended (the server exited, the device or the adb server dropped it)."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._lines:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if self.stream.closed:
+                raise ForkServerError(f"the device's fork server ended (exit "
+                                      f"{self.stream.exit_code}); its log: {self.log_tail()}")
+            try:
+                out, err = self.stream.read(min(left, 5.0))
+            except socket.timeout:
+                continue
+            except OSError as exc:
+                self.stream.closed = True
+                raise ForkServerError(f"the stream to the device's fork server was cut "
+                                      f"({exc or type(exc).__name__})") from exc
+            self._lines += out
+            self._stderr = (self._stderr + err)[-LOG_LIMIT:]
+        line, _, rest = bytes(self._lines).partition(b"\n")
+        self._lines = bytearray(rest)
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise ForkServerError(f"the device's fork server wrote {line[:200]!r}, not a reply")
+
+    def log_tail(self, limit: int = 2000) -> str:
+        return self._stderr.decode("utf-8", "replace")[-limit:].strip() or "(empty)"
+
+    @property
+    def alive(self) -> bool:
+        return not self.stream.closed
+
+    def close(self) -> None:
+        """Close the stream: the server reads the end of its stdin and exits (the loopback
+        device's adbd also kills its process group; a phone's closes its stdin)."""
+        self.stream.close()
+        self.stream.closed = True
