@@ -4,14 +4,17 @@ next to the same scenario on the host HTP simulator, and what a second device bu
 
 1. Per scenario: S1 and S4 (harness.scenarios, as tests/hil/test_isolation.py runs them) on
    linear_relu fp16, `--repeats` rounds after one uncounted warm-up round (which pushes the
-   program and its tensors), each round running every scenario on every target with the order
-   alternating per round. Each run is `ScenarioDriver.run` (what a test calls), timed from call
-   to return; every target runs the same native runner on the same simulator libraries. The
-   loopback device starts a runner process per scenario, and so does the "sim-process" target
-   (the simulator with --scenario-isolation process), so their difference is the adb path;
-   the simulator's default (a fork of a pre-loaded runner) is shown beside them. Each run gets a scenario of its own (a new run directory and
-   scenario file on the device, as in a suite). Also counted: connections to the adb server per
-   scenario (each one adb round trip). Goal: loopback / simulator at most 1.3x.
+   program and its tensors and starts the device's fork server), each round running every
+   scenario on every target with the order alternating per round. Each run is
+   `ScenarioDriver.run` (what a test calls), timed from call to return; every target runs the
+   same native runner on the same simulator libraries. "simulator" and "loopback" fork a
+   pre-loaded runner per scenario (the default, --scenario-isolation fork: on the device a
+   `harness-runner --serve` held open in its workspace); "sim-process" and "loop-process" start
+   a runner process per scenario (--scenario-isolation process). The ratio of each pair is the
+   adb path's cost. Each run gets a scenario of its own (a new run directory and scenario file
+   on the device, as in a suite). Also counted: adb round trips per scenario (connections to
+   the adb server, and requests on the fork server's held-open stream). Goal: loopback /
+   simulator at most 1.3x.
 
 2. Suite throughput: `pytest tests/hil [-k SELECTION]` with `--device=A` and with `-n 2
    --device=A --device=B`, wall time of the whole pytest process (start-up, collection, the
@@ -93,6 +96,7 @@ def stats(values: list[float]) -> str:
 
 
 def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
+    from harness.devices import adb_fork
     from harness.driver import ScenarioDriver
     from harness.scenarios import s1_two_modules, s4_cleanup_reload
     from harness.session import HilSession
@@ -104,69 +108,90 @@ def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
     device = adb_session.device
     calls = [0]
     make_connection = device.client.make_connection
+    send = adb_fork.DeviceForkServer.send
 
     def counted(*args, **kwargs):
         calls[0] += 1
         return make_connection(*args, **kwargs)
 
+    def counted_send(server, request):
+        calls[0] += 1
+        return send(server, request)
+
     device.client.make_connection = counted
-    # The loopback device starts a runner process per scenario; the simulator by default forks
-    # a pre-loaded one (--scenario-isolation fork), and "sim-process" starts one per scenario
-    # as the loopback does, so loopback / sim-process is what the adb path itself costs.
-    drivers = {"simulator": ScenarioDriver(sim.device, work / "sim-runs", 300),
-               "sim-process": ScenarioDriver(sim_process.device, work / "sim-process-runs", 300),
-               "loopback": ScenarioDriver(device, work / "adb-runs", 300)}
+    adb_fork.DeviceForkServer.send = counted_send
+    # Both targets fork a pre-loaded runner per scenario by default (--scenario-isolation
+    # fork: on the device a `harness-runner --serve` in its workspace), and both start a runner
+    # process per scenario with --scenario-isolation process ("-process"): the ratio of each
+    # pair is what the adb path costs. One device session serves both loopback targets (a
+    # second session would wait for the device's lease), switching its isolation per run.
+    targets = {"simulator": (sim.device, None), "sim-process": (sim_process.device, None),
+               "loopback": (device, "fork"), "loop-process": (device, "process")}
+    drivers = {t: ScenarioDriver(d, work / f"{t}-runs", 300) for t, (d, _) in targets.items()}
     makers = {"s1": lambda n: s1_two_modules(model, name=n),
               "s4": lambda n: s4_cleanup_reload(model, name=n)}
+    pairs = {"loopback": "simulator", "loop-process": "sim-process"}
     times = {(s, t): [] for s in makers for t in drivers}
-    ratios = {s: [] for s in makers}
-    process_ratios = {s: [] for s in makers}
-    adb_calls = {s: [] for s in makers}
+    ratios = {(s, t): [] for s in makers for t in pairs}
+    adb_calls = {(s, t): [] for s in makers for t in pairs}
     ok = True
-    for round_ in range(repeats + 1):
-        for scenario, make in makers.items():
-            order = list(drivers) if round_ % 2 == 0 else list(reversed(drivers))
-            elapsed, outcome = {}, {}
-            for target in order:
-                before = calls[0]
-                started = time.perf_counter()
-                result = drivers[target].run(make(f"{scenario}-r{round_}"), allow_crash=True)
-                elapsed[target] = time.perf_counter() - started
-                outcome[target] = [s.status for s in result.steps]
-                if target == "loopback":
-                    adb_calls[scenario].append(calls[0] - before)
-            if len({tuple(o) for o in outcome.values()}) != 1:
-                ok = False
-                print(f"MISMATCH {scenario} round {round_}: {outcome}")
-            if round_ == 0:
-                continue  # warm-up: first pushes, page cache
-            for target in drivers:
-                times[(scenario, target)].append(elapsed[target])
-            ratios[scenario].append(elapsed["loopback"] / elapsed["simulator"])
-            process_ratios[scenario].append(elapsed["loopback"] / elapsed["sim-process"])
-    adb_session.close()
-    sim.close()
-    sim_process.close()
+    try:
+        for round_ in range(repeats + 1):
+            for scenario, make in makers.items():
+                order = list(drivers) if round_ % 2 == 0 else list(reversed(drivers))
+                elapsed, outcome = {}, {}
+                for target in order:
+                    if targets[target][1]:
+                        device.isolation = targets[target][1]
+                    before = calls[0]
+                    started = time.perf_counter()
+                    result = drivers[target].run(make(f"{scenario}-{target}-r{round_}"),
+                                                 allow_crash=True)
+                    elapsed[target] = time.perf_counter() - started
+                    outcome[target] = [s.status for s in result.steps]
+                    if target in pairs:
+                        adb_calls[(scenario, target)].append(calls[0] - before)
+                if len({tuple(o) for o in outcome.values()}) != 1:
+                    ok = False
+                    print(f"MISMATCH {scenario} round {round_}: {outcome}")
+                if round_ == 0:
+                    continue  # warm-up: first pushes, the device's servers start, page cache
+                for target in drivers:
+                    times[(scenario, target)].append(elapsed[target])
+                for target, reference in pairs.items():
+                    ratios[(scenario, target)].append(elapsed[target] / elapsed[reference])
+    finally:
+        adb_fork.DeviceForkServer.send = send
+        device.isolation = "fork"
+        adb_session.close()
+        sim.close()
+        sim_process.close()
     print(f"\n1. Per scenario ({repeats} rounds after a warm-up; wall seconds of "
           "ScenarioDriver.run)\n")
-    print("scenario target      median s   min s   max s  adb calls")
-    print("-" * 58)
+    print("scenario target        median s   min s   max s  adb round trips")
+    print("-" * 66)
     for scenario in makers:
         for target in drivers:
-            per = (f"{statistics.median(adb_calls[scenario][1:]):>9.0f}"
-                   if target == "loopback" else f"{'-':>9}")
-            print(f"{scenario:8} {target:10} {stats(times[(scenario, target)])}  {per}")
-        ratio = statistics.median(process_ratios[scenario])
-        extra = (statistics.median(times[(scenario, 'loopback')]) -
-                 statistics.median(times[(scenario, 'sim-process')]))
-        print(f"         ratio loopback/sim-process {ratio:.2f}x (median of per-round ratios; "
-              f"both a process per scenario), adb path +{extra * 1000:.0f} ms; goal <= "
-              f"{SCENARIO_GOAL}x: {'met' if ratio <= SCENARIO_GOAL else 'NOT met'}")
-        print(f"         ratio loopback/simulator (its default, a fork per scenario) "
-              f"{statistics.median(ratios[scenario]):.2f}x")
-        print(f"         adb calls per scenario: {adb_calls[scenario][0]} in the warm-up round "
-              f"(the session's first run of the model also checks and pushes its files), then "
-              f"{statistics.median(adb_calls[scenario][1:]):.0f}")
+            per = (f"{statistics.median(adb_calls[(scenario, target)][1:]):>9.0f}"
+                   if target in pairs else f"{'-':>9}")
+            print(f"{scenario:8} {target:12} {stats(times[(scenario, target)])}  {per}")
+        for target, reference in pairs.items():
+            ratio = statistics.median(ratios[(scenario, target)])
+            extra = (statistics.median(times[(scenario, target)]) -
+                     statistics.median(times[(scenario, reference)]))
+            how = ("both fork a pre-loaded runner, the default" if target == "loopback"
+                   else "both start a runner process per scenario")
+            goal = (f"; goal <= {SCENARIO_GOAL}x: {'met' if ratio <= SCENARIO_GOAL else 'NOT met'}"
+                    if target == "loopback" else "")
+            print(f"         ratio {target}/{reference} {ratio:.2f}x (median of per-round "
+                  f"ratios; {how}), adb path {extra * 1000:+.0f} ms{goal}")
+        first = {t: adb_calls[(scenario, t)][0] for t in pairs}
+        print(f"         adb round trips per scenario (connections to the adb server and "
+              f"requests to the device's fork server): {first['loopback']} and "
+              f"{first['loop-process']} in the warm-up round (the model's files checked and "
+              f"pushed, the server started), then "
+              f"{statistics.median(adb_calls[(scenario, 'loopback')][1:]):.0f} and "
+              f"{statistics.median(adb_calls[(scenario, 'loop-process')][1:]):.0f}")
     return ok
 
 

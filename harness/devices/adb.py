@@ -30,7 +30,10 @@ one `sync:` session; then one shell call (shell protocol v2) does the rest: it c
 content-named run directory, takes the scenario file on its stdin (kept when the directory
 already holds it, as in a kept workspace), starts the runner, and at its end prints the runner's
 stderr and the QNN trace after markers of that run, so no `cat` follows. A scenario whose files
-the session already pushed costs that one call.
+the session already pushed costs that one call. By default (--scenario-isolation fork) even that
+call is gone: the scenario is one request to the device's `harness-runner --serve`, over a shell
+stream held open for the session (`harness.devices.adb_fork`), which forks a runner that has
+loaded its libraries once; a device whose server cannot serve falls back to the shell call.
 A device that drops off mid-test fails that test (keeping what the run streamed) and is
 re-acquired for the full window, whatever `adb connect` answers meanwhile; if it does not come
 back, every later test fails at once with what happened, so the session never hangs. A session
