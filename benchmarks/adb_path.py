@@ -81,6 +81,12 @@ class Loopback:
             raise SystemExit(f"loopback did not start: {line!r} {self.proc.stderr.read()}")
         self.serial = line.split()[1]
 
+    def cpu_seconds(self) -> float:
+        """CPU the device has used: its adbd and every command it ran, the runners among them
+        (children's time counts once they are reaped; a session's fork servers end with it)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -202,33 +208,35 @@ def busy_cpu_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def run_suite(devices: list[str], workers: int, selection: str,
-              work: Path) -> tuple[float, str, int, float]:
+def run_suite(devices: list[Loopback], workers: int, selection: str,
+              work: Path) -> tuple[float, str, int, float, float]:
     """One pytest process over tests/hil (`-k selection` unless empty); no devices: the
     simulator. Also returns the machine's busy CPU seconds meanwhile (runners, adbds, the adb
-    server and pytest all run here)."""
+    server and pytest all run here) and the devices' share of them."""
     argv = [sys.executable, "-m", "pytest", "tests/hil", "-q", "-p", "no:cacheprovider",
             f"--artifacts-dir={work}"]
     argv += ["-k", selection] if selection else []
-    argv += [f"--device={d}" for d in devices]
+    argv += [f"--device={d.serial}" for d in devices]
     argv += ["-n", str(workers)] if workers > 1 else []
+    device_cpu = sum(d.cpu_seconds() for d in devices)
     started, busy = time.perf_counter(), busy_cpu_seconds()
     proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     busy = busy_cpu_seconds() - busy
+    device_cpu = sum(d.cpu_seconds() for d in devices) - device_cpu
     summary = next((l.strip("= ") for l in reversed(proc.stdout.splitlines())
                     if re.search(r"\d+ (passed|failed|xfailed|error)", l)), "no summary")
     if proc.returncode != 0:
         print(proc.stdout[-3000:] + proc.stderr[-2000:])
     return (elapsed, re.sub(r"(, \d+ warnings?)? in [\d.]+s.*", "", summary), proc.returncode,
-            busy)
+            busy, device_cpu)
 
 
-def bench_suite(serials: list[str], rounds: int, selections: list[str], simulator: bool,
+def bench_suite(loopbacks: list[Loopback], rounds: int, selections: list[str], simulator: bool,
                 work: Path) -> bool:
     print(f"\n2. Suite throughput: pytest tests/hil, one device vs two ({rounds} round(s), order "
           "alternating; wall seconds of the whole pytest process)")
-    variants = {"one device": (serials[:1], 1), "two devices, -n 2": (serials[:2], 2)}
+    variants = {"one device": (loopbacks[:1], 1), "two devices, -n 2": (loopbacks[:2], 2)}
     if simulator:
         variants.update({"simulator, 1 worker": ([], 1), "simulator, -n 2": ([], 2)})
     ok = True
@@ -236,24 +244,33 @@ def bench_suite(serials: list[str], rounds: int, selections: list[str], simulato
         print(f"\n  -k {selection!r}" if selection else "\n  all of tests/hil")
         times: dict[str, list[float]] = {v: [] for v in variants}
         cores: dict[str, list[float]] = {v: [] for v in variants}
+        busy_s: dict[str, list[float]] = {v: [] for v in variants}
+        device_s: dict[str, list[float]] = {v: [] for v in variants}
         for round_ in range(rounds):
             order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
             for name in order:
                 devices, workers = variants[name]
-                elapsed, summary, code, busy = run_suite(devices, workers, selection,
-                                                         work / f"{len(times[name])}-{workers}")
+                elapsed, summary, code, busy, device_cpu = run_suite(
+                    devices, workers, selection, work / f"{len(times[name])}-{workers}")
                 times[name].append(elapsed)
                 cores[name].append(busy / elapsed)
+                busy_s[name].append(busy)
+                device_s[name].append(device_cpu)
                 ok = ok and code == 0
                 print(f"    round {round_} {name:20} {elapsed:7.1f} s  exit {code}  "
-                      f"{busy / elapsed:.2f} cores busy  {summary}")
+                      f"{busy / elapsed:.2f} cores busy ({busy:.1f} CPU s, the devices' "
+                      f"{device_cpu:.1f})  {summary}")
         one, two = (statistics.median(times[v]) for v in ("one device", "two devices, -n 2"))
-        bound = os.cpu_count() / statistics.median(cores["one device"])
+        floor = statistics.median(busy_s["two devices, -n 2"]) / os.cpu_count()
+        own = statistics.median(device_s["one device"])
         print(f"    two devices / one: {one:.1f} s / {two:.1f} s = {one / two:.2f}x; goal >= "
               f"{SUITE_GOAL}x: {'met' if one / two >= SUITE_GOAL else 'NOT met'}")
         print(f"    one device keeps {statistics.median(cores['one device']):.2f} of this "
-              f"machine's {os.cpu_count()} cores busy (its runners run here, as a phone's would "
-              f"not), so two can be at most {bound:.2f}x faster here")
+              f"machine's {os.cpu_count()} cores busy, {own:.1f} CPU s of its {one:.1f} s its "
+              f"own work (runners, adbd: a phone's, here this machine's); the two-device run "
+              f"needs {statistics.median(busy_s['two devices, -n 2']):.1f} CPU s, so on "
+              f"{os.cpu_count()} cores it cannot take under {floor:.1f} s: at most "
+              f"{one / floor:.2f}x here")
         if simulator:
             s1, s2 = (statistics.median(times[v]) for v in ("simulator, 1 worker",
                                                              "simulator, -n 2"))
@@ -296,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.skip_scenarios:
                 ok = bench_scenarios(devices[0].serial, args.repeats, work / "scenarios") and ok
             if not args.skip_suite:
-                ok = bench_suite([d.serial for d in devices], args.suite_rounds,
+                ok = bench_suite(devices, args.suite_rounds,
                                  args.selection if args.selection is not None
                                  else DEFAULT_SELECTIONS, args.simulator_reference,
                                  work / "suite") and ok

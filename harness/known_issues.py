@@ -4,6 +4,11 @@ Strict, so a runtime that fixes the bug makes the test fail with "XPASS(strict)"
 signal to delete the entry. `--ignore-known-issues` turns them back into plain tests, which then
 fail with the runtime's own error.
 
+An `intermittent: true` entry is for a bug that a test meets only in some runs (a race whose
+odds move with the machine's load): its test is an xfail when it fails exactly as the entry
+says and a pass (XPASS, not strict) when that run did not meet the bug. Such an entry cannot
+tell when the runtime is fixed; its reason says how often the bug was seen.
+
 An entry excuses a test only when every failure of its run (harness.failures) is that bug: of
 one of the entry's kinds, with the entry's `match` found in the failing step's own words. A
 wrong output before the known error, or a crash after it, fails the test and shows both.
@@ -47,6 +52,7 @@ class IssueEntry(StrictModel):
     kind: list[Kind] = Field(min_length=1)  # which failures it covers
     match: NonEmpty  # regex searched in the failing step's own words
     reason: NonEmpty
+    intermittent: bool = False  # met in some runs only: a pass is not a fixed runtime
 
     @field_validator("match")
     @classmethod
@@ -72,6 +78,7 @@ class KnownIssue:
     kinds: tuple[str, ...]
     source: Path = DEFAULT_PATH  # the YAML file it came from
     base: Path = PROJECT_ROOT  # test patterns are relative to this directory
+    intermittent: bool = False
 
     def applies_to(self, version: str) -> bool:
         for spec in self.executorch:
@@ -117,7 +124,7 @@ def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> li
         base = PROJECT_ROOT if path.resolve() == DEFAULT_PATH.resolve() else path.resolve().parent
     entries = load_validated(path, IssuesFile, what="known-issues file", empty_ok=True).root
     issues = [KnownIssue(e.id, tuple(e.executorch), tuple(e.tests), " ".join(e.reason.split()),
-                         e.match, tuple(e.kind), path, base) for e in entries]
+                         e.match, tuple(e.kind), path, base, e.intermittent) for e in entries]
     _check_unique(issues)
     return issues
 
