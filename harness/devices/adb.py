@@ -781,8 +781,8 @@ class AdbDevice(Device):
                 self._kill_group(pid, run_dir)
             except DeviceError:
                 pass
-            return RunInterrupted(f"{self.serial}: the adb stream closed before the runner's exit "
-                                  f"status{why}; {kept}", output, step)
+            return RunInterrupted(f"{self.serial}: the runner's exit status never reached the "
+                                  f"host{why or ' (the adb stream closed)'}; {kept}", output, step)
         return RunInterrupted(f"{lost}\n{kept}", output, step)
 
     def _crash_logs(self, start: int | None) -> dict[str, str]:
