@@ -26,7 +26,7 @@ import time
 import adbutils
 
 from harness.devices import adb_wire
-from harness.runner.fork_server import ForkServerError
+from harness.runner.fork_server import ForkServerError, is_ready, not_started
 
 START_TIMEOUT_S = 120.0  # loading the libraries on a busy device
 REPLY_TIMEOUT_S = 30.0  # for a fork (or a killed fork's end) to be reported
@@ -47,11 +47,9 @@ class DeviceForkServer:
         except (adbutils.AdbError, OSError) as exc:
             raise ForkServerError(f"cannot start the fork server: {exc}") from exc
         ready = self.reply(START_TIMEOUT_S)
-        if ready is None or "error" in ready or "ready" not in ready:
-            why = ready.get("error") if ready else "no answer"
+        if not is_ready(ready):
             self.close()
-            raise ForkServerError(f"the device's fork server did not start: {why}; its log: "
-                                  f"{self.log_tail()}")
+            raise not_started("the device's fork server", ready, self.log_tail())
         self.pid = ready["ready"]
         self.threads = ready.get("threads")
         self.preloaded = ready.get("preloaded", [])

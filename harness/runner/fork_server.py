@@ -62,11 +62,9 @@ class ForkServer:
                                      stderr=self._log, start_new_session=True)
         self._buffer = b""
         ready = self._reply(START_TIMEOUT_S)
-        if ready is None or "error" in ready or "ready" not in ready:
-            why = ready.get("error") if ready else "no answer"
+        if not is_ready(ready):
             self.close()
-            raise ForkServerError(f"the native fork server did not start: {why}; "
-                                  f"its log: {self.log_tail()}")
+            raise not_started("the native fork server", ready, self.log_tail())
         self.threads = ready.get("threads")
         log.info("fork server %s ready (%s thread, preloaded %s)", self.proc.pid,
                  self.threads, ", ".join(preload) or "nothing")
@@ -218,6 +216,17 @@ class ForkServerPool:
             self._started = 0
         for server in servers:
             server.close()
+
+
+def is_ready(reply: dict | None) -> bool:
+    """Whether a server's first line says it serves (`{"ready": pid, ...}` with no error)."""
+    return reply is not None and "error" not in reply and "ready" in reply
+
+
+def not_started(what: str, reply: dict | None, log_tail: str) -> ForkServerError:
+    """The error for a server whose first line was `reply` (None: it said nothing)."""
+    why = reply.get("error") if reply else "no answer"
+    return ForkServerError(f"{what} did not start: {why}; its log: {log_tail}")
 
 
 def _take_text(path: Path) -> str:

@@ -31,6 +31,8 @@ from harness.session import HilSession
 from harness.xnnpack import cache_options
 
 from adb_options import adb_options
+from processes import wait_gone
+from run_parity import same_steps
 
 pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
                                 reason="the adb client/server (Debian package adb) is not installed")
@@ -80,23 +82,6 @@ def hanging(device, compiled_model, name: str) -> Scenario:
             .load_method("A", "conv_nobias"))
 
 
-def running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(") ", 1)[1][0] != "Z"
-
-
-def wait_gone(pid: int, seconds: float = 5.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not running(pid):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_forks_give_what_processes_give_in_one_request_each(tmp_path, phone, hil_session,
                                                              compiled_model):
     """S1 (fails on 1.5.1 at the survivor's execute) and S4 as forks and as processes on the
@@ -136,15 +121,7 @@ def test_forks_give_what_processes_give_in_one_request_each(tmp_path, phone, hil
         device.close()
     for fork, process in zip(forks, processes):
         assert fork.completed and process.completed, fork.crash_report()
-        assert fork.output.returncode == process.output.returncode
-        assert len(fork.steps) == len(process.steps)
-        for f, p in zip(fork.steps, process.steps):
-            where = f"{fork.scenario.name} step {f.step.describe()}"
-            assert f.status == p.status, f"{where}: fork {f.describe()} vs process {p.describe()}"
-            assert (f.event or {}).get("error_code") == (p.event or {}).get("error_code"), where
-            assert f.live == p.live, f"{where}: fork {f.live} vs process {p.live}"
-            assert ([o["sha256"] for o in (f.event or {}).get("outputs", [])] ==
-                    [o["sha256"] for o in (p.event or {}).get("outputs", [])]), where
+        same_steps(fork, process)
         assert "context_create" in fork.output.trace_text
     s1 = forks[0]
     assert s1.output.returncode == 1 and any(s.status == "error" for s in s1.steps)

@@ -31,6 +31,7 @@ from harness.scenario import Scenario
 from harness.session import HilSession
 
 from adb_options import adb_options
+from processes import running, wait_gone
 
 pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
                                 reason="the adb client/server (Debian package adb) is not installed")
@@ -100,24 +101,6 @@ def kill_group(pid: int) -> None:
             kill()
         except (ProcessLookupError, PermissionError):
             pass
-
-
-def running(pid: int) -> bool:
-    """The process exists and is not a zombie waiting for a reaper."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(") ", 1)[1][0] != "Z"
-
-
-def wait_gone(pid: int, seconds: float = 5.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not running(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def device_of(tmp_path: Path, serial: str, hil_session, **overrides):

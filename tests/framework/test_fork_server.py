@@ -20,6 +20,8 @@ from harness.runner.select import choose_runner
 from harness.scenario import Scenario
 from harness.scenarios import s1_two_modules, s4_cleanup_reload
 
+from run_parity import same_steps
+
 
 @pytest.fixture(scope="module")
 def native():
@@ -36,17 +38,6 @@ def both_isolations(hil_session, native, tmp_path):
     yield {iso: ScenarioDriver(device, tmp_path / iso, 300) for iso, device in devices.items()}
     for device in devices.values():
         device.close()
-
-
-def same_steps(fork, process) -> None:
-    assert fork.output.returncode == process.output.returncode
-    for i, (f, p) in enumerate(zip(fork.steps, process.steps)):
-        where = f"step {i} {f.step.describe()}"
-        assert f.status == p.status, f"{where}: fork {f.describe()} vs process {p.describe()}"
-        assert (f.event or {}).get("error_code") == (p.event or {}).get("error_code"), where
-        assert f.live == p.live, f"{where}: fork {f.live} vs process {p.live}"
-        assert ([o["sha256"] for o in (f.event or {}).get("outputs", [])] ==
-                [o["sha256"] for o in (p.event or {}).get("outputs", [])]), where
 
 
 def test_fork_gives_what_a_process_gives(both_isolations, compiled_model):
