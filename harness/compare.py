@@ -13,9 +13,12 @@ Prints a plain-text table of
     (absolute, default 10 ms: steps of a fraction of a millisecond jitter by more than 50%
     between any two runs);
   * memory: the median over those runs of the peak (over the steps) Rss, Pss or dma-buf grew
-    by more than `--memory-threshold-kb` (absolute, default 8192 kB: the simulator's runner
-    peaks at one of two Rss levels about 5.4 MB apart from run to run, and 8 MiB is the
-    SoC configs' own leak allowance).
+    by more than `--memory-threshold-kb` (absolute, default 24576 kB: the runtime's peak is
+    not the same from launch to launch of one scenario: on the simulator S1's peak Rss took
+    one of five levels 5.46 MB apart in 40 identical launches, a span of 21.9 MB, with a
+    process per scenario and as forks alike, and a two-level difference between two CI runs
+    was reported as a regression under the earlier 8 MiB default. Leaks are the assertions'
+    business, per scenario, with the SoC configs' allowance).
 
 Times measured on a shared or busy host (the HTP simulator runs on the host CPU) move by
 several times between identical runs; compare such runs with a looser `--time-threshold`.
@@ -35,7 +38,7 @@ from harness.results import TIMED_OPS, ResultsError, load_results, run_peaks
 
 DEFAULT_TIME_THRESHOLD = 0.5
 DEFAULT_TIME_MIN_MS = 10.0
-DEFAULT_MEMORY_THRESHOLD_KB = 8192
+DEFAULT_MEMORY_THRESHOLD_KB = 24576
 BAD = ("failed", "error")
 MEMORY_METRICS = (("rss_kb", "peak Rss", 1), ("pss_kb", "peak Pss", 1),
                   ("dmabuf_bytes", "peak dma-buf", 1024),
