@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import socket
 import time
 
@@ -71,16 +72,7 @@ class DeviceForkServer:
             if self.stream.closed:
                 raise ForkServerError(f"the device's fork server ended (exit "
                                       f"{self.stream.exit_code}); its log: {self.log_tail()}")
-            try:
-                out, err = self.stream.read(min(left, 5.0))
-            except socket.timeout:
-                continue
-            except OSError as exc:
-                self.stream.closed = True
-                raise ForkServerError(f"the stream to the device's fork server was cut "
-                                      f"({exc or type(exc).__name__})") from exc
-            self._lines += out
-            self._stderr = (self._stderr + err)[-LOG_LIMIT:]
+            self._pump(min(left, 5.0))
         line, _, rest = bytes(self._lines).partition(b"\n")
         self._lines = bytearray(rest)
         try:
@@ -88,11 +80,32 @@ class DeviceForkServer:
         except ValueError:
             raise ForkServerError(f"the device's fork server wrote {line[:200]!r}, not a reply")
 
+    def _pump(self, timeout: float) -> None:
+        """Take what the stream brings within `timeout` (replies, the server's log, its end)."""
+        try:
+            out, err = self.stream.read(timeout)
+        except socket.timeout:
+            return
+        except OSError as exc:
+            self.stream.closed = True
+            raise ForkServerError(f"the stream to the device's fork server was cut "
+                                  f"({exc or type(exc).__name__})") from exc
+        self._lines += out
+        self._stderr = (self._stderr + err)[-LOG_LIMIT:]
+
     def log_tail(self, limit: int = 2000) -> str:
         return self._stderr.decode("utf-8", "replace")[-limit:].strip() or "(empty)"
 
     @property
     def alive(self) -> bool:
+        """Whether the server is still there, from what its stream brought without waiting:
+        between scenarios it writes nothing but log lines, so an end of the stream here is a
+        server that died idle (killed on the device), which the next scenario must not meet."""
+        try:
+            while not self.stream.closed and select.select([self.stream.socket], [], [], 0)[0]:
+                self._pump(0.5)
+        except (ForkServerError, OSError, ValueError):
+            self.stream.closed = True
         return not self.stream.closed
 
     def close(self) -> None:

@@ -12,7 +12,9 @@ without a test runner in the harness's place.
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import shutil
 import subprocess
 import threading
@@ -245,3 +247,18 @@ def test_a_changed_run_environment_gets_a_new_server(device, tmp_path, compiled_
     assert out.returncode == 0, out.stderr
     (_, second), = device._servers.values()
     assert second is not first and second.pid != first.pid and not first.alive
+
+
+def test_a_server_that_died_between_scenarios_is_replaced(device, tmp_path, compiled_model):
+    """Killed on the device while idle (as a phone's low-memory killer might): the next
+    scenario gets a new server instead of failing on the dead one's stream."""
+    model = compiled_model("linear_relu")
+    device.run(simple(model, "before"), tmp_path / "before", 300)
+    (_, first), = device._servers.values()
+    os.kill(first.pid, signal.SIGKILL)  # the loopback's device processes are this host's
+    time.sleep(0.5)
+    out = device.run(simple(model, "after"), tmp_path / "after", 300)
+    assert out.returncode == 0, out.stderr
+    (_, second), = device._servers.values()
+    assert second is not first and not first.alive and second.alive
+    assert device.runs == {"fork": 2, "process": 0}
