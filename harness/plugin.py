@@ -190,9 +190,10 @@ def pytest_configure_node(node) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hil: a test that runs scenarios on a device or simulator")
-    config.addinivalue_line("markers", "hil_cost(seconds): rough seconds the test takes on the "
-                            "reference 2-core host (unmarked: short); orders a pytest-xdist run so "
-                            "each worker's share costs about the same (harness/xdist_order.py)")
+    config.addinivalue_line("markers", "hil_cost(seconds, adb=seconds): rough seconds the test "
+                            "takes on the reference 2-core host on the simulator (and on an adb "
+                            "device, where it differs; unmarked: short); orders a pytest-xdist run "
+                            "so each worker's share costs about the same (harness/xdist_order.py)")
     config.addinivalue_line("markers", "hil_programs(*names, precisions=('fp16',), options={}, "
                             "needs=()): the built-in models a suite test runs on by default "
                             "(with --pte: the user's programs), and what it needs of a program")
@@ -210,7 +211,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_KnownIssuesMet(config), "hil-known-issues-met")
     workers = xdist_workers(config, opts)
     if workers > 1:
-        config.pluginmanager.register(_XdistBalance(workers), "hil-xdist-balance")
+        adb = (bool(opts.devices) or bool(opts.lg_place_tags)) and not opts.simulator
+        config.pluginmanager.register(_XdistBalance(workers, adb), "hil-xdist-balance")
     if not opts.worker.startswith("gw"):
         _link_latest(opts.artifacts_dir)
 
@@ -416,14 +418,18 @@ class _XdistBalance:
     (harness/xdist_order.py). Without xdist the order is kept. Every worker arranges its own
     collection the same way, as xdist requires."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, adb: bool = False) -> None:
         self.workers = workers
+        self.adb = adb  # the run's devices are adb devices: their costs (`adb=`) where marked
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         def cost(item: pytest.Item) -> float | None:
             marker = item.get_closest_marker("hil_cost")
-            return float(marker.args[0]) if marker and marker.args else None
+            if not marker or not marker.args:
+                return None
+            return float(marker.kwargs.get("adb", marker.args[0]) if self.adb
+                         else marker.args[0])
 
         items[:] = balanced_order(items, [cost(i) for i in items], self.workers)
 

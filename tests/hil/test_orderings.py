@@ -17,8 +17,9 @@ PYTHON_RUNNER_SAMPLE = 6
 # An adb device runs one scenario at a time with a few round trips each; the large
 # explorations take an evenly spaced sample there (the simulator runs them whole).
 ADB_DEVICE_SAMPLE = 300
-# `hil_cost` markers: rough seconds on the reference 2-core host (loopback device / simulator),
-# only used to balance pytest-xdist workers (harness/xdist_order.py).
+# `hil_cost` markers: rough seconds on the reference 2-core host, on the simulator and (adb=) on
+# a loopback device (measured 2026-12-01, both forking a pre-loaded runner), only used to
+# balance pytest-xdist workers (harness/xdist_order.py).
 
 
 def sample(orderings, hil_session):
@@ -40,7 +41,7 @@ def run_all(scenario_driver, hil_session, name, plans, orderings):
     return exploration
 
 
-@pytest.mark.hil_cost(5)
+@pytest.mark.hil_cost(1.5, adb=2.4)
 def test_orderings_distinct_programs(compiled_model, scenario_driver, hil_session):
     """Two modules of different programs with the same method name: never share anything."""
     plans = [ModulePlan("A", compiled_model("linear_relu")), ModulePlan("B", compiled_model("mlp_tanh"))]
@@ -48,7 +49,7 @@ def test_orderings_distinct_programs(compiled_model, scenario_driver, hil_sessio
     assert exploration.ran in (70, PYTHON_RUNNER_SAMPLE)
 
 
-@pytest.mark.hil_cost(6)
+@pytest.mark.hil_cost(1.8, adb=2.6)
 @pytest.mark.hil_programs("linear_relu", needs=("qnn",))
 def test_orderings_shared_program(hil_program, scenario_driver, hil_session):
     """Two modules of one program: the S1 family, in every interleaving."""
@@ -57,7 +58,7 @@ def test_orderings_shared_program(hil_program, scenario_driver, hil_session):
     run_all(scenario_driver, hil_session, "ord_shared", plans, interleavings(plans))
 
 
-@pytest.mark.hil_cost(1)
+@pytest.mark.hil_cost(0.4, adb=0.6)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_orderings_distinct_programs(compiled_model, scenario_driver, hil_session, seed):
     """Three modules of three programs, one with two methods sharing its context."""
@@ -68,7 +69,7 @@ def test_random_orderings_distinct_programs(compiled_model, scenario_driver, hil
             random_interleavings(plans, 12, seed))
 
 
-@pytest.mark.hil_cost(2)
+@pytest.mark.hil_cost(0.8, adb=0.9)
 @pytest.mark.parametrize("seed", [0])
 def test_random_orderings_with_unloads(compiled_model, scenario_driver, hil_session, seed):
     """Methods unloaded one by one while their siblings stay loaded: the S3 family."""
@@ -79,7 +80,7 @@ def test_random_orderings_with_unloads(compiled_model, scenario_driver, hil_sess
             random_interleavings(plans, 12, seed))
 
 
-@pytest.mark.hil_cost(4)
+@pytest.mark.hil_cost(1.0, adb=1.5)
 def test_orderings_mixed_backend_program(compiled_model, scenario_driver, hil_session):
     """Two modules of one program whose method runs XNNPACK -> QNN -> XNNPACK delegates, in
     every interleaving (up to renaming the two modules)."""
@@ -89,7 +90,7 @@ def test_orderings_mixed_backend_program(compiled_model, scenario_driver, hil_se
             interleavings(plans, symmetric=True))
 
 
-@pytest.mark.hil_cost(7)
+@pytest.mark.hil_cost(7.8, adb=1.8)
 def test_orderings_shared_weights_with_unloads(compiled_model, scenario_driver, hil_session):
     """Two methods over the same weights, loaded, executed and unloaded one by one, interleaved
     with another module's convolution: every ordering."""
@@ -101,9 +102,9 @@ def test_orderings_shared_weights_with_unloads(compiled_model, scenario_driver, 
 
 
 @pytest.mark.parametrize("program", [
-    pytest.param("xnn_convs", marks=pytest.mark.hil_cost(15)),  # 5775 runs; 300 on adb
+    pytest.param("xnn_convs", marks=pytest.mark.hil_cost(12.7, adb=1.5)),  # 5775 runs; 300 on adb
     # 280 orderings of three QNN modules, and on 1.5.1 the shrinking of their failures
-    pytest.param("linear_relu", marks=pytest.mark.hil_cost(20))])
+    pytest.param("linear_relu", marks=pytest.mark.hil_cost(8.1, adb=11.4))])
 def test_three_modules_exhaustive(compiled_model, scenario_driver, hil_session, program,
                                   pytestconfig):
     """Three modules of one program, every ordering up to renaming them (6x fewer runs):

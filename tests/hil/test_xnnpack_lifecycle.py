@@ -55,7 +55,7 @@ def options(path: str | None) -> tuple:
     return tuple((b, tuple(kv.items())) for b, kv in (load_options(path) or {}).items())
 
 
-@pytest.mark.hil_cost(0.8)
+@pytest.mark.hil_cost(0.1, adb=0.2)
 @pytest.mark.parametrize("cache", ["no_cache", "shared_cache"])
 @pytest.mark.parametrize("method", ["conv_nobias", "conv_bias", "depthwise"])
 def test_orderings_xnnpack_convolutions(compiled_model, scenario_driver, hil_session, hil_device,
