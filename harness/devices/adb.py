@@ -78,6 +78,9 @@ from harness.scenario import Scenario
 WORKSPACE_BASE = PurePosixPath("/data/local/tmp")
 RUNNER_NAME = "executorch_hil_runner"
 PID_FILE = "runner.pid"  # in each run's directory while its runner may be running
+# The other files of a run's directory, whichever way the runner is started.
+SCENARIO_FILE, STDOUT_FILE, STDERR_FILE, TRACE_FILE = (
+    "scenario.json", "stdout.txt", "stderr.txt", "qnn_trace.txt")
 SHADOW_DIRS = ("/vendor/lib64", "/system/lib64", "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp",
                "/system/lib/rfsa/adsp", "/odm/lib64")
 FASTRPC_NODES = ("/dev/fastrpc-cdsp", "/dev/fastrpc-cdsp-secure", "/dev/adsprpc-smd")
@@ -528,7 +531,7 @@ class AdbDevice(Device):
         elif sent == "kept":
             self.stats.skipped += 1
         if sent:
-            self._remote_sha[str(run_dir / "scenario.json")] = sha
+            self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
         pushes = self._pushes(before)
         stdout, outputs = split_outputs(text, nonce)
         exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
@@ -602,12 +605,11 @@ class AdbDevice(Device):
         scenario file unless there, the trace emptied, the pid file, and the runner's stdout,
         stderr and trace back with its exit status. A timeout kills the fork's process group;
         a cut stream ends the test as the process path's does, with what the run wrote."""
-        request = {"dir": run_dir.name, "scenario": "scenario.json", "stdout": "stdout.txt",
-                   "stderr": "stderr.txt", "inherit_env": True,
-                   "env": {TRACE_ENV: "qnn_trace.txt"},
-                   "write": {"scenario.json": content.decode("utf-8")},
-                   "truncate": ["qnn_trace.txt"], "pid_file": PID_FILE,
-                   "read": ["stdout.txt", "stderr.txt", "qnn_trace.txt"]}
+        request = {"dir": run_dir.name, "scenario": SCENARIO_FILE, "stdout": STDOUT_FILE,
+                   "stderr": STDERR_FILE, "inherit_env": True, "env": {TRACE_ENV: TRACE_FILE},
+                   "write": {SCENARIO_FILE: content.decode("utf-8")},
+                   "truncate": [TRACE_FILE], "pid_file": PID_FILE,
+                   "read": [STDOUT_FILE, STDERR_FILE, TRACE_FILE]}
         pid = ""
         try:
             server.send(request)
@@ -618,7 +620,7 @@ class AdbDevice(Device):
             pid = str(started["child"])
             self.stats.pushed += len(started.get("written", []))
             self.stats.skipped += len(started.get("kept", []))
-            self._remote_sha[str(run_dir / "scenario.json")] = sha
+            self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
             done = server.reply(timeout)
             timed_out = done is None
             if timed_out:
@@ -630,7 +632,7 @@ class AdbDevice(Device):
         except ForkServerError as exc:
             self._drop_server(server)
             raise self._interrupted(scenario, "", artifacts, pid, run_dir, str(exc),
-                                    stdout_file=run_dir / "stdout.txt")
+                                    stdout_file=run_dir / STDOUT_FILE)
         files = done.get("files", {})
         returncode = None if timed_out else (done["exit"] if "exit" in done
                                              else -int(done.get("signal", 0)))
@@ -639,8 +641,8 @@ class AdbDevice(Device):
         logs = (self._crash_logs(started.get("time")) if returncode is None or returncode < 0
                 else {})
         self.runs["fork"] += 1
-        return RunOutput(returncode, files.get("stdout.txt", ""), files.get("stderr.txt", ""),
-                         files.get("qnn_trace.txt", ""), timed_out, "native", logs,
+        return RunOutput(returncode, files.get(STDOUT_FILE, ""), files.get(STDERR_FILE, ""),
+                         files.get(TRACE_FILE, ""), timed_out, "native", logs,
                          self._pushes(before))
 
     def _read_back(self, path: PurePosixPath) -> str:
@@ -672,7 +674,7 @@ class AdbDevice(Device):
         runs in an existing directory, as a stream of the shell protocol v1 can."""
         program = q(str(self.runner_path))
         directory = q(str(run_dir))
-        stderr_file, trace_file = q(str(run_dir / "stderr.txt")), q(str(run_dir / "qnn_trace.txt"))
+        stderr_file, trace_file = q(str(run_dir / STDERR_FILE)), q(str(run_dir / TRACE_FILE))
         env = f"{self._runner_variables()} {TRACE_ENV}={trace_file}"
         # Every process the shell starts costs about a millisecond of the scenario's time, so
         # the command sticks to shell builtins where it can: the run directory is named by the
@@ -708,8 +710,8 @@ class AdbDevice(Device):
         """The runner's stderr and the QNN trace of a run whose own output did not bring them
         (a timeout cut it short): one shell call."""
         nonce = uuid.uuid4().hex[:16]
-        _, text = self.sh("true" + _print_outputs(q(str(run_dir / "stderr.txt")),
-                                                  q(str(run_dir / "qnn_trace.txt")), nonce))
+        _, text = self.sh("true" + _print_outputs(q(str(run_dir / STDERR_FILE)),
+                                                  q(str(run_dir / TRACE_FILE)), nonce))
         _, outputs = split_outputs(text, nonce)
         return outputs if outputs is not None else ("", "")
 

@@ -27,7 +27,7 @@ import time
 import adbutils
 
 from harness.devices import adb_wire
-from harness.runner.fork_server import ForkServerError, is_ready, not_started
+from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
 
 START_TIMEOUT_S = 120.0  # loading the libraries on a busy device
 REPLY_TIMEOUT_S = 30.0  # for a fork (or a killed fork's end) to be reported
@@ -75,10 +75,7 @@ class DeviceForkServer:
             self._pump(min(left, 5.0))
         line, _, rest = bytes(self._lines).partition(b"\n")
         self._lines = bytearray(rest)
-        try:
-            return json.loads(line)
-        except ValueError:
-            raise ForkServerError(f"the device's fork server wrote {line[:200]!r}, not a reply")
+        return parse_reply(line, "the device's fork server")
 
     def _pump(self, timeout: float) -> None:
         """Take what the stream brings within `timeout` (replies, the server's log, its end)."""

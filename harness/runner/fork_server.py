@@ -122,10 +122,7 @@ class ForkServer:
                                       f"its log: {self.log_tail()}")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        try:
-            return json.loads(line)
-        except ValueError:
-            raise ForkServerError(f"the fork server wrote {line[:200]!r}, not a reply")
+        return parse_reply(line, "the fork server")
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -216,6 +213,14 @@ class ForkServerPool:
             self._started = 0
         for server in servers:
             server.close()
+
+
+def parse_reply(line: bytes, what: str) -> dict:
+    """One reply line of a fork server (`what` names it in the error when it is not one)."""
+    try:
+        return json.loads(line)
+    except ValueError:
+        raise ForkServerError(f"{what} wrote {line[:200]!r}, not a reply") from None
 
 
 def is_ready(reply: dict | None) -> bool:

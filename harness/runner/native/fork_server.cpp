@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -105,14 +106,20 @@ nlohmann::json prepare_run(const nlohmann::json& request) {
         continue;
       }
       std::string tmp = path + ".tmp";
-      std::ofstream(tmp, std::ios::binary) << text.get<std::string>();
+      std::ofstream out(tmp, std::ios::binary);
+      out << text.get<std::string>();
+      out.close();
+      // A short write (a full disk) must not leave a file that later runs would keep.
+      if (!out) throw std::runtime_error("cannot write " + tmp);
       std::filesystem::rename(tmp, path);  // whole or not at all
       written.push_back(name);
     }
   }
   if (request.contains("truncate")) {
     for (const auto& name : request.at("truncate")) {
-      std::ofstream(in_dir(request, name.get<std::string>()), std::ios::trunc);
+      // A trace left with an earlier run's lines would be read as this run's.
+      std::string path = in_dir(request, name.get<std::string>());
+      if (!std::ofstream(path, std::ios::trunc)) throw std::runtime_error("cannot empty " + path);
     }
   }
   return {{"written", written}, {"kept", kept}};
