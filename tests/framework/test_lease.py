@@ -255,7 +255,8 @@ def test_two_sessions_on_one_device_one_waits_and_both_pass(phone, tmp_path):
         holder = _pytest(phone.serial, tmp_path, "A", hold=release)
         procs.append(holder)
         deadline = time.monotonic() + 180
-        while not (lease_dir(phone) / "heartbeat").exists():
+        # The owner file, not the heartbeat: a taker writes its heartbeat first (see lease.py).
+        while not (lease_dir(phone) / "owner").exists():
             assert holder.poll() is None, holder.communicate()[0]
             assert time.monotonic() < deadline, "the first session never took the lease"
             time.sleep(0.1)
