@@ -272,6 +272,10 @@ class PushStats:
         return {"pushed": self.pushed, "skipped": self.skipped}
 
 
+class _ServerEndedBeforeForking(Exception):
+    """The device's fork server ended before it forked the scenario (nothing of it ran)."""
+
+
 class RunInterrupted(DeviceError):
     """A run whose adb stream ended before the runner's exit was reported (the device dropped
     off, or the connection did). It keeps what the run streamed until then and names the step
@@ -406,12 +410,14 @@ class AdbDevice(Device):
         self.log.info("workspace %s ready: %d file(s) pushed, %d already there", ws,
                       self.stats.pushed - before.pushed, self.stats.skipped - before.skipped)
 
-    def _leftover_script(self) -> str:
+    def _leftover_script(self, run_dir: str | None = None) -> str:
         """Shell code that kills the process group of every runner whose pid file is still in
-        the workspace, if that process still runs in that run directory (so a reused pid is
-        never killed), and removes the pid files. Prints `HARNESS_KILLED <pid>` per kill."""
+        the workspace (or in `run_dir`, a name in `runs/`), if that process still runs in that
+        run directory (so a reused pid is never killed), and removes the pid files. Prints
+        `HARNESS_KILLED <pid>` per kill."""
         runs = q(str(self.workspace / "runs"))
-        return (f"for f in {runs}/*/{q(PID_FILE)}; do [ -f \"$f\" ] || continue; "
+        dirs = "*" if run_dir is None else q(run_dir)
+        return (f"for f in {runs}/{dirs}/{q(PID_FILE)}; do [ -f \"$f\" ] || continue; "
                 "p=$(cat \"$f\"); d=${f%/*}; rm -f \"$f\"; "
                 "case \"$p\" in ''|*[!0-9]*) continue;; esac; "
                 "if [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = \"$d\" ]; then "
@@ -520,8 +526,16 @@ class AdbDevice(Device):
         run_dir = self.workspace / "runs" / f"{sha[:16]}-{scenario.name}"
         server = self._fork_server(scenario)
         if server is not None:
-            return self._run_forked(server, scenario, artifacts, run_dir, content, sha, before,
-                                    timeout)
+            try:
+                return self._run_forked(server, scenario, artifacts, run_dir, content, sha,
+                                        before, timeout, retry=True)
+            except _ServerEndedBeforeForking as gone:
+                self.log.warning("fork server %s ended before it forked scenario %s (%s); a new "
+                                 "server runs it", server.pid, scenario.name, gone)
+            server = self._fork_server(scenario)
+            if server is not None:
+                return self._run_forked(server, scenario, artifacts, run_dir, content, sha,
+                                        before, timeout)
         nonce = uuid.uuid4().hex[:16]
         text, timed_out, pid, start, cut = self._stream(
             self._run_command(run_dir, scenario_sha=sha, nonce=nonce), timeout, stdin=content)
@@ -600,11 +614,16 @@ class AdbDevice(Device):
 
     def _run_forked(self, server: DeviceForkServer, scenario: Scenario, artifacts: Path,
                     run_dir: PurePosixPath, content: bytes, sha: str, before: PushStats,
-                    timeout: float) -> RunOutput:
+                    timeout: float, retry: bool = False) -> RunOutput:
         """One request: the run directory (names relative to the server's `runs/`), the
         scenario file unless there, the trace emptied, the pid file, and the runner's stdout,
         stderr and trace back with its exit status. A timeout kills the fork's process group;
-        a cut stream ends the test as the process path's does, with what the run wrote."""
+        a cut stream ends the test as the process path's does, with what the run wrote.
+
+        With `retry`, a server whose stream ends before it reports a fork, on a device still
+        there, raises _ServerEndedBeforeForking (the caller runs the scenario on a new server):
+        a server killed while idle can still look alive, its end not yet through the adb
+        server, and nothing of the scenario has run (a fork it made before it died is killed)."""
         request = {"dir": run_dir.name, "scenario": SCENARIO_FILE, "stdout": STDOUT_FILE,
                    "stderr": STDERR_FILE, "inherit_env": True, "env": {TRACE_ENV: TRACE_FILE},
                    "write": {SCENARIO_FILE: content.decode("utf-8")},
@@ -630,7 +649,11 @@ class AdbDevice(Device):
                     raise ForkServerError(f"the device's fork server did not report the end of "
                                           f"its killed child {pid}")
         except ForkServerError as exc:
+            ended = server.stream.closed  # (not a refusal the server replied with)
             self._drop_server(server)
+            if retry and ended and not pid and self._online():
+                self.sh(self._leftover_script(run_dir.name))
+                raise _ServerEndedBeforeForking(str(exc)) from exc
             raise self._interrupted(scenario, "", artifacts, pid, run_dir, str(exc),
                                     stdout_file=run_dir / STDOUT_FILE)
         files = done.get("files", {})

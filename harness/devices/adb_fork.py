@@ -59,6 +59,7 @@ class DeviceForkServer:
         try:
             self.stream.send((json.dumps(request) + "\n").encode())
         except OSError as exc:
+            self.stream.closed = True
             raise ForkServerError(f"the device's fork server is gone ({exc})") from exc
 
     def reply(self, timeout: float) -> dict | None:
