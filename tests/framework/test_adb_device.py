@@ -181,10 +181,14 @@ def test_hung_runner_is_killed_by_pid(adb_device, compiled_model, tmp_path):
     out = adb_device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 3)
     assert out.timed_out and out.returncode is None
     pid = next(l.split()[1] for l in out.stdout.splitlines() if l.startswith("HARNESS_PID"))
-    time.sleep(0.5)
-    _, stat = adb_device.sh(f"cat /proc/{pid}/stat 2>/dev/null")
-    # gone, or a zombie waiting for a reaper: either way it no longer runs
-    assert not stat.strip() or stat.split(") ")[1][0] == "Z", f"the hung runner still runs: {stat}"
+    stat = "?"
+    end = time.monotonic() + 30
+    while stat and time.monotonic() < end:
+        _, stat = adb_device.sh(f"cat /proc/{pid}/stat 2>/dev/null")
+        # gone, or a zombie waiting for a reaper: either way it no longer runs
+        stat = "" if not stat.strip() or stat.split(") ")[1][0] == "Z" else stat
+        time.sleep(0.1)
+    assert not stat, f"the hung runner still runs: {stat}"
 
 
 def test_crash_collects_signal_logcat_and_tombstone(adb_device, compiled_model, tmp_path):

@@ -103,8 +103,26 @@ def kill_group(pid: int) -> None:
             pass
 
 
+_OPENED: list[HilSession] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_sessions(request):
+    """Each test's sessions end with it (their leases and heartbeat threads too), before its
+    phone stops (so this fixture asks for the phone first)."""
+    if "phone" in request.fixturenames:
+        request.getfixturevalue("phone")
+    yield
+    while _OPENED:
+        try:
+            _OPENED.pop().close()
+        except Exception:  # noqa: BLE001 -- a device the test killed on purpose
+            pass
+
+
 def device_of(tmp_path: Path, serial: str, hil_session, **overrides):
     session = HilSession(options(tmp_path, serial, runner=hil_session.options.runner, **overrides))
+    _OPENED.append(session)
     return session, session.device
 
 
@@ -119,18 +137,39 @@ def simple(model, name: str) -> Scenario:
     return Scenario(name).load_module("A", model).execute("A", "forward").destroy_module("A")
 
 
+STARTED = "touch ../../runner-started\n"  # a script runner's mark, after its step 0
+
+
+def once_started(phone, device, action) -> threading.Thread:
+    """`action` on a thread once a script runner has printed step 0 (its STARTED mark in the
+    workspace), not after a fixed delay: the push and the shell come first on a busy host."""
+    mark = phone.sandbox / str(device.workspace).lstrip("/") / "runner-started"
+
+    def wait_then_act() -> None:
+        end = time.monotonic() + 120
+        while not mark.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(0.3)  # for the step-0 line already in the pipe to reach the host
+        action()
+
+    thread = threading.Thread(target=wait_then_act, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_dropped_device_is_waited_for_the_whole_window(phone, tmp_path, compiled_model,
                                                          hil_session):
     """adb says "Connection refused" at once; that must not end the wait early."""
     session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
-    script_runner(device, tmp_path, STEP0 + "exec sleep 300\n")
-    threading.Timer(1.0, phone.stop).start()
-    started = time.monotonic()
+    script_runner(device, tmp_path, STEP0 + STARTED + "exec sleep 300\n")
+    stopped: list[float] = []
+    thread = once_started(phone, device, lambda: (phone.stop(), stopped.append(time.monotonic())))
     with pytest.raises(DeviceError) as exc:
         device.run(simple(compiled_model("linear_relu"), "gone"), tmp_path / "a", 120)
-    waited = time.monotonic() - started
+    thread.join()
+    waited = time.monotonic() - stopped[0]
     text = str(exc.value)
-    assert 8.5 <= waited < 25, f"waited {waited:.1f} s for an 8 s window"
+    assert 7.9 <= waited < 30, f"waited {waited:.1f} s for an 8 s window"
     assert "did not come back within the 8 s re-acquire window" in text
     assert float(re.search(r"is not online after waiting (\d+\.\d) s", text)[1]) >= 7.9
     assert "Connection refused" in text  # what adb said, in the failure
@@ -149,18 +188,18 @@ def test_a_device_back_within_the_window_is_reacquired_and_the_session_goes_on(
     streamed and naming the step it was in; the runner it left is killed; the next run passes."""
     session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
     model = compiled_model("linear_relu")
-    script_runner(device, tmp_path, STEP0 + "echo streamed-before-the-drop\nexec sleep 300\n")
+    script_runner(device, tmp_path,
+                  STEP0 + "echo streamed-before-the-drop\n" + STARTED + "exec sleep 300\n")
 
     def unplug_and_replug() -> None:
         phone.stop()
         time.sleep(3)
         phone.start()
 
-    threading.Timer(1.0, unplug_and_replug).start()
-    started = time.monotonic()
+    thread = once_started(phone, device, unplug_and_replug)
     with pytest.raises(RunInterrupted) as exc:
         device.run(simple(model, "replug"), tmp_path / "a", 120)
-    assert time.monotonic() - started < 8 + 5
+    thread.join()
     text = str(exc.value)
     assert "went offline during scenario replug" in text and "it is back, the session goes on" in text
     assert "interrupted during step 1 execute(A.forward) (last completed: step 0 load_module(A))" in text
@@ -184,15 +223,17 @@ def test_an_interrupted_stream_on_a_live_device_keeps_the_output_and_kills_the_r
     """The adb server drops the stream (here: its transport is disconnected and connected
     again at once) while the device stays: the failure names the step, the runner is killed."""
     session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
-    script_runner(device, tmp_path, STEP0 + "echo $$ > ../../runner-pid.txt\nexec sleep 300\n")
+    script_runner(device, tmp_path,
+                  STEP0 + "echo $$ > ../../runner-pid.txt\n" + STARTED + "exec sleep 300\n")
 
     def cut() -> None:
         subprocess.run(["adb", "disconnect", phone.serial], capture_output=True)
         subprocess.run(["adb", "connect", phone.serial], capture_output=True)
 
-    threading.Timer(1.0, cut).start()
+    thread = once_started(phone, device, cut)
     with pytest.raises(RunInterrupted) as exc:
         device.run(simple(compiled_model("linear_relu"), "cut"), tmp_path / "a", 120)
+    thread.join()
     assert exc.value.step.startswith("step 1 execute(A.forward)")
     assert '"index": 0' in exc.value.output.stdout
     pid = int((phone.sandbox / str(device.workspace).lstrip("/") / "runner-pid.txt").read_text())
@@ -239,7 +280,7 @@ def test_a_timeout_kills_the_runners_whole_process_group(phone, tmp_path, compil
         "cut -d' ' -f5 /proc/$$/stat > pgid\n"  # the process group (field 5 of stat)
         "cut -d' ' -f5 /proc/$PPID/stat > shell-pgid\n"
         "exec sleep 301\n"))
-    out = device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 2)
+    out = device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 6)
     assert out.timed_out and out.returncode is None
     pid = int(next(l.split()[1] for l in out.stdout.splitlines() if l.startswith("HARNESS_PID")))
     run_dir = next((phone.sandbox / str(device.workspace).lstrip("/") / "runs").glob("*-hang"))

@@ -232,10 +232,14 @@ def test_farm_run_fails_over_to_a_spare_place(tmp_path):
         def kill_first_running_phone():
             """Kill the first phone a scenario starts on; once the other worker has its place,
             hold that place and free the spare."""
-            serial = None
-            while serial is None and not done.is_set():
-                serial = first_run(sandboxes)
-                time.sleep(0.02)
+            serial, polled = None, time.monotonic()
+            with coordinator_client(address) as lg:
+                while serial is None and not done.is_set():
+                    serial = first_run(sandboxes)
+                    if time.monotonic() - polled > 5:  # keep the spare's reservation alive
+                        call(lg, "PollReservation", token=spare_hold)
+                        polled = time.monotonic()
+                    time.sleep(0.02)
             if serial is None:
                 return
             os.killpg(loopbacks[serial].pid, signal.SIGKILL)  # unplugged: no goodbye
