@@ -410,14 +410,12 @@ class AdbDevice(Device):
         self.log.info("workspace %s ready: %d file(s) pushed, %d already there", ws,
                       self.stats.pushed - before.pushed, self.stats.skipped - before.skipped)
 
-    def _leftover_script(self, run_dir: str | None = None) -> str:
+    def _leftover_script(self) -> str:
         """Shell code that kills the process group of every runner whose pid file is still in
-        the workspace (or in `run_dir`, a name in `runs/`), if that process still runs in that
-        run directory (so a reused pid is never killed), and removes the pid files. Prints
-        `HARNESS_KILLED <pid>` per kill."""
+        the workspace, if that process still runs in that run directory (so a reused pid is
+        never killed), and removes the pid files. Prints `HARNESS_KILLED <pid>` per kill."""
         runs = q(str(self.workspace / "runs"))
-        dirs = "*" if run_dir is None else q(run_dir)
-        return (f"for f in {runs}/{dirs}/{q(PID_FILE)}; do [ -f \"$f\" ] || continue; "
+        return (f"for f in {runs}/*/{q(PID_FILE)}; do [ -f \"$f\" ] || continue; "
                 "p=$(cat \"$f\"); d=${f%/*}; rm -f \"$f\"; "
                 "case \"$p\" in ''|*[!0-9]*) continue;; esac; "
                 "if [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = \"$d\" ]; then "
@@ -652,7 +650,7 @@ class AdbDevice(Device):
             ended = server.stream.closed  # (not a refusal the server replied with)
             self._drop_server(server)
             if retry and ended and not pid and self._online():
-                self.sh(self._leftover_script(run_dir.name))
+                self._kill_run("", run_dir)  # a fork made just before the server died
                 raise _ServerEndedBeforeForking(str(exc)) from exc
             raise self._interrupted(scenario, "", artifacts, pid, run_dir, str(exc),
                                     stdout_file=run_dir / STDOUT_FILE)
@@ -784,12 +782,27 @@ class AdbDevice(Device):
         self.sh(f"kill -9 {q('-' + pid)} 2>/dev/null; kill -9 {q(pid)} 2>/dev/null; "
                 f"rm -f {q(str(run_dir / PID_FILE))}; true")
 
+    def _kill_run(self, pid: str, run_dir: PurePosixPath) -> None:
+        """Kill a run whose end never reached the host: its process group when its pid did, and
+        every process still in its run directory (the stream may be cut before the pid reaches
+        the host, or before the shell writes the pid file). The directory is this run's alone:
+        named by the scenario, in this session's workspace, on a device the lease keeps other
+        sessions off. One `ls` of the processes' cwd links, not a command per process."""
+        d = str(run_dir)
+        known = (f"kill -9 {q('-' + pid)} 2>/dev/null; kill -9 {q(pid)} 2>/dev/null; "
+                 if pid.isdigit() else "")
+        self.sh(f"{known}d={q(d)}; ls -l /proc/[0-9]*/cwd 2>/dev/null | "
+                "while read -r line; do case \"$line\" in *\" -> $d\") "
+                "p=${line%/cwd -> *}; p=${p##*/proc/}; "
+                "kill -9 -$p 2>/dev/null; kill -9 $p 2>/dev/null;; esac; done; "
+                f"rm -f {q(str(run_dir / PID_FILE))}; true")
+
     def _interrupted(self, scenario: Scenario, stdout: str, artifacts: Path, pid: str,
                      run_dir: PurePosixPath, cut: str,
                      stdout_file: PurePosixPath | None = None) -> RunInterrupted:
         """The stream ended without the runner's exit: keep what it streamed (a fork's
         `stdout_file` on the device, read once the device is there), name the step, and
-        (device still there) kill the runner; (device gone) re-acquire it, which kills it."""
+        kill the run's processes once the device is there (re-acquired if it went away)."""
         online = self._online()
         lost = None if online else self._offline(f"scenario {scenario.name}", None)
         if stdout_file is not None and not self.lost:
@@ -800,12 +813,13 @@ class AdbDevice(Device):
         kept = (f"the run of scenario {scenario.name} was interrupted during {step}; the "
                 f"{len(stdout.splitlines())} lines it streamed are kept in "
                 f"{artifacts / 'runner.stdout'}")
-        if lost is None:
-            why = f" ({cut})" if cut else ""
+        if not self.lost:  # there, or back (re-acquiring killed runners with a pid file)
             try:
-                self._kill_group(pid, run_dir)
+                self._kill_run(pid, run_dir)
             except DeviceError:
                 pass
+        if lost is None:
+            why = f" ({cut})" if cut else ""
             return RunInterrupted(f"{self.serial}: the runner's exit status never reached the "
                                   f"host{why or ' (the adb stream closed)'}; {kept}", output, step)
         return RunInterrupted(f"{lost}\n{kept}", output, step)

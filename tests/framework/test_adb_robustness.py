@@ -240,6 +240,30 @@ def test_an_interrupted_stream_on_a_live_device_keeps_the_output_and_kills_the_r
     assert wait_gone(pid), "the interrupted runner still runs"
 
 
+def test_an_interrupted_run_whose_pid_never_reached_the_host_is_killed(phone, tmp_path,
+                                                                       hil_session):
+    """A stream cut before the runner's pid reached the host (or before the shell wrote the
+    pid file): the run's processes are found by their working directory, the run directory,
+    and killed; a process elsewhere in the workspace is left alone."""
+    session, device = device_of(tmp_path, phone.serial, hil_session)
+    run_dir = device.workspace / "runs" / "0123456789abcdef-cut"
+    other = device.workspace / "runs" / "fedcba9876543210-other"
+    pids = []
+    for directory in (run_dir, other):
+        code, out = device.sh(f"mkdir -p {shlex.quote(str(directory))} && cd "
+                              f"{shlex.quote(str(directory))} && {{ setsid sleep 300 "
+                              "</dev/null >/dev/null 2>&1 & echo $!; }")
+        assert code == 0, out
+        pids.append(int(out.split()[-1]))
+    try:
+        device._kill_run("", run_dir)
+        assert wait_gone(pids[0]), "the run's process still runs"
+        assert running(pids[1]), "a process of another run directory was killed"
+    finally:
+        for pid in pids:
+            kill_group(pid)
+
+
 CRASH = STEP0 + ('echo "F libc    : Fatal signal 11 (SIGSEGV) in tid $$ (runner)" '
                  '>> "$ANDROID_DATA/../logcat.txt"\n'
                  '__TOMBSTONE__kill -SEGV $$\n')
