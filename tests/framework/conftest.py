@@ -70,3 +70,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{path}: add it to FILE_KIND in {__file__} "
                                     f"(one of {', '.join(KINDS)})")
         item.add_marker(getattr(pytest.mark, kind))
+
+
+XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+@pytest.fixture(autouse=True)
+def _sessions_started_here_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `pytest -n N`, this process's worker variables would make every pytest session a
+    test starts (pytester, subprocess) worker gwK of an N-worker run, which with one device is a
+    usage error ("more workers than devices"). A test that wants them sets them itself."""
+    for name in XDIST_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
