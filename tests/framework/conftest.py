@@ -82,3 +82,22 @@ def _sessions_started_here_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch
     usage error ("more workers than devices"). A test that wants them sets them itself."""
     for name in XDIST_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def simulator_device(hil_session):
+    """`simulator_device(runner, ...)`: a SimulatorDevice of the session's SDK and SoC with
+    `runner`, closed when the test ends (its fork servers and their pipes, its scratch
+    directory), so a test's own devices do not outlive it."""
+    from harness.devices.simulator import SimulatorDevice
+
+    made = []
+
+    def make(runner, *args, **kwargs):
+        device = SimulatorDevice(hil_session.sdk, hil_session.soc, runner, *args, **kwargs)
+        made.append(device)
+        return device
+
+    yield make
+    for device in made:
+        device.close()

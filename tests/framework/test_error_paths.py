@@ -50,7 +50,8 @@ def test_a_file_that_is_not_a_program_never_reaches_a_runner(compiled_model, sce
 
 @pytest.mark.parametrize("runner", ["native", "python"])
 def test_a_runner_given_random_bytes_reports_a_step_error(compiled_model, hil_device,
-                                                          hil_session, tmp_path, runner):
+                                                          hil_session, tmp_path, runner,
+                                                          simulator_device):
     """What the runtime itself does with a file that is not a program (the harness refuses
     such files, so this bypasses it): a load error, not a crash. The 1.5.1 pybindings abort
     instead (known issue pybindings-abort-on-non-utf8-log)."""
@@ -67,19 +68,19 @@ def test_a_runner_given_random_bytes_reports_a_step_error(compiled_model, hil_de
     bad = tmp_path / "random.pte"
     bad.write_bytes(bytes(noise.randrange(256) for _ in range(4096)))
     sc = one_step_scenario(dataclasses.replace(compiled_model("linear_relu"), pte=bad), "random")
-    out = runner_device(hil_session, runner).run(sc, tmp_path / "run", hil_session.timeout)
+    out = runner_device(simulator_device, runner).run(sc, tmp_path / "run", hil_session.timeout)
     result = ScenarioResult.build(sc, out, parse_trace(out.trace_text), tmp_path / "run")
     assert_completed(result)
     assert result.steps[0].status == "error", result.summary()
     assert result.steps[0].event["message"]
 
 
-def runner_device(hil_session, runner: str) -> SimulatorDevice:
+def runner_device(simulator_device, runner: str) -> SimulatorDevice:
     """A simulator device of its own with the `runner` ("native" or "python") runner."""
     choice = choose_runner(runner)
     if choice.kind != runner:
         pytest.fail(f"{runner} runner unavailable: {choice.notice}")
-    return SimulatorDevice(hil_session.sdk, hil_session.soc, choice)
+    return simulator_device(choice)
 
 
 EMIT_FIRST_STEP = """
@@ -91,10 +92,10 @@ print("runtime: about to run execute", file=sys.stderr, flush=True)
 
 
 @pytest.fixture
-def crash_device(hil_session):
+def crash_device(simulator_device):
     def make(script):
         runner = RunnerChoice("python", None, argv=(sys.executable, "-c", textwrap.dedent(script)))
-        return SimulatorDevice(hil_session.sdk, hil_session.soc, runner)
+        return simulator_device(runner)
     return make
 
 
@@ -130,11 +131,12 @@ def test_session_goes_on_after_a_crash(compiled_model, scenario_driver):
     assert [s.status for s in result.steps] == ["ok", "ok", "ok"]
 
 
-def test_refused_scenario_is_reported_with_the_runner_reason(hil_session, tmp_path, compiled_model):
+def test_refused_scenario_is_reported_with_the_runner_reason(tmp_path, compiled_model,
+                                                             simulator_device):
     """A scenario the runner rejects (exit 2) fails with the runner's own reason."""
     script = "import sys; print('scenario names missing files: x.bin', file=sys.stderr); sys.exit(2)"
     runner = RunnerChoice("python", None, argv=(sys.executable, "-c", script))
-    device = SimulatorDevice(hil_session.sdk, hil_session.soc, runner)
+    device = simulator_device(runner)
     driver = ScenarioDriver(device, tmp_path, timeout=60)
     with pytest.raises(AssertionError, match=r"(?s)runner refused the scenario.*missing files: x.bin"):
         driver.run(one_step_scenario(compiled_model("linear_relu"), "refused"))
@@ -142,7 +144,7 @@ def test_refused_scenario_is_reported_with_the_runner_reason(hil_session, tmp_pa
 
 @pytest.mark.parametrize("runner", ["native", "python"])
 def test_a_short_input_file_is_refused_before_any_step(compiled_model, hil_device, hil_session,
-                                                       tmp_path, runner):
+                                                       tmp_path, runner, simulator_device):
     """An input file shorter than its shape: the scenario cannot be run as written, so both
     runners refuse it before the first step (exit 2, no events), naming the file and both
     sizes (harness.protocol.check_tensor_sizes). The Python runner used to run it and report
@@ -164,7 +166,7 @@ def test_a_short_input_file_is_refused_before_any_step(compiled_model, hil_devic
     bad_input = TensorFile(ref.inputs[0].dtype, ref.inputs[0].shape, short)
     bad = dataclasses.replace(model, methods={"forward": MethodReference((bad_input,), ref.expected)})
     sc = one_step_scenario(bad, "short_input")
-    out = runner_device(hil_session, runner).run(sc, tmp_path / "run", hil_session.timeout)
+    out = runner_device(simulator_device, runner).run(sc, tmp_path / "run", hil_session.timeout)
     result = ScenarioResult.build(sc, out, parse_trace(out.trace_text))
     assert result.refused and result.failure_kind == "refused", result.crash_report()
     assert all(s.event is None for s in result.steps)

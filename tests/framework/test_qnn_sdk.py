@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.simulator import SimulatorDevice
 from harness.driver import ScenarioDriver
 from harness.errors import SdkError
 from harness.qnn import interposer_build, sdk as sdk_module
@@ -45,11 +44,11 @@ def test_incomplete_qnn_sdk_root_is_named(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("bridge", ["auto", "off"])
-def test_abi_bridge_decides_whether_the_htp_starts(hil_session, compiled_model, tmp_path, bridge):
+def test_abi_bridge_decides_whether_the_htp_starts(hil_session, compiled_model, tmp_path, bridge,
+                                                  simulator_device):
     """The wheel's QAIRT reports core API 2.40 > 2.27: auto bridges and the backend starts;
     forcing the bridge off reproduces the ABI break (backend init fails)."""
-    device = SimulatorDevice(hil_session.sdk, hil_session.soc, hil_session.simulator_runner,
-                             bridge)
+    device = simulator_device(hil_session.simulator_runner, bridge)
     driver = ScenarioDriver(device, tmp_path, 300)
     result = driver.run(Scenario(f"bridge_{bridge}").load_module("A", compiled_model("linear_relu"))
                         .execute("A", "forward").destroy_module("A"))

@@ -7,7 +7,6 @@ compared too, not only the happy path.
 
 import pytest
 
-from harness.devices.simulator import SimulatorDevice
 from harness.driver import ScenarioDriver
 from harness.reference import predict
 from harness.runner.select import choose_runner
@@ -25,13 +24,13 @@ def assert_same_events(native, python) -> None:
 
 
 @pytest.fixture
-def both_runners(hil_session, tmp_path):
+def both_runners(simulator_device, tmp_path):
     drivers = {}
     for kind in ("native", "python"):
         choice = choose_runner(kind)
         if choice.kind != kind:
             pytest.fail(f"{kind} runner unavailable: {choice.notice}")
-        device = SimulatorDevice(hil_session.sdk, hil_session.soc, choice)
+        device = simulator_device(choice)
         drivers[kind] = ScenarioDriver(device, tmp_path / kind, 300)
     return drivers
 
