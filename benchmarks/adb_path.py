@@ -261,14 +261,15 @@ def bench_suite(loopbacks: list[Loopback], rounds: int, selections: list[str], s
                       f"{busy / elapsed:.2f} cores busy ({busy:.1f} CPU s, the devices' "
                       f"{device_cpu:.1f})  {summary}")
         one, two = (statistics.median(times[v]) for v in ("one device", "two devices, -n 2"))
-        floor = statistics.median(busy_s["two devices, -n 2"]) / os.cpu_count()
+        need = statistics.median(busy_s["two devices, -n 2"])  # CPU s of the two-device run
+        floor = need / os.cpu_count()
         own = statistics.median(device_s["one device"])
         print(f"    two devices / one: {one:.1f} s / {two:.1f} s = {one / two:.2f}x; goal >= "
               f"{SUITE_GOAL}x: {'met' if one / two >= SUITE_GOAL else 'NOT met'}")
         print(f"    one device keeps {statistics.median(cores['one device']):.2f} of this "
               f"machine's {os.cpu_count()} cores busy, {own:.1f} CPU s of its {one:.1f} s its "
               f"own work (runners, adbd: a phone's, here this machine's); the two-device run "
-              f"needs {statistics.median(busy_s['two devices, -n 2']):.1f} CPU s, so on "
+              f"needs {need:.1f} CPU s, so on "
               f"{os.cpu_count()} cores it cannot take under {floor:.1f} s: at most "
               f"{one / floor:.2f}x here")
         if simulator:

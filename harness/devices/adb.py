@@ -272,6 +272,12 @@ class PushStats:
         return {"pushed": self.pushed, "skipped": self.skipped}
 
 
+def _kill_tree(pid: str) -> str:
+    """Shell code that kills process group `pid` (a runner leads its own) and then the pid
+    itself, in case it did not; `pid` is digits or a shell variable (`$p`)."""
+    return f"kill -9 -{pid} 2>/dev/null; kill -9 {pid} 2>/dev/null"
+
+
 class _ServerEndedBeforeForking(Exception):
     """The device's fork server ended before it forked the scenario (nothing of it ran)."""
 
@@ -419,7 +425,7 @@ class AdbDevice(Device):
                 "p=$(cat \"$f\"); d=${f%/*}; rm -f \"$f\"; "
                 "case \"$p\" in ''|*[!0-9]*) continue;; esac; "
                 "if [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = \"$d\" ]; then "
-                "kill -9 -$p 2>/dev/null; kill -9 $p 2>/dev/null; echo HARNESS_KILLED $p; fi; "
+                f"{_kill_tree('$p')}; echo HARNESS_KILLED $p; fi; "
                 "done; true")
 
     def push_files(self, files: dict[Path, PurePosixPath], mode: int = 0o644) -> PushStats:
@@ -522,18 +528,16 @@ class AdbDevice(Device):
         content = local_scenario.read_bytes()
         sha = hashlib.sha256(content).hexdigest()
         run_dir = self.workspace / "runs" / f"{sha[:16]}-{scenario.name}"
-        server = self._fork_server(scenario)
-        if server is not None:
+        for retry in (True, False):  # a second server when the first ended before forking
+            server = self._fork_server(scenario)
+            if server is None:
+                break
             try:
                 return self._run_forked(server, scenario, artifacts, run_dir, content, sha,
-                                        before, timeout, retry=True)
+                                        before, timeout, retry=retry)
             except _ServerEndedBeforeForking as gone:
                 self.log.warning("fork server %s ended before it forked scenario %s (%s); a new "
                                  "server runs it", server.pid, scenario.name, gone)
-            server = self._fork_server(scenario)
-            if server is not None:
-                return self._run_forked(server, scenario, artifacts, run_dir, content, sha,
-                                        before, timeout)
         nonce = uuid.uuid4().hex[:16]
         text, timed_out, pid, start, cut = self._stream(
             self._run_command(run_dir, scenario_sha=sha, nonce=nonce), timeout, stdin=content)
@@ -779,8 +783,7 @@ class AdbDevice(Device):
         itself in case it was not, and drop its pid file."""
         if not pid.isdigit():
             return
-        self.sh(f"kill -9 {q('-' + pid)} 2>/dev/null; kill -9 {q(pid)} 2>/dev/null; "
-                f"rm -f {q(str(run_dir / PID_FILE))}; true")
+        self.sh(f"{_kill_tree(pid)}; rm -f {q(str(run_dir / PID_FILE))}; true")
 
     def _kill_run(self, pid: str, run_dir: PurePosixPath) -> None:
         """Kill a run whose end never reached the host: its process group when its pid did, and
@@ -788,13 +791,11 @@ class AdbDevice(Device):
         the host, or before the shell writes the pid file). The directory is this run's alone:
         named by the scenario, in this session's workspace, on a device the lease keeps other
         sessions off. One `ls` of the processes' cwd links, not a command per process."""
-        d = str(run_dir)
-        known = (f"kill -9 {q('-' + pid)} 2>/dev/null; kill -9 {q(pid)} 2>/dev/null; "
-                 if pid.isdigit() else "")
-        self.sh(f"{known}d={q(d)}; ls -l /proc/[0-9]*/cwd 2>/dev/null | "
+        known = f"{_kill_tree(pid)}; " if pid.isdigit() else ""
+        self.sh(f"{known}d={q(str(run_dir))}; ls -l /proc/[0-9]*/cwd 2>/dev/null | "
                 "while read -r line; do case \"$line\" in *\" -> $d\") "
                 "p=${line%/cwd -> *}; p=${p##*/proc/}; "
-                "kill -9 -$p 2>/dev/null; kill -9 $p 2>/dev/null;; esac; done; "
+                f"{_kill_tree('$p')};; esac; done; "
                 f"rm -f {q(str(run_dir / PID_FILE))}; true")
 
     def _interrupted(self, scenario: Scenario, stdout: str, artifacts: Path, pid: str,
