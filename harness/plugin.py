@@ -133,8 +133,10 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--keep-workspace", action="store_true",
                     help="leave the on-device workspace in place at the end of the session")
     group.addoption("--device-workspace", default=None, metavar="PATH",
-                    help="on-device workspace directory (default: a new one per session and "
-                         "worker under /data/local/tmp); reuse one to skip pushes across runs")
+                    help="on-device workspace directory, an absolute path below "
+                         "/data/local/tmp/ (default: a new one per session and worker there); "
+                         "reuse one to skip pushes across runs. Only what the harness created "
+                         "in it is ever removed")
     group.addoption("--lease-wait", type=float, default=0.0, metavar="SECONDS",
                     help="how long to wait for an adb device another session holds (its lease, "
                          "/data/local/tmp/.executorch-hil-lease on the device); default 0: fail "
@@ -304,6 +306,11 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
         from harness.devices.adb import adb_server_address
 
         adb_server_address(opts.adb_server)
+        if opts.device_workspace is not None:
+            from harness.devices.lease import LEASE_DIR
+            from harness.devices.workspace import check_workspace
+
+            check_workspace(opts.device_workspace, reserved=[LEASE_DIR.rsplit("/", 1)[1]])
         workers = xdist_workers(config, opts)
         if opts.devices and workers > len(opts.devices):
             raise HarnessError(

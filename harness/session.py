@@ -169,8 +169,12 @@ class HilSession:
             serial, identity.soc, farm_soc=place.soc if place else opts.device_socs.get(serial),
             farm_from=f"place {place.place} tag soc" if place else "farm file", soc=opts.soc,
             device_config=opts.device_config, reported_from=identity.soc_source)
-        workspace = (PurePosixPath(opts.device_workspace) if opts.device_workspace
-                     else adb.new_workspace(opts.worker))
+        from harness.devices.lease import LEASE_DIR
+        from harness.devices.workspace import check_workspace
+
+        workspace = (check_workspace(opts.device_workspace,
+                                     reserved=[PurePosixPath(LEASE_DIR).name])
+                     if opts.device_workspace is not None else adb.new_workspace(opts.worker))
         device = adb.AdbDevice(client, identity, config, workspace,
                                artifacts_dir=opts.artifacts_dir,
                                keep_workspace=opts.keep_workspace,

@@ -66,6 +66,7 @@ from harness.devices import adb_wire
 from harness.devices.adb_fork import REPLY_TIMEOUT_S, DeviceForkServer
 from harness.devices.base import Device, DeviceInfo
 from harness.devices.lease import DeviceLease, LeaseBusy
+from harness.devices import workspace as ws_rules
 from harness.errors import ConfigError, DeviceError
 from harness.memory import ALLOCATOR_ENV
 from harness.protocol import read_events
@@ -75,7 +76,7 @@ from harness.runner.fork_server import ForkServerError
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
 
-WORKSPACE_BASE = PurePosixPath("/data/local/tmp")
+WORKSPACE_BASE = ws_rules.ANDROID_SCRATCH
 RUNNER_NAME = "executorch_hil_runner"
 PID_FILE = "runner.pid"  # in each run's directory while its runner may be running
 # The other files of a run's directory, whichever way the runner is started.
@@ -399,7 +400,11 @@ class AdbDevice(Device):
         self._scratch_made = False
         ws = self.workspace
         dirs = f"{q(str(ws / 'files'))} {q(str(ws / 'runs'))}"
-        code, out = self.sh(f"mkdir -p {dirs} && {{ {self._leftover_script()}; }}")
+        code, out = self.sh(f"{{ {ws_rules.take_script(ws)}; }} && mkdir -p {dirs} && "
+                            f"{{ {self._leftover_script()}; }}")
+        refused = ws_rules.refusal(ws, out)
+        if refused:
+            raise DeviceError(f"{self.serial}: {refused}")
         if code != 0:
             raise DeviceError(f"{self.serial}: cannot create workspace {ws}: {out.strip()}")
         killed = [l.split()[1] for l in out.splitlines()
@@ -415,6 +420,21 @@ class AdbDevice(Device):
         self._push(entries)
         self.log.info("workspace %s ready: %d file(s) pushed, %d already there", ws,
                       self.stats.pushed - before.pushed, self.stats.skipped - before.skipped)
+
+    def _remove_workspace(self) -> None:
+        """Remove what this harness wrote in the workspace (`harness.devices.workspace`: only
+        with its marker there, the directory itself only if it created it and it is empty)."""
+        pushed = [self.runner_path, *self.qnn_libraries.values()]
+        entries = ws_rules.top_entries(self.workspace, pushed) | {RUNNER_NAME}
+        out = self.sh(ws_rules.remove_script(self.workspace, entries), timeout=30)[1]
+        for line in out.splitlines():
+            if line.startswith("HARNESS_WS kept"):
+                left = line[len("HARNESS_WS kept"):].strip() or "entries"
+                self.notice(f"{self.serial}: workspace {self.workspace} kept: it holds files the "
+                            f"harness did not write ({left}); the harness's own are removed")
+            elif line.startswith("HARNESS_WS nomarker"):
+                self.notice(f"{self.serial}: workspace {self.workspace} kept: its "
+                            f"{ws_rules.MARKER} marker is gone, so nothing in it is removed")
 
     def _leftover_script(self) -> str:
         """Shell code that kills the process group of every runner whose pid file is still in
@@ -903,7 +923,7 @@ class AdbDevice(Device):
         self._close_servers()
         try:
             if not (self.lost or self.keep_workspace):
-                self.sh(f"rm -rf {q(str(self.workspace))}", timeout=30)
+                self._remove_workspace()
         except DeviceError:
             pass
         finally:

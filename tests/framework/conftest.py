@@ -49,6 +49,7 @@ FILE_KIND = {
     "test_device_phases.py": "adb",
     "test_adb_robustness.py": "adb",
     "test_lease.py": "adb",
+    "test_workspace.py": "adb",
     "test_farm.py": "adb",  # and labgrid (coordinator, exporter)
 }
 

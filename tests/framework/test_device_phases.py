@@ -20,6 +20,7 @@ import pytest
 from harness.config import known_socs, resolve_soc_config, soc_config
 from harness.devices import adb
 from harness.devices.adb import qnn_device_libraries
+from harness.devices.workspace import MARKER
 from harness.errors import ConfigError, DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
 from harness.session import HilSession
@@ -164,7 +165,7 @@ def check_pushed(dev: LoopbackDevice, session: HilSession, arch: int, sdk_root: 
     preflight expects exactly those (its only problem here: no fastrpc node on a host)."""
     device = session.device
     workspace = on_device(dev, device.workspace)
-    names = sorted(p.name for p in workspace.iterdir() if p.is_file())
+    names = sorted(p.name for p in workspace.iterdir() if p.is_file() and p.name != MARKER)
     assert names == sorted(["executorch_hil_runner", "libQnnHtp.so", "libQnnSystem.so",
                             f"libQnnHtpV{arch}Skel.so", f"libQnnHtpV{arch}Stub.so"])
     assert (workspace / f"libQnnHtpV{arch}Stub.so").read_bytes() == \

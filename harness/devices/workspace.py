@@ -1,0 +1,109 @@
+"""Where a session's workspace on a device may be, and what of it the session may delete.
+
+A session deletes only what it created, and proves it by a marker file it writes when it takes
+the directory. The rules, for every device kind with a scratch area (`/data/local/tmp` on
+Android):
+
+- a workspace is an absolute, normalised path strictly below the scratch area (so `/sdcard`,
+  `/`, `tmp/x`, `/data/local/tmp/../../sdcard` and the scratch area itself are refused at
+  start-up, before the device is touched) and not the device lease's directory;
+- on set-up the directory is taken when it does not exist (created, marker `created=1`), when it
+  is empty (adopted, marker `created=0`: the directory is the user's, its contents ours), or when
+  it holds the marker (a kept workspace of an earlier session); a directory holding anything else
+  is refused and left as it was;
+- on close only the entries the harness writes (the run and file directories, the runner, the
+  libraries it pushed, the marker) are removed, and the directory itself only when the marker
+  says the harness created it and nothing else is left in it; otherwise it stays, with a notice.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import PurePosixPath
+from typing import Iterable
+
+from harness.errors import ConfigError
+
+MARKER = ".executorch-hil-workspace"
+ANDROID_SCRATCH = PurePosixPath("/data/local/tmp")
+# Directories every session writes in its workspace, besides what it pushes at the top.
+OWN_DIRS = ("files", "runs", "scratch")
+q = shlex.quote
+
+
+def check_workspace(value: str, scratch: PurePosixPath = ANDROID_SCRATCH,
+                    reserved: Iterable[str] = ()) -> PurePosixPath:
+    """`value` as a workspace path, or a ConfigError that says why it is refused. `reserved`
+    are top-level names under `scratch` the harness keeps for itself (the lease)."""
+    where = f"--device-workspace {value!r}"
+    if not value.startswith("/"):
+        raise ConfigError(f"{where}: a device workspace must be an absolute path below "
+                          f"{scratch}/ (e.g. {scratch}/executorch-hil-mine)")
+    parts = value.split("/")[1:]
+    if value.endswith("/"):
+        parts = parts[:-1]
+    if any(p in ("", ".", "..") for p in parts):
+        raise ConfigError(f"{where}: write the path without '.', '..' or empty components "
+                          f"(e.g. {scratch}/executorch-hil-mine)")
+    path = PurePosixPath(value)
+    if path == scratch or scratch not in path.parents:
+        raise ConfigError(
+            f"{where} is outside the device's scratch area: a workspace must be a directory "
+            f"below {scratch}/ (e.g. {scratch}/executorch-hil-mine), because the harness "
+            "removes its workspace at the end of the session")
+    top = path.relative_to(scratch).parts[0]
+    if top in set(reserved):
+        raise ConfigError(f"{where}: {scratch / top} is the harness's own (the device lease); "
+                          "choose another directory")
+    return path
+
+
+def take_script(workspace: PurePosixPath) -> str:
+    """Shell code that takes `workspace` as the rules say and prints `HARNESS_WS <how>`
+    (created, adopted, reused) or, refusing, `HARNESS_WS foreign` / `HARNESS_WS notdir` and
+    exits 3 without changing anything."""
+    ws, marker = q(str(workspace)), q(str(workspace / MARKER))
+    return (f"if [ -d {ws} ]; then "
+            f"  if [ -f {marker} ]; then echo HARNESS_WS reused; "
+            f"  elif [ -z \"$(ls -A {ws} 2>/dev/null)\" ]; then "
+            f"    echo created=0 > {marker} && echo HARNESS_WS adopted; "
+            f"  else echo HARNESS_WS foreign; ls -A {ws} 2>/dev/null | head -5; exit 3; fi; "
+            f"elif [ -e {ws} ] || [ -L {ws} ]; then echo HARNESS_WS notdir; exit 3; "
+            f"else mkdir -p {ws} && echo created=1 > {marker} && echo HARNESS_WS created; fi")
+
+
+def refusal(workspace: PurePosixPath, output: str) -> str | None:
+    """Why `take_script`'s output refuses the workspace (None when it took it)."""
+    lines = output.splitlines()
+    states = [l.split()[1] for l in lines if l.startswith("HARNESS_WS ") and len(l.split()) > 1]
+    if "foreign" in states:
+        found = [l for l in lines[lines.index("HARNESS_WS foreign") + 1:] if l.strip()]
+        return (f"workspace {workspace} already holds files the harness did not create "
+                f"({', '.join(found) or 'entries'}; no {MARKER} marker), so it is refused and "
+                "left as it is: give --device-workspace a new or empty directory (a workspace of "
+                "an earlier harness version without the marker: remove it yourself with "
+                f"`adb shell rm -r {q(str(workspace))}`)")
+    if "notdir" in states:
+        return f"workspace {workspace} exists and is not a directory; it is left as it is"
+    return None
+
+
+def remove_script(workspace: PurePosixPath, entries: Iterable[str]) -> str:
+    """Shell code that removes the harness's `entries` (top-level names) of `workspace` and the
+    marker, then the directory when the harness created it; only when the marker is there.
+    Prints `HARNESS_WS removed`, `HARNESS_WS kept <entries left>` or `HARNESS_WS nomarker`."""
+    names = sorted({*OWN_DIRS, *entries} - {"", ".", ".."})
+    ws, marker = q(str(workspace)), q(MARKER)
+    return (f"cd {ws} 2>/dev/null || exit 0; "
+            f"if [ ! -f {marker} ]; then echo HARNESS_WS nomarker; exit 0; fi; "
+            f"rm -rf -- {' '.join(q(n) for n in names)}; "
+            f"c=$(cat {marker}); rm -f {marker}; cd /; "
+            f"if [ \"$c\" = created=1 ] && rmdir {ws} 2>/dev/null; then echo HARNESS_WS removed; "
+            f"elif [ \"$c\" = created=1 ]; then echo HARNESS_WS kept $(ls -A {ws} | head -5); "
+            "else echo HARNESS_WS adopted; fi")
+
+
+def top_entries(workspace: PurePosixPath, paths: Iterable[PurePosixPath]) -> set[str]:
+    """The top-level names in `workspace` of the files the harness pushes there."""
+    return {p.relative_to(workspace).parts[0] for p in paths
+            if workspace in p.parents}

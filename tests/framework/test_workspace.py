@@ -1,0 +1,147 @@
+"""A session deletes only what it created on the device (harness/devices/workspace.py), against
+the loopback device through the real adb server.
+
+`--device-workspace=/sdcard` (or `/`, a relative path, a path that climbs out with `..`) is a
+usage error before the device is touched, and every file on the phone stays where it was; a
+workspace directory holding the user's files is refused at set-up and left as it was; an empty
+directory of the user's is used and kept; a created workspace is removed, but only the
+harness's entries when the user put files in it meanwhile.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.devices.workspace import MARKER, check_workspace
+from harness.errors import ConfigError, DeviceError
+from harness.loopback import LoopbackDevice, connect, disconnect, start_server
+from harness.qnn.sdk import discover
+from harness.session import HilSession
+
+from adb_options import adb_options
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
+                                reason="the adb client/server (Debian package adb) is not installed")
+
+
+@pytest.fixture(scope="module")
+def phone(tmp_path_factory):
+    start_server()
+    dev = LoopbackDevice(tmp_path_factory.mktemp("phone"),
+                         extra_env=discover().device_environment()).start()
+    connect(dev.serial)
+    yield dev
+    disconnect(dev.serial, missing_ok=True)
+    dev.stop()
+
+
+def on_phone(phone, path: str) -> Path:
+    return phone.sandbox / path.lstrip("/")
+
+
+def user_files(phone) -> dict[Path, bytes]:
+    """A user's photos on the phone's /sdcard, and a file of theirs in /data/local/tmp."""
+    files = {on_phone(phone, "/sdcard/DCIM/Camera/IMG_0001.jpg"): b"\xff\xd8 a photo",
+             on_phone(phone, "/sdcard/Download/notes.txt"): b"notes",
+             on_phone(phone, "/data/local/tmp/mine/keep.bin"): b"user data"}
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return files
+
+
+def assert_untouched(files: dict[Path, bytes]) -> None:
+    for path, data in files.items():
+        assert path.read_bytes() == data, f"{path} was changed or removed"
+
+
+@pytest.mark.parametrize("workspace", ["/sdcard", "/", "/sdcard/", "data/local/tmp/x",
+                                       "/data/local/tmp", "/data/local/tmp/../../sdcard",
+                                       "/data/local/tmp/./x", "/data/local/tmp//x",
+                                       "/data/local/tmp/.executorch-hil-lease",
+                                       "/data/local/tmpfoo"])
+def test_a_workspace_outside_the_scratch_area_is_refused(workspace):
+    with pytest.raises(ConfigError, match="--device-workspace"):
+        check_workspace(workspace, reserved=[".executorch-hil-lease"])
+
+
+def test_a_workspace_below_the_scratch_area_is_accepted():
+    assert str(check_workspace("/data/local/tmp/executorch-hil-ci")) == \
+        "/data/local/tmp/executorch-hil-ci"
+    assert str(check_workspace("/data/local/tmp/a/b/")) == "/data/local/tmp/a/b"
+
+
+@pytest.mark.parametrize("workspace", ["/sdcard", "/", "sdcard"])
+def test_pytest_with_a_workspace_outside_the_scratch_area_is_a_usage_error_and_deletes_nothing(
+        phone, tmp_path, workspace):
+    files = user_files(phone)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/hil/test_isolation.py", "-k", "s4 and fp16",
+         f"--device={phone.serial}", f"--device-workspace={workspace}",
+         f"--artifacts-dir={tmp_path / 'artifacts'}", "-p", "no:cacheprovider"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "outside the device's scratch area" in proc.stderr or \
+        "absolute path" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert_untouched(files)
+
+
+def session(tmp_path: Path, phone, workspace: str) -> HilSession:
+    return HilSession(adb_options(tmp_path, phone.serial, device_workspace=workspace,
+                                  session_id="ws-test"))
+
+
+def test_a_directory_holding_the_users_files_is_refused_and_left_as_it_was(phone, tmp_path):
+    files = user_files(phone)
+    before = sorted(p.name for p in on_phone(phone, "/data/local/tmp/mine").iterdir())
+    s = session(tmp_path, phone, "/data/local/tmp/mine")
+    with pytest.raises(DeviceError, match="holds files the harness did not create"):
+        s.device
+    assert sorted(p.name for p in on_phone(phone, "/data/local/tmp/mine").iterdir()) == before
+    assert_untouched(files)
+    s.close()
+
+
+def test_a_created_workspace_is_removed_but_what_the_user_added_stays(phone, tmp_path):
+    s = session(tmp_path, phone, "/data/local/tmp/hil-created")
+    device = s.device
+    root = on_phone(phone, "/data/local/tmp/hil-created")
+    assert (root / MARKER).read_text().strip() == "created=1"
+    assert (root / "runs").is_dir() and (root / "libQnnHtp.so").exists()
+    (root / "theirs.txt").write_text("put there during the session")
+    device.close()
+    assert sorted(p.name for p in root.iterdir()) == ["theirs.txt"]
+    assert any("kept" in n and "theirs.txt" in n for n in s.notices), s.notices
+    shutil.rmtree(root)
+
+    again = session(tmp_path, phone, "/data/local/tmp/hil-created/deeper")
+    again.device.close()
+    assert not (root / "deeper").exists() and list(root.iterdir()) == []
+
+
+def test_an_empty_directory_of_the_users_is_used_and_kept(phone, tmp_path):
+    root = on_phone(phone, "/data/local/tmp/hil-empty")
+    root.mkdir(parents=True)
+    s = session(tmp_path, phone, "/data/local/tmp/hil-empty")
+    device = s.device
+    assert (root / MARKER).read_text().strip() == "created=0"
+    device.close()
+    assert root.is_dir() and list(root.iterdir()) == []
+
+
+def test_a_workspace_whose_marker_is_gone_is_kept_whole(phone, tmp_path):
+    s = session(tmp_path, phone, "/data/local/tmp/hil-nomarker")
+    device = s.device
+    root = on_phone(phone, "/data/local/tmp/hil-nomarker")
+    (root / MARKER).unlink()
+    device.close()
+    assert (root / "runs").is_dir()
+    assert any("marker is gone" in n for n in s.notices), s.notices
+    shutil.rmtree(root)
