@@ -739,7 +739,9 @@ class AdbDevice(Device):
                 f"echo HARNESS_START ${{now%%[.,]*}}; "
                 f"{env} setsid {program} scenario.json </dev/null 2>{stderr_file} & "
                 f"pid=$!; echo $pid > {q(PID_FILE)}; echo HARNESS_PID $pid; "
-                f"wait $pid; echo HARNESS_EXIT $?; rm -f {q(PID_FILE)}{outputs}; }}")
+                # The exit line starts a line of its own whatever the runner's last line was
+                # (a runtime's text without a newline would otherwise hide it).
+                f"wait $pid; c=$?; echo; echo HARNESS_EXIT $c; rm -f {q(PID_FILE)}{outputs}; }}")
 
     def _runner_variables(self) -> str:
         """The runner's variables as shell assignments (the trace's aside): the workspace first

@@ -305,3 +305,50 @@ def test_a_server_that_died_between_scenarios_is_replaced(device, tmp_path, comp
     (_, second), = device._servers.values()
     assert second is not first and first.stream.closed and second.alive
     assert device.runs == {"fork": 2, "process": 0}
+
+
+def blocked_runner(runs: Path, name: str, seconds: float = 120) -> int:
+    """The pid of the runner (fork or process) of scenario `name` once it blocks opening its
+    FIFO weight cache (`hanging`'s step 1), whichever way it was started."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for pid_file in runs.glob(f"*-{name}/runner.pid"):
+            pid = pid_file.read_text().strip() if pid_file.exists() else ""
+            try:  # opening a FIFO nobody writes waits in the kernel's wait_for_partner
+                waits = [(t / "wchan").read_text() for t in Path(f"/proc/{pid}/task").iterdir()]
+            except OSError:
+                continue
+            if "wait_for_partner" in waits:
+                return int(pid)
+        time.sleep(0.05)
+    raise AssertionError(f"no runner of {name!r} blocked in step 1 within {seconds:.0f} s")
+
+
+@pytest.mark.parametrize("isolation", ["fork", "process"])
+def test_a_crash_after_output_without_a_newline_keeps_its_signal_and_logs(
+        device, phone, tmp_path, compiled_model, isolation):
+    """The runner's last stdout line has no newline (a runtime's own text) when it is killed
+    by SIGSEGV: the run's exit is still the signal, with its logs and the last completed step,
+    not "the exit status never reached the host"."""
+    device.isolation = isolation
+    model = compiled_model("linear_relu")
+    device.run(simple(model, "warm"), tmp_path / "warm", 300)
+    name = f"torn-{isolation}"
+    scenario = hanging(device, compiled_model, name)
+    runs = on_host(phone, device, device.workspace / "runs")
+
+    def torn_line_then_segv() -> None:
+        pid = blocked_runner(runs, name)
+        with open(f"/proc/{pid}/fd/1", "a") as out:  # the runner's own stdout
+            out.write("QNN says something without a newline")
+        os.kill(pid, signal.SIGSEGV)
+
+    thread, errors = in_background(torn_line_then_segv)
+    result = ScenarioDriver(device, tmp_path / name, 180).run(scenario, allow_crash=True)
+    thread.join()
+    assert not errors, errors
+    assert result.output.returncode == -11, result.output.stdout[-500:]
+    assert "logcat" in result.output.logs
+    assert "QNN says something without a newline" in result.output.stdout
+    report = result.crash_report()
+    assert "signal SIGSEGV" in report and "last completed step: load_module(A)" in report, report
