@@ -572,7 +572,7 @@ class AdbDevice(Device):
         stdout, outputs = split_outputs(text, nonce)
         exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
         if timed_out:
-            self._kill_group(pid, run_dir)
+            self._kill_run(pid, run_dir)
             returncode = None
         elif not exit_line:
             raise self._interrupted(scenario, stdout, artifacts, pid, run_dir, cut)
@@ -665,7 +665,7 @@ class AdbDevice(Device):
             done = server.reply(timeout)
             timed_out = done is None
             if timed_out:
-                self._kill_group(pid, run_dir)
+                self._kill_run(pid, run_dir)
                 done = server.reply(REPLY_TIMEOUT_S)
                 if done is None:
                     raise ForkServerError(f"the device's fork server did not report the end of "
@@ -800,17 +800,11 @@ class AdbDevice(Device):
             cut = f"the device's shell said: {shell_err[-300:]}"
         return text, timed_out, _marker(text, "HARNESS_PID"), _int(_marker(text, "HARNESS_START")), cut
 
-    def _kill_group(self, pid: str, run_dir: PurePosixPath) -> None:
-        """Kill the runner's whole process group (it is the group's leader), then the pid
-        itself in case it was not, and drop its pid file."""
-        if not pid.isdigit():
-            return
-        self.sh(f"{_kill_tree(pid)}; rm -f {q(str(run_dir / PID_FILE))}; true")
-
     def _kill_run(self, pid: str, run_dir: PurePosixPath) -> None:
-        """Kill a run whose end never reached the host: its process group when its pid did, and
-        every process still in its run directory (the stream may be cut before the pid reaches
-        the host, or before the shell writes the pid file). The directory is this run's alone:
+        """Kill a run that timed out or whose end never reached the host: its process group
+        when its pid did, and every process still in its run directory: a child that left the
+        group with `setsid`, or any process of a run whose stream was cut before the pid
+        reached the host or the shell wrote the pid file. The directory is this run's alone:
         named by the scenario, in this session's workspace, on a device the lease keeps other
         sessions off. One `ls` of the processes' cwd links, not a command per process."""
         known = f"{_kill_tree(pid)}; " if pid.isdigit() else ""

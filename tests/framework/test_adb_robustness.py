@@ -320,6 +320,25 @@ def test_a_timeout_kills_the_runners_whole_process_group(phone, tmp_path, compil
         kill_group(child)
 
 
+def test_a_timeout_kills_what_left_the_runners_process_group(phone, tmp_path, compiled_model,
+                                                            hil_session):
+    """A child that left the runner's group and session (`setsid`) is out of reach of the group
+    kill; the timeout kills every process whose working directory is the run's directory."""
+    session, device = device_of(tmp_path, phone.serial, hil_session)
+    script_runner(device, tmp_path, STEP0 + (
+        "setsid sleep 300 &\n"
+        "echo $! > escaped.pid\n"
+        "exec sleep 301\n"))
+    out = device.run(simple(compiled_model("linear_relu"), "escape"), tmp_path / "a", 6)
+    assert out.timed_out and out.returncode is None
+    run_dir = next((phone.sandbox / str(device.workspace).lstrip("/") / "runs").glob("*-escape"))
+    escaped = int((run_dir / "escaped.pid").read_text())
+    try:
+        assert wait_gone(escaped), "a process that left the runner's group outlived the timeout"
+    finally:
+        kill_group(escaped)
+
+
 def test_a_session_in_a_kept_workspace_kills_runners_left_there(phone, tmp_path, compiled_model,
                                                                 hil_session):
     workspace = "/data/local/tmp/kept-ws"
