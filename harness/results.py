@@ -214,20 +214,45 @@ def junit_properties(test: dict) -> list[tuple[str, str]]:
 
 # The file ---------------------------------------------------------------------------------------
 def load_results(path: str | Path) -> dict:
-    """A results.json, checked for its schema (a file of another schema is refused, naming it)."""
+    """A results.json, checked for its schema name and for the types of every field a reader
+    of it (`harness compare`) uses, so a hand-edited or foreign file is one error naming the
+    field, not a traceback (a file of another schema is refused, naming it)."""
     path = Path(path)
     if path.is_dir():
         path = path / "results.json"
     try:
-        doc = json.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+        doc = json.loads(text)
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file (write one with pytest --hil-report DIR)") from None
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not JSON ({exc})") from None
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if schema != SCHEMA:
         raise ResultsError(f"{path}: schema {schema!r}, expected {SCHEMA!r}")
+    _check_fields(path, doc)
     return doc
+
+
+def _check_fields(path: Path, doc: dict) -> None:
+    """pydantic (already the configs' validator) checks the fields readers use; the rest of
+    the document is free to grow."""
+    import pydantic
+
+    from harness.results_schema import ResultsDocument
+
+    try:
+        ResultsDocument.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        problems = [f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}"
+                    for e in exc.errors()[:5]]
+        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+        raise ResultsError(f"{path}: schema {SCHEMA} but not its fields: "
+                           f"{'; '.join(problems)}{more}") from None
 
 
 def _cut(text: str, limit: int = MESSAGE_CHARS) -> str:

@@ -261,3 +261,33 @@ def test_compare_cli_exit_status_and_schema_check(tmp_path, capsys):
     assert "expected 'executorch-hil-results/1'" in capsys.readouterr().err
     with pytest.raises(ResultsError, match="no such file"):
         load_results(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("spoil, field", [
+    (lambda d: d["tests"][0].pop("nodeid"), "tests.0.nodeid"),
+    (lambda d: d["tests"][0].update(outcome=3), "tests.0.outcome"),
+    (lambda d: d.update(tests={"nodeid": "x"}), "tests"),
+    (lambda d: d["runs"][0]["steps"][2].update(elapsed_ms="slow"), "runs.0.steps.2.elapsed_ms"),
+    (lambda d: d["runs"][0].update(failures=[{"message": "no kind"}]), "runs.0.failures.0.kind"),
+    (lambda d: d["runs"][0]["steps"][0].update(memory={"rss_kb": "big"}),
+     "runs.0.steps.0.memory.rss_kb"),
+])
+def test_compare_a_results_file_with_wrong_fields_is_an_error_naming_the_field(
+        tmp_path, capsys, spoil, field):
+    """Exit 2 (cannot read), not a traceback and exit 1 (the regression status)."""
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(doc(tmp_path)))
+    spoilt = doc(tmp_path)
+    spoil(spoilt)
+    bad.write_text(json.dumps(spoilt))
+    assert compare_main([str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "but not its fields" in err, err
+
+
+def test_compare_a_results_file_that_is_not_utf8_is_an_error(tmp_path, capsys):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(doc(tmp_path)))
+    bad.write_bytes(json.dumps(doc(tmp_path)).encode().replace(b'"passed"', b'"pa\xffssed"'))
+    assert compare_main([str(bad), str(good)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
