@@ -14,7 +14,10 @@
                      what each .pte was compiled for: methods and their input/output specs,
                      delegates, backends, SoC(s), QNN compile options (multi-context,
                      spill-fill size, HTP arch, fp16); --json prints a JSON list instead
-  validate-configs   load every file under device_configs/ and report every error
+  validate-configs [FILE...] [--kind soc|simulator|farm|labgrid|known-issues]
+                     load every file under device_configs/ and report every error; with
+                     FILEs, validate those (kind told by place and keys, or --kind), stopping
+                     at the first bad one
 """
 
 from __future__ import annotations
@@ -58,11 +61,35 @@ def env() -> int:
     return 0
 
 
-def validate_configs() -> int:
-    from harness.config import validate_all
+def validate_configs(args: list[str]) -> int:
+    """No FILE: every file under device_configs/ and the known issues. With FILEs: each one as
+    the kind `--kind` names or its place and keys tell, stopping at the first bad one."""
+    import argparse
+
+    from harness.config import CONFIG_KINDS, detect_kind, validate_all, validate_file
     from harness.errors import ConfigError
     from harness.known_issues import load_known_issues
 
+    parser = argparse.ArgumentParser(prog="python -m harness validate-configs",
+                                     description="Validate config files (default: the project's).")
+    parser.add_argument("files", nargs="*", metavar="FILE")
+    parser.add_argument("--kind", choices=CONFIG_KINDS,
+                        help="the kind of every FILE (default: told by its place and keys)")
+    opts = parser.parse_args(args)  # a bad option exits 2 with argparse's usage line
+    for path in opts.files:
+        try:
+            kind = opts.kind or detect_kind(path)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        try:
+            validate_file(path, kind)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"ok: {path} ({kind})")
+    if opts.files:
+        return 0
     try:
         checked = validate_all()
         issues = load_known_issues()
@@ -126,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "inspect":
         return inspect(rest)
     if command == "validate-configs":
-        return validate_configs()
+        return validate_configs(rest)
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
     return 2
 

@@ -250,3 +250,62 @@ def validate_all(config_dir: Path = CONFIG_DIR) -> list[str]:
     if errors:
         raise ConfigError("\n".join(errors))
     return checked
+
+
+# -- one file of a named or detected kind ---------------------------------------------------------
+
+CONFIG_KINDS = ("soc", "simulator", "farm", "labgrid", "known-issues")
+
+
+def detect_kind(path: Path) -> str:
+    """Which kind of config `path` is: by where it lies (`socs/`, `simulator.yaml`,
+    `farms/labgrid-*`, `known_issues*.yaml`), else by its top-level keys. A ConfigError asks
+    for `--kind` when neither tells."""
+    path = Path(path)
+    if path.parent.name == "socs":
+        return "soc"
+    if path.name == "simulator.yaml":
+        return "simulator"
+    if path.name.startswith("labgrid-"):
+        return "labgrid"
+    if path.name.startswith("known_issues"):
+        return "known-issues"
+    data, _ = load_yaml_node(path)
+    if isinstance(data, list):
+        return "known-issues"
+    if isinstance(data, dict):
+        if data.get("kind") == "simulator":
+            return "simulator"
+        if "devices" in data:
+            return "farm"
+        if "soc" in data or "htp_arch" in data:
+            return "soc"
+    raise ConfigError(f"{path}: cannot tell which kind of config this is; name it with "
+                      f"--kind {{{','.join(CONFIG_KINDS)}}}")
+
+
+def validate_file(path: Path, kind: str | None = None) -> str:
+    """Load `path` as a config of `kind` (detected when None); returns the kind. Raises the
+    file's ConfigError (every error of the file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    kind = kind or detect_kind(path)
+    if kind == "soc":
+        load_soc(path)
+    elif kind == "simulator":
+        load_validated(path, SimulatorConfigFile, what="simulator config")
+    elif kind == "farm":
+        load_farm(path)
+    elif kind == "labgrid":
+        from harness.farm import load_exporter_config
+
+        load_exporter_config(path)
+    elif kind == "known-issues":
+        from harness.known_issues import load_known_issues
+
+        load_known_issues(path)
+    else:
+        raise ConfigError(f"unknown config kind {kind!r}; one of {', '.join(CONFIG_KINDS)}")
+    return kind
+

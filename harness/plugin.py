@@ -243,10 +243,10 @@ def _options(config: pytest.Config) -> Options:
         raise HarnessError("--lg-place-tags takes devices from labgrid places; it cannot be "
                            "combined with --device or --farm")
     sid = session_id(config)
-    ptes = [Path(p).resolve() for p in config.getoption("pte")] or \
-        [Path(p).resolve() for p in config.getini("hil_pte")]
-    models_dirs = [Path(p).resolve() for p in config.getoption("models_dir")] + \
-        [Path(p).resolve() for p in config.getini("hil_models_dirs")]
+    ptes = [_resolved(p) for p in config.getoption("pte")] or \
+        [_resolved(p) for p in config.getini("hil_pte")]
+    models_dirs = [_resolved(p) for p in config.getoption("models_dir")] + \
+        [_resolved(p) for p in config.getini("hil_models_dirs")]
     return Options(
         ptes=ptes, models_dirs=models_dirs,
         devices=devices, simulator=config.getoption("simulator"),
@@ -265,6 +265,15 @@ def _options(config: pytest.Config) -> Options:
         scenario_isolation=config.getoption("scenario_isolation"),
         scenario_jobs=config.getoption("scenario_jobs"),
         dsp_heap=config.getoption("dsp_heap"))
+
+
+def _resolved(path: str | Path) -> Path:
+    """`path` made absolute with its links resolved where they resolve; a link loop stays as
+    given (Path.resolve raises RuntimeError on one) for the start-up check to name."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError):
+        return Path(os.path.abspath(path))
 
 
 def _scenario_jobs(value: str) -> int:
@@ -303,7 +312,7 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
     if on_simulator:
         soc_config(opts.soc or simulator_config().default_soc)
     else:
-        from harness.devices.adb import adb_server_address
+        from harness.devices.adb_address import adb_server_address
 
         adb_server_address(opts.adb_server)
         if opts.device_workspace is not None:
@@ -311,6 +320,12 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
             from harness.devices.workspace import check_workspace
 
             check_workspace(opts.device_workspace, reserved=[LEASE_DIR.rsplit("/", 1)[1]])
+        repeated = sorted({d for d in opts.devices if opts.devices.count(d) > 1})
+        if repeated:
+            raise HarnessError(
+                f"device {', '.join(repeated)} is given more than once (--device or the farm "
+                "file): each worker needs a device of its own, and a second worker on the same "
+                "phone would find it leased by its sibling; give each device once")
         workers = xdist_workers(config, opts)
         if opts.devices and workers > len(opts.devices):
             raise HarnessError(

@@ -19,9 +19,11 @@ anything imports executorch.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -191,12 +193,25 @@ def check_file(path: Path) -> int:
     microseconds instead of after seconds of executorch imports (or as a flatbuffer traceback)."""
     path = Path(path)
     try:
-        if not path.exists():
-            raise ModelError(f"{path}: no such file")
-        if path.is_dir():
-            raise ModelError(f"{path}: is a directory, not a .pte program file")
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ModelError(f"{path}: no such file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ModelError(f"{path}: a symbolic link loop (the link points back at itself), "
+                             "not a .pte program file") from None
+        raise ModelError(f"{path}: cannot read the program: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ModelError(f"{path}: is a directory, not a .pte program file")
+    if not stat.S_ISREG(info.st_mode):
+        # Opening a FIFO for reading waits for a writer: check the type before any open.
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else
+                "a socket" if stat.S_ISSOCK(info.st_mode) else "a device file")
+        raise ModelError(f"{path}: is {kind}, not a regular .pte program file")
+    size = info.st_size
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a file swapped for a FIFO meanwhile
+        with os.fdopen(fd, "rb") as handle:
             head = handle.read(40)
     except OSError as exc:
         raise ModelError(f"{path}: cannot read the program: {exc.strerror or exc}") from exc

@@ -56,7 +56,10 @@ import uuid
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-import adbutils
+from harness.devices.adb_address import adb_server_address, check_environment
+
+check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
+import adbutils  # noqa: E402
 
 from harness import dsp_heap
 from harness.cache import file_sha256
@@ -89,26 +92,6 @@ CONNECT_S = 10.0  # how long a session start waits for its device
 REACQUIRE_S = 30.0  # how long a device that dropped off mid-session is waited for
 LOGCAT_LINES = 300
 q = shlex.quote
-
-
-def adb_server_address(server: str | None = None) -> tuple[str, int]:
-    """(host, port) of the adb server: --adb-server HOST:PORT, else ANDROID_ADB_SERVER_ADDRESS /
-    ANDROID_ADB_SERVER_PORT, else 127.0.0.1:5037. A malformed value is a ConfigError naming
-    where it came from, so a typo stops the session at start-up, not in a socket call."""
-    if server:
-        host, _, port = server.rpartition(":")
-        where = "--adb-server"
-        if not host or not port.isdigit():
-            raise ConfigError(f"--adb-server must be HOST:PORT, got {server!r}")
-    else:
-        host = os.environ.get("ANDROID_ADB_SERVER_ADDRESS", "127.0.0.1")
-        port = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037")
-        where = "ANDROID_ADB_SERVER_PORT"
-        if not port.isdigit():
-            raise ConfigError(f"{where} must be a port number, got {port!r}")
-    if not 1 <= int(port) <= 65535:
-        raise ConfigError(f"{where}: port {port} is out of range (1-65535), got {server or port!r}")
-    return host, int(port)
 
 
 def adb_client(server: str | None = None) -> adbutils.AdbClient:

@@ -24,7 +24,10 @@ import select
 import socket
 import time
 
-import adbutils
+from harness.devices.adb_address import check_environment
+
+check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
+import adbutils  # noqa: E402
 
 from harness.devices import adb_wire
 from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply

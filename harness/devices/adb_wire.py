@@ -32,7 +32,10 @@ import stat
 import struct
 from pathlib import Path
 
-import adbutils
+from harness.devices.adb_address import check_environment
+
+check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
+import adbutils  # noqa: E402
 
 # Shell protocol v2 packet ids (adb's shell_protocol.h): a 1-byte id and a u32 LE length.
 ID_STDIN, ID_STDOUT, ID_STDERR, ID_EXIT, ID_CLOSE_STDIN = 0, 1, 2, 3, 4

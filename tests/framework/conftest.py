@@ -17,6 +17,7 @@ KINDS = ("unit", "compiler", "simulator", "adb")
 FILE_KIND = {
     "test_config.py": "unit",
     "test_known_issues.py": "unit",
+    "test_bad_input.py": "unit",  # python -m pytest / python -m harness processes
     "test_memory.py": "unit",
     "test_ordering_generation.py": "unit",
     "test_protocol.py": "unit",

@@ -1,0 +1,89 @@
+"""Bad input is one clear usage error at start-up (pytest exit 4, the CLI exit 2), with no
+traceback and no hang: an adb port variable that is not a number, a `--pte` that is a symlink
+loop or a FIFO, the same device twice, and config files given to `validate-configs`.
+
+Each case is a real `python -m pytest` / `python -m harness` process, as a user starts it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(args: list[str], tmp_path: Path, env: dict[str, str] | None = None,
+        timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def pytest_args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["-m", "pytest", "tests/hil/test_isolation.py", "-p", "no:cacheprovider",
+            f"--artifacts-dir={tmp_path / 'artifacts'}", *extra]
+
+
+def assert_usage_error(proc: subprocess.CompletedProcess, words: str, code: int = 4) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == code, out
+    assert words in out, out
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+
+
+@pytest.mark.parametrize("port", ["notaport", "", "99999"])
+def test_an_adb_server_port_variable_that_is_not_a_port_is_a_usage_error(tmp_path, port):
+    proc = run(pytest_args(tmp_path, "--device=127.0.0.1:5555"), tmp_path,
+               env={"ANDROID_ADB_SERVER_PORT": port})
+    assert_usage_error(proc, "ANDROID_ADB_SERVER_PORT")
+
+
+def test_a_pte_that_is_a_symlink_loop_is_a_usage_error(tmp_path):
+    loop = tmp_path / "loop.pte"
+    loop.symlink_to(loop)
+    assert_usage_error(run(pytest_args(tmp_path, "--hil-suites", f"--pte={loop}"), tmp_path),
+                       "symbolic link loop")
+    assert_usage_error(run(["-m", "harness", "inspect", str(loop)], tmp_path),
+                       "symbolic link loop", code=1)
+
+
+def test_a_pte_that_is_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "model.pte"
+    os.mkfifo(fifo)
+    assert_usage_error(run(pytest_args(tmp_path, "--hil-suites", f"--pte={fifo}"), tmp_path,
+                           timeout=60), "FIFO")
+    assert_usage_error(run(["-m", "harness", "inspect", str(fifo)], tmp_path, timeout=60),
+                       "FIFO", code=1)
+
+
+def test_the_same_device_twice_is_a_usage_error(tmp_path):
+    proc = run(pytest_args(tmp_path, "--device=127.0.0.1:5555", "--device=127.0.0.1:5555"),
+               tmp_path)
+    assert_usage_error(proc, "127.0.0.1:5555 is given more than once")
+
+
+def test_validate_configs_validates_the_files_it_is_given(tmp_path):
+    bad = tmp_path / "socs" / "SM8650.yaml"
+    bad.parent.mkdir()
+    bad.write_text("soc: SM8650\nhtp_arch: 0\nvtcm_mb: 8\nmemory: {rss_leak_kb: 1}\n")
+    good = REPO / "device_configs" / "farms" / "example.yaml"
+    proc = run(["-m", "harness", "validate-configs", str(good), str(bad), str(good)], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"ok: {good} (farm)" in proc.stdout and proc.stdout.count("ok:") == 1
+    assert "htp_arch" in proc.stderr and str(bad) in proc.stderr
+    farm = tmp_path / "farm.yaml"
+    farm.write_text("devices:\n  - {serial: X, sock: SM8650}\n")
+    proc = run(["-m", "harness", "validate-configs", str(farm)], tmp_path)
+    assert proc.returncode == 1 and "sock" in proc.stderr, proc.stderr
+    proc = run(["-m", "harness", "validate-configs", "--kind", "known-issues", str(farm)], tmp_path)
+    assert proc.returncode == 1 and "known-issues" in proc.stderr, proc.stderr
+    unknown = tmp_path / "what.yaml"
+    unknown.write_text("a: 1\n")
+    assert_usage_error(run(["-m", "harness", "validate-configs", str(unknown)], tmp_path),
+                       "--kind", code=2)
+    assert_usage_error(run(["-m", "harness", "validate-configs", str(tmp_path / "no.yaml")],
+                           tmp_path), "no.yaml", code=2)
