@@ -6,9 +6,18 @@ apart too. Taking it is one `mkdir`, which is atomic on the device's filesystem:
 racing for a free device exactly one gets it.
 
 Format: in that directory, `owner` holds `key=value` lines written once by the holder (`token`,
-`host`, `pid`, `session`, `worker`, `since`) and `heartbeat` holds the device time (`date +%s`)
-of the holder's last heartbeat; both are replaced by rename, so a reader never sees half a
-file. Every time is the device's clock, so host clocks never matter.
+`host`, `hostboot` (the holder host's boot id), `pid`, `session`, `worker`, `since`) and
+`heartbeat` holds `<uptime> <boot id>` of the device at the holder's last heartbeat; both are
+replaced by rename, so a reader never sees half a file.
+
+Clocks: liveness never reads a wall clock, the device's or a host's. A phone's wall clock jumps
+(NTP or NITZ after a reboot, a user setting the date), and a lease read through it let a second
+session take over a live lease after a forward jump and blocked the phone after a backward one
+("last heartbeat -3598 s ago"). The age of a heartbeat is the device's monotonic uptime
+(`/proc/uptime`) now minus at the heartbeat, when the boot id is the same; a heartbeat of an
+earlier boot (or of an unreadable or older format) is at least as old as the device's uptime,
+since a live holder beats again within `HEARTBEAT_S` of the boot. `since` (display only) is the
+device's wall clock.
 
 Heartbeat: a daemon thread per held lease rewrites `heartbeat` every `HEARTBEAT_S` (10 s), only
 while `owner` still names this process. A thread rather than a refresh per run, because a live
@@ -17,10 +26,12 @@ the device's re-acquire window) and must not look stale meanwhile; and the hot p
 of lease work. It costs one shell call every 10 s.
 
 Staleness: a lease whose heartbeat is older than `STALE_S` (120 s, twelve missed heartbeats) is
-taken over by the next session that asks, with a notice naming the old holder. The takeover runs
-under a second `mkdir` lock (`<lease>.takeover`), checks the age again inside it and rewrites
-the files in place (the directory never disappears, so no `mkdir` can slip in), so of sessions
-finding the same stale lease exactly one takes it.
+taken over by the next session that asks, with a notice naming the old holder. A lease whose
+holder is a process of this very host (same host name and boot id) that no longer runs (killed
+by SIGKILL, the OOM killer, a SIGTERM it could not handle) is taken over at once, with a notice.
+The takeover runs under a second `mkdir` lock (`<lease>.takeover`), checks the condition again
+inside it and rewrites the files in place (the directory never disappears, so no `mkdir` can
+slip in), so of sessions finding the same stale lease exactly one takes it.
 
 Holder: a process. Its leases carry a token made once per process (`process_token()`), so
 sessions inside one process (the framework's own tests, an in-process `pytester` run) share the
@@ -68,6 +79,28 @@ def process_token() -> str:
     return _TOKEN[1]
 
 
+def host_boot_id() -> str:
+    """This host's boot id (a holder's host is this one only with the same name and boot)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _pid_alive(pid: str) -> bool:
+    """Whether process `pid` of this host runs (a pid this user may not signal runs)."""
+    if not pid.isdigit():
+        return True  # unknown: never taken for dead
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _clean(value: object) -> str:
     """A value safe on one `key=value` line (and readable in a message)."""
     return re.sub(r"[^A-Za-z0-9._:@+/-]", "_", str(value))[:200] or "-"
@@ -85,7 +118,18 @@ class Holder:
     @property
     def age(self) -> int | None:
         text = self.get("age")
-        return int(text) if text.lstrip("-").isdigit() else None
+        return int(text) if text.isdigit() else None
+
+    @property
+    def since_boot(self) -> bool:
+        """The heartbeat is of an earlier boot of the device: its age is a lower bound."""
+        return self.get("agekind") == "boot"
+
+    def dead_here(self) -> bool:
+        """The holder is a process of this host (same name and boot id) that no longer runs."""
+        return (bool(self.get("token")) and self.get("host") == _clean(socket.gethostname())
+                and bool(self.get("hostboot")) and self.get("hostboot") == _clean(host_boot_id())
+                and not _pid_alive(self.get("pid")))
 
     def describe(self) -> str:
         if not self.get("token"):
@@ -94,7 +138,9 @@ class Holder:
         when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(since)))
                 if since.isdigit() else "an unknown time")
         age = self.age
-        beat = f"last heartbeat {age} s ago" if age is not None else "no heartbeat"
+        beat = (f"no heartbeat since the device booted {age} s ago" if self.since_boot and
+                age is not None else f"last heartbeat {age} s ago (device uptime)"
+                if age is not None else "no heartbeat")
         return (f"host {self.get('host') or '?'} pid {self.get('pid') or '?'} session "
                 f"{self.get('session') or '?'} worker {self.get('worker') or '?'}, since {when} "
                 f"(device clock; {beat})")
@@ -151,34 +197,55 @@ class DeviceLease:
 
     # Shell code ------------------------------------------------------------------------------
     def _prelude(self) -> str:
+        """Shell functions of every lease script. `ago FILE` prints the age of a `<uptime>
+        <boot id>` file in seconds of device uptime (for a file of an earlier boot, or of no
+        such format, the uptime itself, with `agekind=boot`); no wall clock is read for it."""
         return (f"L={q(self.dir)}; T={q(self.token)}; now=$(date +%s); "
+                "u=$(cat /proc/uptime 2>/dev/null); up=${u%%[. ]*}; "
+                "case \"$up\" in ''|*[!0-9]*) up=0;; esac; "
+                "boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); "
                 "own() { sed -n 's/^token=//p' \"$L/owner\" 2>/dev/null; }; "
-                "age() { hb=$(cat \"$L/heartbeat\" 2>/dev/null); case \"$hb\" in ''|*[!0-9]*) "
-                "hb=$(stat -c %Y \"$L\" 2>/dev/null || echo \"$now\");; esac; "
-                "echo $((now - hb)); }; "
-                "beat() { echo \"$now\" > \"$L/hb.$$\" && mv -f \"$L/hb.$$\" \"$L/heartbeat\"; }; "
-                "show() { echo \"$1 age=$(age)\"; sed \"s/^/$1 /\" \"$L/owner\" 2>/dev/null; }; ")
+                "ago() { set -- $(cat \"$1\" 2>/dev/null) ''; "
+                "case \"$1\" in ''|*[!0-9]*) echo \"$up\"; return;; esac; "
+                "if [ -n \"$boot\" ] && [ \"$2\" = \"$boot\" ] && [ \"$1\" -le \"$up\" ]; then "
+                "echo $((up - $1)); else echo \"$up\"; fi; }; "
+                "kind() { set -- $(cat \"$1\" 2>/dev/null) ''; "
+                "if [ -n \"$boot\" ] && [ \"$2\" = \"$boot\" ]; then echo beat; "
+                "else echo boot; fi; }; "
+                "age() { ago \"$L/heartbeat\"; }; "
+                # a takeover lock's age; one without its stamp (its taker died between the
+                # mkdir and the stamp) by its directory's time
+                "lockage() { if [ -f \"$1/at\" ]; then ago \"$1/at\"; else "
+                "echo $((now - $(stat -c %Y \"$1\" 2>/dev/null || echo \"$now\"))); fi; }; "
+                "stamp() { echo \"$up $boot\" > \"$1.$$\" && mv -f \"$1.$$\" \"$1\"; }; "
+                "beat() { stamp \"$L/heartbeat\"; }; "
+                "show() { echo \"$1 age=$(age)\"; echo \"$1 agekind=$(kind \"$L/heartbeat\")\"; "
+                "sed \"s/^/$1 /\" \"$L/owner\" 2>/dev/null; }; ")
 
-    def _acquire_script(self) -> str:
+    def _acquire_script(self, dead: str = "") -> str:
+        """Take the lease: free, ours, stale, or (with `dead`) held by the token `dead`, a
+        process of this host the caller found gone."""
         owner = " ".join(q(f"{k}={_clean(v)}") for k, v in (
-            ("host", socket.gethostname()), ("pid", os.getpid()), ("session", self.session),
-            ("worker", self.worker)))
+            ("host", socket.gethostname()), ("hostboot", host_boot_id()), ("pid", os.getpid()),
+            ("session", self.session), ("worker", self.worker)))
         stale, lock_stale = self.stale_s, TAKEOVER_LOCK_STALE_S
+        gone = (f"[ \"$(age)\" -gt {stale} ] || [ \"$(own)\" = {q(dead)} ]" if dead
+                else f"[ \"$(age)\" -gt {stale} ]")
         # The heartbeat first: whoever reads the new owner reads a fresh heartbeat with it.
         take = (f"beat && printf '%s\\n' \"token=$T\" {owner} \"since=$now\" > "
                 "\"$L/owner.$$\" && mv -f \"$L/owner.$$\" \"$L/owner\"")
         return (self._prelude() +
                 f"if mkdir \"$L\" 2>/dev/null; then {take} && echo LEASE taken; "
                 "elif [ \"$(own)\" = \"$T\" ]; then beat; echo LEASE ours; "
-                f"elif [ \"$(age)\" -gt {stale} ]; then "
+                f"elif {gone}; then "
                 "  t=\"$L.takeover\"; "
-                "  if [ -d \"$t\" ] && [ $((now - $(stat -c %Y \"$t\" 2>/dev/null || "
-                f"echo \"$now\"))) -gt {lock_stale} ]; then rmdir \"$t\" 2>/dev/null; fi; "
-                "  if mkdir \"$t\" 2>/dev/null; then "
-                f"    if [ \"$(age)\" -gt {stale} ] && [ \"$(own)\" != \"$T\" ]; then "
+                f"  if [ -d \"$t\" ] && [ \"$(lockage \"$t\")\" -gt {lock_stale} ]; then "
+                "rm -f \"$t/at\"; rmdir \"$t\" 2>/dev/null; fi; "
+                "  if mkdir \"$t\" 2>/dev/null; then stamp \"$t/at\"; "
+                f"    if {{ {gone}; }} && [ \"$(own)\" != \"$T\" ]; then "
                 f"      show LEASE_OLD; {take} && echo LEASE tookover; "
                 "    else show LEASE_HOLDER; echo LEASE held; fi; "
-                "    rmdir \"$t\"; "
+                "    rm -f \"$t/at\"; rmdir \"$t\"; "
                 "  else show LEASE_HOLDER; echo LEASE held; fi; "
                 "else show LEASE_HOLDER; echo LEASE held; fi")
 
@@ -201,6 +268,13 @@ class DeviceLease:
         waiting_said = False
         while True:
             status, holder, old = self._try()
+            if status == "held" and holder.dead_here():
+                status, holder, old = self._try(dead=holder.get("token"))
+                if status == "tookover":
+                    self.notice(f"{self.serial}: took over the lease of {old.describe()} at "
+                                "once: that process of this host no longer runs")
+                    self._hold()
+                    return
             if status in ("taken", "ours", "tookover"):
                 break
             remaining = deadline - time.monotonic()
@@ -220,16 +294,16 @@ class DeviceLease:
             time.sleep(min(POLL_S, remaining))
         if status == "tookover":
             self.notice(f"{self.serial}: took over the stale lease of {old.describe()}: no "
-                        f"heartbeat for more than {self.stale_s} s, so that session is gone or "
-                        "stuck")
+                        f"heartbeat for more than {self.stale_s} s of device uptime, so that "
+                        "session is gone or stuck")
         elif waiting_said:
             self.notice(f"{self.serial}: got the lease after waiting "
                         f"{time.monotonic() - started:.1f} s")
         self._hold()
 
-    def _try(self) -> tuple[str, Holder, Holder]:
+    def _try(self, dead: str = "") -> tuple[str, Holder, Holder]:
         try:
-            _, out = self.run(self._acquire_script(), 30.0)
+            _, out = self.run(self._acquire_script(dead), 30.0)
         except Exception as exc:  # adbutils.AdbError, OSError
             raise DeviceError(f"{self.serial}: cannot take the device lease: {exc}") from exc
         status, holder, old = "", {}, {}

@@ -395,6 +395,12 @@ class LoopbackDevice:
         log.info("loopback device listening on %s (sandbox %s)", self.serial, self.sandbox)
         return self
 
+    def set_clock_offset(self, seconds: int) -> None:
+        """Set the device's wall clock `seconds` away from the host's (its `date`; a phone's
+        clock jumps so after NTP or NITZ). Its uptime (`/proc/uptime`) is the host's and never
+        jumps, as a phone's monotonic clock does not."""
+        (self.sandbox / shell.CLOCK_OFFSET_FILE).write_text(f"{int(seconds)}\n")
+
     def stop(self) -> None:
         """Vanish like an unplugged phone: close the listener and every connection, kill every
         command still running. Idempotent."""

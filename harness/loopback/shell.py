@@ -197,6 +197,17 @@ _GETENFORCE = """#!/bin/sh
 echo Permissive
 """
 
+# date for the loopback device: its wall clock, set apart from the host's by the offset in
+# __OFFSET__ (seconds; what NTP/NITZ or a user does to a phone's clock: `set_clock_offset`).
+_DATE = r"""#!/bin/sh
+off=$(cat __OFFSET__ 2>/dev/null)
+case "$off" in ''|0) exec /bin/date "$@";; *[!0-9-]*) exec /bin/date "$@";; esac
+exec /bin/date -d "@$(( $(/bin/date +%s) + off ))" "$@"
+"""
+
+
+CLOCK_OFFSET_FILE = ".clock_offset"
+
 
 def format_properties(properties: dict[str, str]) -> str:
     """Render properties the way Android's `getprop` prints them (sorted `[k]: [v]` lines)."""
@@ -218,6 +229,7 @@ def install_tools(sandbox: Path, properties: dict[str, str]) -> None:
         "setprop": _SETPROP.replace("__PROPS__", shlex.quote(str(props))),
         "logcat": _LOGCAT.replace("__LOG__", shlex.quote(str(logfile))),
         "getenforce": _GETENFORCE,
+        "date": _DATE.replace("__OFFSET__", shlex.quote(str(sandbox / CLOCK_OFFSET_FILE))),
     }
     for name, text in scripts.items():
         path = bin_dir / name

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -75,16 +76,28 @@ def owner(phone) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-def write_lease(phone, age_s: int, **fields) -> None:
-    """A lease as another session's process would have written it, its heartbeat `age_s` old."""
+def uptime() -> int:
+    """The loopback device's monotonic clock: its commands run on this host."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]))
+
+
+def boot_id() -> str:
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def write_lease(phone, age_s: int, heartbeat: str | None = None, **fields) -> None:
+    """A lease as another session's process would have written it, its heartbeat `age_s` old
+    in device uptime (`heartbeat`: the heartbeat file's text instead)."""
     now = int(time.time())
+    assert uptime() > age_s + 5, "this host has not been up long enough for that age"
     d = lease_dir(phone)
     d.mkdir(parents=True)
     values = {"token": "other-host-4242-0123456789ab", "host": "other-host", "pid": "4242",
               "session": "crashed-session", "worker": "gw1", "since": str(now - age_s - 60)}
     values.update(fields)
     (d / "owner").write_text("".join(f"{k}={v}\n" for k, v in values.items()))
-    (d / "heartbeat").write_text(f"{now - age_s}\n")
+    (d / "heartbeat").write_text(heartbeat if heartbeat is not None
+                                 else f"{uptime() - age_s} {boot_id()}\n")
 
 
 # In-process sessions ---------------------------------------------------------------------------
@@ -98,9 +111,9 @@ def test_the_lease_is_held_while_the_session_runs_and_released_at_the_end(phone,
     assert held["token"] == process_token() and held["pid"] == str(os.getpid())
     assert (held["session"], held["worker"]) == ("this-session", "gw3")
     assert held["host"] and held["since"].isdigit()
-    first = int((lease_dir(phone) / "heartbeat").read_text())
+    first = (lease_dir(phone) / "heartbeat").read_text()
     deadline = time.monotonic() + 10
-    while int((lease_dir(phone) / "heartbeat").read_text()) == first:  # device clock, seconds
+    while (lease_dir(phone) / "heartbeat").read_text() == first:  # device uptime, seconds
         assert time.monotonic() < deadline, "the heartbeat was not refreshed"
         time.sleep(0.2)
     session.close()
@@ -129,7 +142,7 @@ def test_a_held_lease_fails_a_second_session_at_once_naming_the_holder(phone, tm
 
 
 def test_a_stale_lease_is_taken_over_with_a_notice(phone, tmp_path):
-    write_lease(phone, age_s=3600)
+    write_lease(phone, age_s=200)
     session = HilSession(options(tmp_path, phone.serial))
     device = session.device
     notes = [n for n in session.notices if "took over the stale lease" in n]
@@ -137,7 +150,7 @@ def test_a_stale_lease_is_taken_over_with_a_notice(phone, tmp_path):
     for part in (phone.serial, "host other-host", "pid 4242", "session crashed-session",
                  "more than 120 s"):
         assert part in notes[0], (part, notes[0])
-    assert re.search(r"last heartbeat 36[0-5]\d s ago", notes[0]), notes[0]
+    assert re.search(r"last heartbeat (19\d|2\d\d) s ago", notes[0]), notes[0]
     assert owner(phone)["token"] == process_token()
     device.close()
     assert not lease_dir(phone).exists()
@@ -183,7 +196,7 @@ def test_of_sessions_racing_for_a_lease_exactly_one_gets_it(stale, phone):
     from harness.devices.adb_wire import shell_v2
 
     if stale:
-        write_lease(phone, age_s=3600)
+        write_lease(phone, age_s=200)
     client = adb_client()
 
     def run(command: str, timeout: float) -> tuple[int, str]:
@@ -213,6 +226,104 @@ def test_of_sessions_racing_for_a_lease_exactly_one_gets_it(stale, phone):
         if status == "held":  # named the winner, or a holder still writing its lease file
             assert holder.get("token") in (f"racer-{winner}", "", "other-host-4242-0123456789ab")
     assert not list(lease_dir(phone).parent.glob(".executorch-hil-lease.*"))
+
+
+# Clocks and dead holders ---------------------------------------------------------------------------
+
+def shell_of(phone):
+    """A lease's `run` on the loopback phone through the real adb server."""
+    from harness.devices.adb import adb_client
+    from harness.devices.adb_wire import shell_v2
+
+    client = adb_client()
+
+    def run(command: str, timeout: float) -> tuple[int, str]:
+        code, out, err = shell_v2(client, phone.serial, command, timeout=timeout)
+        return code, (out + err).decode()
+    return run
+
+
+def other_process(phone, token: str, **kwargs) -> lease_module.DeviceLease:
+    return lease_module.DeviceLease("clock", phone.serial, shell_of(phone), session=token,
+                                    worker="w", token=token, **kwargs)
+
+
+def test_a_forward_jump_of_the_device_clock_does_not_make_a_live_lease_stale(phone):
+    """NTP or NITZ sets a phone's clock an hour ahead while a session holds it: a second
+    session must still find the lease held (a wall-clock age read an hour and took it over)."""
+    holder = other_process(phone, "live-holder")
+    assert holder._try()[0] == "taken"
+    phone.set_clock_offset(3600)
+    try:
+        with pytest.raises(LeaseBusy, match=r"live-holder.*last heartbeat \d s ago"):
+            other_process(phone, "second-session").acquire(0)
+        assert owner(phone)["token"] == "live-holder"
+    finally:
+        phone.set_clock_offset(0)
+
+
+def test_a_backward_jump_of_the_device_clock_does_not_keep_a_dead_lease_fresh(phone):
+    """The clock goes an hour back after the holder died: its lease goes stale after the stale
+    time of device uptime all the same (a wall-clock age read -3598 s and blocked the phone)."""
+    assert other_process(phone, "dead-holder")._try()[0] == "taken"
+    phone.set_clock_offset(-3600)
+    try:
+        time.sleep(3.2)
+        notes: list[str] = []
+        taker = other_process(phone, "taker", stale_s=2, notice=notes.append)
+        taker.acquire(0)
+        assert owner(phone)["token"] == "taker"
+        assert any("took over the stale lease" in n and "dead-holder" in n for n in notes), notes
+        taker.release()
+    finally:
+        phone.set_clock_offset(0)
+
+
+def test_a_heartbeat_of_an_earlier_boot_is_as_old_as_the_devices_uptime(phone, tmp_path):
+    """A lease left from before the phone rebooted (another boot id, or the old wall-clock
+    format): its holder has not beaten since the boot, so it is stale once the device has been
+    up for the stale time."""
+    write_lease(phone, age_s=0, heartbeat=f"{uptime()} 00000000-0000-0000-0000-000000000000\n")
+    session = HilSession(options(tmp_path, phone.serial))
+    device = session.device
+    notes = [n for n in session.notices if "took over the stale lease" in n]
+    assert notes and "no heartbeat since the device booted" in notes[0], session.notices
+    device.close()
+
+
+def test_a_lease_of_a_dead_process_of_this_host_is_taken_over_at_once(phone, tmp_path):
+    """SIGKILL (or the OOM killer) leaves the lease behind; the next session on the same host
+    sees its pid is gone and takes the phone at once, with a notice (it waited 120 s)."""
+    script = (
+        "import os, sys\n"
+        "from harness.devices import lease\n"
+        "from harness.devices.adb import adb_client\n"
+        "from harness.devices.adb_wire import shell_v2\n"
+        "c = adb_client()\n"
+        "run = lambda cmd, t: (lambda r: (r[0], (r[1] + r[2]).decode()))("
+        "shell_v2(c, sys.argv[1], cmd, timeout=t))\n"
+        "l = lease.DeviceLease('k', sys.argv[1], run, session='killed', worker='gw0')\n"
+        "assert l._try()[0] == 'taken'\n"
+        "os.kill(os.getpid(), 9)\n")
+    proc = subprocess.run([sys.executable, "-c", script, phone.serial], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    assert owner(phone)["session"] == "killed" and owner(phone)["host"]
+    started = time.monotonic()
+    session = HilSession(options(tmp_path, phone.serial))
+    device = session.device
+    assert time.monotonic() - started < 60
+    notes = [n for n in session.notices if "no longer runs" in n]
+    assert notes and "session killed" in notes[0], session.notices
+    assert owner(phone)["token"] == process_token()
+    device.close()
+
+
+def test_a_lease_of_a_live_process_of_this_host_is_not_taken(phone, tmp_path):
+    write_lease(phone, age_s=3, host=lease_module._clean(socket.gethostname()),
+                hostboot=lease_module._clean(lease_module.host_boot_id()), pid=str(os.getpid()))
+    with pytest.raises(LeaseBusy):
+        _ = HilSession(options(tmp_path, phone.serial)).device
 
 
 # Two real pytest sessions on one device ----------------------------------------------------------
