@@ -206,6 +206,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # Bad input stops the session once, at start-up, with the line to act on.
         raise pytest.UsageError(str(exc)) from None
     config.stash[_SESSION_KEY] = HilSession(opts)
+    _handle_sigterm(config)
     if config.stash[_SESSION_KEY].uses_farm:
         config.pluginmanager.register(_FarmReports(config.stash[_SESSION_KEY]), "hil-farm-reports")
     config.stash[_REPORTS_KEY] = {}
@@ -388,7 +389,34 @@ def _link_latest(artifacts: Path) -> None:
         pass
 
 
+_SIGTERM_KEY = pytest.StashKey[object]()
+
+
+def _handle_sigterm(config: pytest.Config) -> None:
+    """SIGTERM (how CI cancels a job) ends the run as Ctrl-C does: pytest's interrupt path, so
+    the session closes (runners killed, the lease released, the workspace removed or kept as
+    asked). Only where nobody else handles it (a handler of the user's stays)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it outright
+        raise KeyboardInterrupt("SIGTERM")
+
+    config.stash[_SIGTERM_KEY] = signal.signal(signal.SIGTERM, interrupt)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    previous = config.stash.get(_SIGTERM_KEY, None)
+    if previous is not None:
+        import signal
+
+        signal.signal(signal.SIGTERM, previous)
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
         try:

@@ -262,6 +262,16 @@ def _kill_tree(pid: str) -> str:
     return f"kill -9 -{pid} 2>/dev/null; kill -9 {pid} 2>/dev/null"
 
 
+def _kill_in_directory(directory: PurePosixPath, below: bool = False) -> str:
+    """Shell code that kills (group, then pid) every process whose working directory is
+    `directory` (with `below`, any directory under it): one `ls` of the cwd links."""
+    pattern = '*" -> $d/"*' if below else '*" -> $d"'
+    return (f"d={q(str(directory))}; ls -l /proc/[0-9]*/cwd 2>/dev/null | "
+            f"while read -r line; do case \"$line\" in {pattern}) "
+            "p=${line%/cwd -> *}; p=${p##*/proc/}; "
+            f"{_kill_tree('$p')};; esac; done")
+
+
 class _ServerEndedBeforeForking(Exception):
     """The device's fork server ended before it forked the scenario (nothing of it ran)."""
 
@@ -791,11 +801,7 @@ class AdbDevice(Device):
         named by the scenario, in this session's workspace, on a device the lease keeps other
         sessions off. One `ls` of the processes' cwd links, not a command per process."""
         known = f"{_kill_tree(pid)}; " if pid.isdigit() else ""
-        self.sh(f"{known}d={q(str(run_dir))}; ls -l /proc/[0-9]*/cwd 2>/dev/null | "
-                "while read -r line; do case \"$line\" in *\" -> $d\") "
-                "p=${line%/cwd -> *}; p=${p##*/proc/}; "
-                f"{_kill_tree('$p')};; esac; done; "
-                f"rm -f {q(str(run_dir / PID_FILE))}; true")
+        self.sh(f"{known}{_kill_in_directory(run_dir)}; rm -f {q(str(run_dir / PID_FILE))}; true")
 
     def _interrupted(self, scenario: Scenario, stdout: str, artifacts: Path, pid: str,
                      run_dir: PurePosixPath, cut: str,
@@ -901,6 +907,9 @@ class AdbDevice(Device):
         """Remove the workspace (unless kept, or the device is lost) and release the lease."""
         self._close_servers()
         try:
+            if not self.lost:  # runners still running (the session was interrupted, SIGTERM)
+                self.sh(f"{_kill_in_directory(self.workspace / 'runs', below=True)}; true",
+                        timeout=30)
             if not (self.lost or self.keep_workspace):
                 self._remove_workspace()
         except DeviceError:

@@ -145,3 +145,64 @@ def test_a_workspace_whose_marker_is_gone_is_kept_whole(phone, tmp_path):
     assert (root / "runs").is_dir()
     assert any("marker is gone" in n for n in s.notices), s.notices
     shutil.rmtree(root)
+
+
+SIGTERM_PLUGIN = '''
+import os, pathlib, time
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Once the test's device is set up: a process in its workspace's runs/ (as a runner is),
+    then wait for the SIGTERM the test sends."""
+    device = item._request.getfixturevalue("hil_device")
+    runs = str(device.workspace) + "/runs/sigterm-run"
+    code, out = device.sh(f"mkdir -p {runs} && cd {runs} && "
+                          "{ setsid sleep 300 >/dev/null 2>&1 & echo PID $!; }")
+    pid = next(l.split()[1] for l in out.splitlines() if l.startswith("PID "))
+    flag = pathlib.Path(os.environ["SIGTERM_FLAG"])
+    flag.with_suffix(".tmp").write_text(f"{pid} {device.workspace}")
+    flag.with_suffix(".tmp").rename(flag)
+    time.sleep(300)
+    yield
+'''
+
+
+def test_sigterm_ends_the_session_as_ctrl_c_does(phone, tmp_path):
+    """CI cancels a job with SIGTERM: the run is interrupted like Ctrl-C, so its runners are
+    killed, its lease released and its workspace removed (SIGTERM left them all behind)."""
+    import os
+    import signal
+    import time
+
+    from harness.devices.lease import LEASE_DIR
+    from processes import running, wait_gone
+
+    (tmp_path / "sigterm_plugin.py").write_text(SIGTERM_PLUGIN)
+    flag = tmp_path / "started.txt"
+    env = {**os.environ, "SIGTERM_FLAG": str(flag),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), str(REPO),
+                                                        os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "tests/hil/test_isolation.py", "-k", "s4 and fp16",
+         f"--device={phone.serial}", f"--artifacts-dir={tmp_path / 'artifacts'}",
+         "-p", "sigterm_plugin", "-p", "no:cacheprovider", "-q"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        end = time.monotonic() + 300
+        while not flag.exists():
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < end, "the test never started"
+            time.sleep(0.1)
+        pid, workspace = flag.read_text().split()
+        assert running(int(pid))
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out
+    assert "KeyboardInterrupt" in out or "Interrupted" in out, out
+    assert wait_gone(int(pid)), "the runner outlived the SIGTERM"
+    assert not on_phone(phone, LEASE_DIR).exists(), "the lease outlived the SIGTERM"
+    assert not on_phone(phone, workspace).exists(), "the workspace outlived the SIGTERM"
