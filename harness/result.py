@@ -29,6 +29,9 @@ class RunOutput:
     runner: str = ""
     logs: dict[str, str] = dataclasses.field(default_factory=dict)  # logcat, tombstone, ...
     pushes: dict[str, int] = dataclasses.field(default_factory=dict)  # pushed/skipped counts
+    # What the device saw about a failed run beyond its output (a full disk, an output limit):
+    # part of the run's headline.
+    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 def split_log_by_step(text: str) -> dict[int, str]:
@@ -156,6 +159,10 @@ class ScenarioResult:
         return "\n".join(lines)
 
     def crash_headline(self) -> str:
+        head = self._headline()
+        return "; ".join([head, *self.output.notes])
+
+    def _headline(self) -> str:
         out = self.output
         if out.timed_out:
             return "runner hung: killed after timeout"

@@ -61,7 +61,7 @@ from harness.devices.adb_address import adb_server_address, check_environment
 check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
 import adbutils  # noqa: E402
 
-from harness import dsp_heap
+from harness import dsp_heap, storage
 from harness.cache import file_sha256
 from harness.config import SocConfig, soc_for_board_platform
 from harness.compile import uses_qnn
@@ -577,7 +577,8 @@ class AdbDevice(Device):
         stderr, trace = outputs if outputs is not None else self._fetch_outputs(run_dir)
         logs = self._crash_logs(start) if returncode is None or returncode < 0 else {}
         self.runs["process"] += 1
-        return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes)
+        return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes,
+                         self._failed_run_notes(returncode, stdout))
 
     def _pushes(self, before: PushStats) -> dict[str, int]:
         return {"pushed": self.stats.pushed - before.pushed,
@@ -679,9 +680,30 @@ class AdbDevice(Device):
         logs = (self._crash_logs(started.get("time")) if returncode is None or returncode < 0
                 else {})
         self.runs["fork"] += 1
-        return RunOutput(returncode, files.get(STDOUT_FILE, ""), files.get(STDERR_FILE, ""),
+        stdout = files.get(STDOUT_FILE, "")
+        return RunOutput(returncode, stdout, files.get(STDERR_FILE, ""),
                          files.get(TRACE_FILE, ""), timed_out, "native", logs,
-                         self._pushes(before))
+                         self._pushes(before), self._failed_run_notes(returncode, stdout))
+
+    def _failed_run_notes(self, returncode: int | None, stdout: str) -> list[str]:
+        """For a run that failed or did not finish: whether the workspace's storage is full."""
+        ended = any(e.get("event") == "end" for e in read_events(stdout))
+        if returncode == 0 and ended:
+            return []
+        note = self._storage_note()
+        return [note] if note else []
+
+    def _storage_note(self) -> str:
+        """The workspace's filesystem is full (ENOSPC): its words, or "" (one `df` call)."""
+        try:
+            code, out = self.sh(f"df -k {q(str(self.workspace / 'runs'))} 2>/dev/null",
+                                timeout=15)
+        except DeviceError:
+            return ""
+        reading = storage.parse_df(out) if code == 0 else None
+        if reading is None:
+            return ""
+        return storage.full_note(f"{self.serial}:{self.workspace / 'runs'}", *reading)
 
     def _read_back(self, path: PurePosixPath) -> str:
         """A file of an interrupted run (what its runner streamed), or "" when unreadable."""
@@ -824,6 +846,10 @@ class AdbDevice(Device):
                 self._kill_run(pid, run_dir)
             except DeviceError:
                 pass
+            full = self._storage_note()
+            if full:
+                output.notes.append(full)
+                cut = f"{cut}; {full}" if cut else full
         if lost is None:
             why = f" ({cut})" if cut else ""
             return RunInterrupted(f"{self.serial}: the runner's exit status never reached the "

@@ -20,8 +20,9 @@ import threading
 import time
 from pathlib import Path
 
-from harness import dsp_heap
+from harness import dsp_heap, storage
 from harness.compile import uses_qnn
+from harness.protocol import read_events
 from harness.devices.base import Device, DeviceInfo
 from harness.errors import HarnessError
 from harness.memory import ALLOCATOR_ENV
@@ -100,6 +101,7 @@ class SimulatorDevice(Device):
         if self.isolation == "fork":
             qnn = any(uses_qnn(model.backend) for model in scenario.models.values())
             with self._pool(base, qnn).lease() as server:
+                server_dir = server.scratch
                 proc, trace = self._run(scenario, server.scratch, base, lambda path, env:
                                         server.run(path, env, timeout))
         else:
@@ -109,8 +111,13 @@ class SimulatorDevice(Device):
         self.log.debug("scenario %s: %s in %.3f s (%s)", scenario.name,
                        "timed out" if proc.timed_out else f"exit {proc.returncode}",
                        time.monotonic() - started, self.isolation)
+        notes = []
+        if proc.returncode != 0 or not any(e.get("event") == "end"
+                                           for e in read_events(proc.stdout)):
+            full = storage.host_full_note(server_dir if self.isolation == "fork" else artifacts)
+            notes = [full] if full else []
         return RunOutput(proc.returncode, proc.stdout, proc.stderr, trace, proc.timed_out,
-                         self.runner_kind)
+                         self.runner_kind, notes=notes)
 
     def _run(self, scenario: Scenario, directory: Path, base: dict[str, str],
              start) -> tuple[ProcessOutput, str]:

@@ -206,3 +206,40 @@ def test_sigterm_ends_the_session_as_ctrl_c_does(phone, tmp_path):
     assert wait_gone(int(pid)), "the runner outlived the SIGTERM"
     assert not on_phone(phone, LEASE_DIR).exists(), "the lease outlived the SIGTERM"
     assert not on_phone(phone, workspace).exists(), "the workspace outlived the SIGTERM"
+
+
+@pytest.fixture
+def full_runs(phone, tmp_path):
+    """A session whose workspace's runs/ lies on a 64 kB filesystem that is full (a tmpfs
+    mounted there after set-up, then filled): what a phone whose storage fills looks like to
+    the harness. Mounting needs CAP_SYS_ADMIN; where the host refuses, the test says so."""
+    s = HilSession(adb_options(tmp_path, phone.serial, session_id="ws-full"))
+    device = s.device
+    runs = on_phone(phone, str(device.workspace / "runs"))
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(runs)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        device.close()
+        pytest.skip(f"cannot mount a small filesystem here: {mounted.stderr.strip()}")
+    subprocess.run(["dd", "if=/dev/zero", f"of={runs}/filler", "bs=4k", "count=32"],
+                   capture_output=True)
+    try:
+        yield device
+    finally:
+        subprocess.run(["umount", "-l", str(runs)], capture_output=True)
+        device.close()
+
+
+@pytest.mark.parametrize("isolation", ["fork", "process"])
+def test_a_run_on_a_full_device_names_enospc(full_runs, isolation, tmp_path, compiled_model):
+    from harness.devices.adb import RunInterrupted
+    from harness.driver import ScenarioDriver
+    from harness.scenario import Scenario
+
+    full_runs.isolation = isolation
+    model = compiled_model("linear_relu")
+    scenario = Scenario(f"full-{isolation}").load_module("A", model).execute("A", "forward")
+    with pytest.raises(RunInterrupted) as exc:
+        ScenarioDriver(full_runs, tmp_path / "a", 120).run(scenario, allow_crash=True)
+    assert "is full (ENOSPC: 0 kB free of 64 kB)" in str(exc.value), exc.value
+    assert "ENOSPC" in exc.value.output.notes[0]
