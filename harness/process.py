@@ -1,16 +1,25 @@
-"""Runs a child process with a timeout that kills its whole process group.
+"""Runs a child process with a timeout that kills its whole process group, keeping at most the
+output limit of what it prints (`harness.output_limit`).
 
 A hung runner must not hang the session: on timeout the group gets SIGKILL and whatever the
-child printed so far is still returned for the report.
+child printed so far is still returned for the report. A process that left the group
+(`setsid`) and still holds the output pipes does not hold the session either: after the kill
+the pipes are read for `DRAIN_S` more at most.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import selectors
 import signal
 import subprocess
+import time
 from pathlib import Path
+
+from harness.output_limit import CappedBuffer, limit_bytes, note
+
+DRAIN_S = 5.0
 
 
 @dataclasses.dataclass
@@ -19,6 +28,7 @@ class ProcessOutput:
     stdout: str
     stderr: str
     timed_out: bool
+    notes: list[str] = dataclasses.field(default_factory=list)  # e.g. the output limit
 
 
 def run_process(cmd: list[str], env: dict[str, str], timeout: float,
@@ -26,17 +36,52 @@ def run_process(cmd: list[str], env: dict[str, str], timeout: float,
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return ProcessOutput(proc.returncode, _text(out), _text(err), False)
-    except subprocess.TimeoutExpired:
+    limit = limit_bytes()
+    buffers = {"stdout": CappedBuffer(limit), "stderr": CappedBuffer(limit)}
+    timed_out = _read_until_exit(proc, buffers, time.monotonic() + timeout)
+    if timed_out:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        out, err = proc.communicate()
-        return ProcessOutput(None, _text(out), _text(err), True)
+        _read_until_exit(proc, buffers, time.monotonic() + DRAIN_S, wait=False)
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()
+    returncode = None if timed_out else proc.wait()
+    if timed_out:
+        proc.wait()
+    notes = [note(name, b.total, limit) for name, b in buffers.items() if b.truncated]
+    return ProcessOutput(returncode, buffers["stdout"].text(), buffers["stderr"].text(),
+                         timed_out, notes)
 
 
-def _text(data: bytes | None) -> str:
-    return (data or b"").decode("utf-8", errors="replace")
+def _read_until_exit(proc: subprocess.Popen, buffers: dict[str, CappedBuffer],
+                     deadline: float, wait: bool = True) -> bool:
+    """Read both pipes into `buffers` until they close (True when `deadline` came first).
+    With `wait`, a closed pair of pipes also waits for the process to exit."""
+    selector = selectors.DefaultSelector()
+    for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+        if not stream.closed:
+            try:
+                selector.register(stream, selectors.EVENT_READ, name)
+            except (ValueError, KeyError):
+                pass
+    try:
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            for key, _ in selector.select(min(left, 1.0)):
+                chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                if chunk:
+                    buffers[key.data].feed(chunk)
+                else:
+                    selector.unregister(key.fileobj)
+    finally:
+        selector.close()
+    if wait:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return True
+    return False

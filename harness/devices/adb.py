@@ -61,7 +61,7 @@ from harness.devices.adb_address import adb_server_address, check_environment
 check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
 import adbutils  # noqa: E402
 
-from harness import dsp_heap, storage
+from harness import dsp_heap, output_limit, storage
 from harness.cache import file_sha256
 from harness.config import SocConfig, soc_for_board_platform
 from harness.compile import uses_qnn
@@ -552,7 +552,7 @@ class AdbDevice(Device):
                 self.log.warning("fork server %s ended before it forked scenario %s (%s); a new "
                                  "server runs it", server.pid, scenario.name, gone)
         nonce = uuid.uuid4().hex[:16]
-        text, timed_out, pid, start, cut = self._stream(
+        text, timed_out, pid, start, cut, stream_total = self._stream(
             self._run_command(run_dir, scenario_sha=sha, nonce=nonce), timeout, stdin=content)
         text, sent = _scenario_line(text)
         if sent == "written":
@@ -563,6 +563,14 @@ class AdbDevice(Device):
             self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
         pushes = self._pushes(before)
         stdout, outputs = split_outputs(text, nonce)
+        limit = output_limit.limit_bytes()
+        sizes = _output_sizes(text, nonce)
+        after = text.find(f"\nHARNESS_STDERR_{nonce}\n")
+        printed = stream_total - (len(text[after:].encode()) if after >= 0 else 0)
+        notes = [output_limit.note(what, size, limit) for what, size in (
+            ("stdout", printed), ("stderr", sizes[0]), ("the QNN trace", sizes[1]))
+            if size > limit]
+        stdout = output_limit.trim(stdout, printed, limit)
         exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
         if timed_out:
             self._kill_run(pid, run_dir)
@@ -578,7 +586,7 @@ class AdbDevice(Device):
         logs = self._crash_logs(start) if returncode is None or returncode < 0 else {}
         self.runs["process"] += 1
         return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes,
-                         self._failed_run_notes(returncode, stdout))
+                         notes + self._failed_run_notes(returncode, stdout))
 
     def _pushes(self, before: PushStats) -> dict[str, int]:
         return {"pushed": self.stats.pushed - before.pushed,
@@ -644,7 +652,8 @@ class AdbDevice(Device):
                    "stderr": STDERR_FILE, "inherit_env": True, "env": {TRACE_ENV: TRACE_FILE},
                    "write": {SCENARIO_FILE: content.decode("utf-8")},
                    "truncate": [TRACE_FILE], "pid_file": PID_FILE,
-                   "read": [STDOUT_FILE, STDERR_FILE, TRACE_FILE]}
+                   "read": [STDOUT_FILE, STDERR_FILE, TRACE_FILE],
+                   "read_limit": output_limit.limit_bytes()}
         pid = ""
         try:
             server.send(request)
@@ -681,14 +690,21 @@ class AdbDevice(Device):
                 else {})
         self.runs["fork"] += 1
         stdout = files.get(STDOUT_FILE, "")
+        limit = request["read_limit"]
+        notes = [output_limit.note(what, size, limit) for what, size in (
+            ("stdout", done.get("sizes", {}).get(STDOUT_FILE, 0)),
+            ("stderr", done.get("sizes", {}).get(STDERR_FILE, 0)),
+            ("the QNN trace", done.get("sizes", {}).get(TRACE_FILE, 0)))
+            if isinstance(size, int) and size > limit]
         return RunOutput(returncode, stdout, files.get(STDERR_FILE, ""),
                          files.get(TRACE_FILE, ""), timed_out, "native", logs,
-                         self._pushes(before), self._failed_run_notes(returncode, stdout))
+                         self._pushes(before), notes + self._failed_run_notes(returncode, stdout))
 
     def _failed_run_notes(self, returncode: int | None, stdout: str) -> list[str]:
-        """For a run that failed or did not finish: whether the workspace's storage is full."""
+        """For a run that did not finish (no end event, killed, a signal): whether the
+        workspace's storage is full. A run that finished wrote all it had to."""
         ended = any(e.get("event") == "end" for e in read_events(stdout))
-        if returncode == 0 and ended:
+        if ended and returncode is not None and returncode >= 0:
             return []
         note = self._storage_note()
         return [note] if note else []
@@ -778,18 +794,21 @@ class AdbDevice(Device):
         return outputs if outputs is not None else ("", "")
 
     def _stream(self, command: str, timeout: float,
-                stdin: bytes = b"") -> tuple[str, bool, str, int | None, str]:
+                stdin: bytes = b"") -> tuple[str, bool, str, int | None, str, int]:
         """Run `command` (shell protocol v2, `stdin` sent whole and closed) and read its stdout
         until it ends or `timeout` passes. Returns (text, timed out, runner pid, device time at
-        start, how the stream was cut or ""); what the shell itself wrote on stderr (a
-        directory it could not create) is the cut's reason when nothing else is."""
+        start, how the stream was cut or "", bytes the stream carried); what the shell itself
+        wrote on stderr (a directory it could not create) is the cut's reason when nothing
+        else is. The text keeps at most the output limit of the runner's stdout (its head and
+        tail) and room after it for the stderr and trace the command prints, within theirs."""
         self._check_not_lost()
         try:
             stream = adb_wire.ShellStream(self.client, self.serial, command, stdin)
         except (adbutils.AdbError, OSError) as exc:
             raise self._offline("starting the runner", exc) from exc
-        chunks: list[bytes] = []
-        errors: list[bytes] = []
+        limit = output_limit.limit_bytes()
+        chunks = output_limit.CappedBuffer(limit, tail=limit - limit // 2 + 2 * limit + 65536)
+        errors = output_limit.CappedBuffer(65536)
         deadline = time.monotonic() + timeout
         timed_out, cut = False, ""
         try:
@@ -805,15 +824,16 @@ class AdbDevice(Device):
                 except OSError as exc:
                     cut = str(exc) or type(exc).__name__
                     break
-                chunks.append(out)
-                errors.append(err)
+                chunks.feed(out)
+                errors.feed(err)
         finally:
             stream.close()
-        text = b"".join(chunks).decode("utf-8", errors="replace")
-        shell_err = b"".join(errors).decode("utf-8", errors="replace").strip()
+        text = chunks.text()
+        shell_err = errors.text().strip()
         if shell_err and not cut:
             cut = f"the device's shell said: {shell_err[-300:]}"
-        return text, timed_out, _marker(text, "HARNESS_PID"), _int(_marker(text, "HARNESS_START")), cut
+        return (text, timed_out, _marker(text, "HARNESS_PID"),
+                _int(_marker(text, "HARNESS_START")), cut, chunks.total)
 
     def _kill_run(self, pid: str, run_dir: PurePosixPath) -> None:
         """Kill a run that timed out or whose end never reached the host: its process group
@@ -1018,10 +1038,32 @@ def wait_online(client: adbutils.AdbClient, serial: str, window: float,
 
 def _print_outputs(stderr_file: str, trace_file: str, nonce: str) -> str:
     """Shell code (to append to a command) printing the runner's stderr and the QNN trace after
-    markers carrying `nonce` (hex), each preceded by a newline of its own."""
-    return (f"; echo; echo HARNESS_STDERR_{nonce}; cat {stderr_file} 2>/dev/null; "
-            f"echo; echo HARNESS_TRACE_{nonce}; cat {trace_file} 2>/dev/null; "
-            f"echo; echo HARNESS_END_{nonce}")
+    markers carrying `nonce` (hex), each preceded by a newline of its own, each within the
+    output limit (head and tail around the line that says what was left out), and after the
+    end marker both files' sizes (`_output_sizes`)."""
+    limit = output_limit.limit_bytes()
+    head, tail = limit // 2, limit - limit // 2
+
+    def capped(path: str) -> str:
+        return (f"s=$(wc -c < {path} 2>/dev/null || echo 0); s=${{s##* }}; sizes=\"$sizes $s\"; "
+                f"if [ \"${{s:-0}}\" -gt {limit} ] 2>/dev/null; then head -c {head} {path}; "
+                "printf '\\n[harness: output limit reached: %s bytes were written, the middle "
+                f"%s bytes are omitted here]\\n' \"$s\" $((s - {limit})); tail -c {tail} {path}; "
+                f"else cat {path} 2>/dev/null; fi")
+
+    return (f"; sizes=; echo; echo HARNESS_STDERR_{nonce}; {capped(stderr_file)}; "
+            f"echo; echo HARNESS_TRACE_{nonce}; {capped(trace_file)}; "
+            f"echo; echo HARNESS_END_{nonce}; echo HARNESS_SIZES_{nonce} $sizes")
+
+
+def _output_sizes(text: str, nonce: str) -> tuple[int, int]:
+    """The sizes of the runner's stderr and the QNN trace on the device (0, 0 when unknown)."""
+    marker = f"\nHARNESS_SIZES_{nonce}"
+    i = text.rfind(marker)
+    if i < 0:
+        return 0, 0
+    numbers = [int(t) for t in text[i + len(marker):].split()[:2] if t.isdigit()]
+    return (numbers + [0, 0])[0], (numbers + [0, 0])[1]
 
 
 def split_outputs(text: str, nonce: str) -> tuple[str, tuple[str, str] | None]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness import dsp_heap, storage
 from harness.compile import uses_qnn
+from harness.output_limit import limit_bytes, note, read_capped
 from harness.protocol import read_events
 from harness.devices.base import Device, DeviceInfo
 from harness.errors import HarnessError
@@ -111,11 +112,11 @@ class SimulatorDevice(Device):
         self.log.debug("scenario %s: %s in %.3f s (%s)", scenario.name,
                        "timed out" if proc.timed_out else f"exit {proc.returncode}",
                        time.monotonic() - started, self.isolation)
-        notes = []
-        if proc.returncode != 0 or not any(e.get("event") == "end"
-                                           for e in read_events(proc.stdout)):
+        notes = list(proc.notes)
+        if proc.returncode is None or proc.returncode < 0 or not any(
+                e.get("event") == "end" for e in read_events(proc.stdout)):
             full = storage.host_full_note(server_dir if self.isolation == "fork" else artifacts)
-            notes = [full] if full else []
+            notes += [full] if full else []
         return RunOutput(proc.returncode, proc.stdout, proc.stderr, trace, proc.timed_out,
                          self.runner_kind, notes=notes)
 
@@ -128,7 +129,11 @@ class SimulatorDevice(Device):
         scenario_file = scenario.write(directory / "scenario.json",
                                        lambda p: str(Path(p).absolute()))
         proc = start(scenario_file.absolute(), {**base, TRACE_ENV: str(trace)})
-        return proc, trace.read_text() if trace.exists() else ""
+        limit = limit_bytes()
+        text, size = read_capped(trace, limit)
+        if size > limit:
+            proc.notes.append(note("the QNN trace", size, limit))
+        return proc, text
 
     def _pool(self, base: dict[str, str], qnn: bool) -> ForkServerPool:
         """The fork servers for this environment: a server starts with a scenario's environment

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.errors import HarnessError
+from harness.output_limit import limit_bytes, note, read_capped
 from harness.process import ProcessOutput
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,11 @@ class ForkServer:
             returncode = -done.get("signal", 0)
         if timed_out:
             returncode = None
-        return ProcessOutput(returncode, _take_text(stdout), _take_text(stderr), timed_out)
+        limit = limit_bytes()
+        (out, out_size), (err, err_size) = _take_text(stdout, limit), _take_text(stderr, limit)
+        notes = [note(name, size, limit) for name, size in (("stdout", out_size),
+                                                            ("stderr", err_size)) if size > limit]
+        return ProcessOutput(returncode, out, err, timed_out, notes)
 
     def _reply(self, timeout: float) -> dict | None:
         """The next reply line, or None when none came within `timeout` (or the server ended)."""
@@ -234,11 +239,9 @@ def not_started(what: str, reply: dict | None, log_tail: str) -> ForkServerError
     return ForkServerError(f"{what} did not start: {why}; its log: {log_tail}")
 
 
-def _take_text(path: Path) -> str:
-    """The file's text, and the file gone (the caller keeps what it wants of it)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
+def _take_text(path: Path, limit: int) -> tuple[str, int]:
+    """The file's text within the output limit and its size, and the file gone (the caller
+    keeps what it wants of it)."""
+    text, size = read_capped(path, limit)
     path.unlink(missing_ok=True)
-    return data.decode("utf-8", errors="replace")
+    return text, size

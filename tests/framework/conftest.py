@@ -18,6 +18,7 @@ FILE_KIND = {
     "test_config.py": "unit",
     "test_known_issues.py": "unit",
     "test_bad_input.py": "unit",  # python -m pytest / python -m harness processes
+    "test_output_limit.py": "simulator",
     "test_memory.py": "unit",
     "test_ordering_generation.py": "unit",
     "test_protocol.py": "unit",

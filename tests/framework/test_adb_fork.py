@@ -352,3 +352,30 @@ def test_a_crash_after_output_without_a_newline_keeps_its_signal_and_logs(
     assert "QNN says something without a newline" in result.output.stdout
     report = result.crash_report()
     assert "signal SIGSEGV" in report and "last completed step: load_module(A)" in report, report
+
+
+def test_a_flooding_fork_is_cut_to_the_output_limit(device, phone, tmp_path, compiled_model,
+                                                   monkeypatch):
+    """A fork's stdout grows to 6 MB (the runtime printing) before it dies: the server sends
+    back its head and tail within the limit (1 MB here) and the verdict says so."""
+    monkeypatch.setenv("EXECUTORCH_HIL_OUTPUT_LIMIT_MB", "1")
+    model = compiled_model("linear_relu")
+    device.run(simple(model, "warm"), tmp_path / "warm", 300)
+    scenario = hanging(device, compiled_model, "flood")
+    runs = on_host(phone, device, device.workspace / "runs")
+
+    def flood_then_segv() -> None:
+        pid = blocked_runner(runs, "flood")
+        with open(f"/proc/{pid}/fd/1", "a") as out:
+            out.write("a runtime log line\n" * 330_000)
+        os.kill(pid, signal.SIGSEGV)
+
+    thread, errors = in_background(flood_then_segv)
+    result = ScenarioDriver(device, tmp_path / "flood", 180).run(scenario, allow_crash=True)
+    thread.join()
+    assert not errors, errors
+    assert result.output.returncode == -11
+    assert len(result.output.stdout) < 1.1e6
+    assert '"index": 0' in result.output.stdout[:4000]  # the head keeps the first steps
+    assert any("output limit reached" in n and "to stdout" in n for n in result.output.notes)
+    assert "output limit reached" in result.crash_headline()

@@ -362,7 +362,7 @@ def test_a_session_in_a_kept_workspace_kills_runners_left_there(phone, tmp_path,
     other.mkdir(parents=True)
     (other / "runner.pid").write_text(f"{decoy.pid}\n")
     try:
-        device.close()  # kept: nothing removed
+        device.device_lease.release()  # the session dies: no close, its runner lives on
         session2, again = device_of(tmp_path, phone.serial, hil_session,
                                     device_workspace=workspace, keep_workspace=True)
         assert wait_gone(pid), "the runner left in the kept workspace still runs"
@@ -374,3 +374,24 @@ def test_a_session_in_a_kept_workspace_kills_runners_left_there(phone, tmp_path,
     finally:
         decoy.kill()
         decoy.wait()
+
+
+def test_a_flooding_runner_is_cut_to_the_output_limit(phone, tmp_path, compiled_model,
+                                                      hil_session, monkeypatch):
+    """40 MB on each of stdout and stderr, and no end: the host keeps the head and tail of
+    each within the limit (1 MB here), the trace still comes back, and the verdict says so."""
+    monkeypatch.setenv("EXECUTORCH_HIL_OUTPUT_LIMIT_MB", "1")
+    session, device = device_of(tmp_path, phone.serial, hil_session)
+    script_runner(device, tmp_path, STEP0 + (
+        "echo 'trace line' > \"$HARNESS_QNN_TRACE\"\n"
+        "head -c 40000000 /dev/zero | tr '\\0' o\n"
+        "head -c 40000000 /dev/zero | tr '\\0' e >&2\n"
+        "exit 1\n"))
+    out = device.run(simple(compiled_model("linear_relu"), "flood"), tmp_path / "a", 120)
+    assert out.returncode == 1
+    assert len(out.stdout) < 1.1e6 and len(out.stderr) < 1.1e6, (len(out.stdout), len(out.stderr))
+    assert out.stdout.startswith(STEP0.split("'")[1]) or '"index": 0' in out.stdout[:2000]
+    assert out.trace_text.strip() == "trace line"
+    assert [n.split(" bytes to ")[1].split(";")[0] for n in out.notes
+            if "output limit reached" in n] == ["stdout", "stderr"], out.notes
+    assert "the runner wrote 40000000 bytes to stderr" in " ".join(out.notes)

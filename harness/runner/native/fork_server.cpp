@@ -89,6 +89,24 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
+// A file's text within `limit` bytes (its first and last halves around a line
+// that says what was left out; 0: no limit), and its size: a runtime stuck in a
+// log loop must not make the reply, or the host reading it, as large as its log.
+std::string read_capped(const std::string& path, long long limit, long long* size) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  *size = in ? static_cast<long long>(in.tellg()) : 0;
+  if (!in || limit <= 0 || *size <= limit) return read_text(path);
+  long long head = limit / 2, tail = limit - head;
+  std::string first(static_cast<size_t>(head), '\0'), last(static_cast<size_t>(tail), '\0');
+  in.seekg(0);
+  in.read(first.data(), head);
+  in.seekg(*size - tail);
+  in.read(last.data(), tail);
+  return first + "\n[harness: output limit reached: " + std::to_string(*size) +
+         " bytes were written, the middle " + std::to_string(*size - limit) +
+         " bytes are omitted here]\n" + last;
+}
+
 // Before the fork, for a client that has no other way to reach the device's
 // files in the same round trip (an adb device): create "dir", write each
 // "write" file that is not there yet (the scenario file; its run directory
@@ -255,11 +273,18 @@ int serve(const std::vector<std::string>& preload) {
                         {status.substr(0, space), std::stoi(status.substr(space + 1))}};
     if (!pid_file.empty()) ::unlink(pid_file.c_str());
     if (request.contains("read")) {
-      nlohmann::json files = nlohmann::json::object();
+      nlohmann::json files = nlohmann::json::object(), sizes = nlohmann::json::object();
+      long long limit = request.contains("read_limit") && request.at("read_limit").is_number()
+                            ? request.at("read_limit").get<long long>()
+                            : 0;
       for (const auto& name : request.at("read")) {
-        files[name.get<std::string>()] = read_text(in_dir(request, name.get<std::string>()));
+        long long size = 0;
+        files[name.get<std::string>()] =
+            read_capped(in_dir(request, name.get<std::string>()), limit, &size);
+        sizes[name.get<std::string>()] = size;
       }
       done["files"] = files;
+      done["sizes"] = sizes;
     }
     // A runner's output need not be UTF-8: replace what is not, never fail the reply.
     reply(done.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
