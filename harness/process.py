@@ -85,3 +85,26 @@ def _read_until_exit(proc: subprocess.Popen, buffers: dict[str, CappedBuffer],
         except subprocess.TimeoutExpired:
             return True
     return False
+
+
+def kill_by_environment(name: str, value: str) -> list[int]:
+    """SIGKILL every process of this host whose environment holds `name=value` (a run's own
+    trace file: every process a runner started inherits it, also one that left its process
+    group with `setsid`); returns their pids. This process is never one of them."""
+    needle = f"{name}={value}".encode() + b"\0"
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if environ.startswith(needle) or b"\0" + needle in environ:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except OSError:
+                pass
+    return killed
+

@@ -27,7 +27,7 @@ from harness.protocol import read_events
 from harness.devices.base import Device, DeviceInfo
 from harness.errors import HarnessError
 from harness.memory import ALLOCATOR_ENV
-from harness.process import ProcessOutput, run_process
+from harness.process import ProcessOutput, kill_by_environment, run_process
 from harness.qnn.sdk import TRACE_ENV, QnnSdk
 from harness.result import RunOutput
 from harness.runner.fork_server import ForkServerPool
@@ -129,6 +129,12 @@ class SimulatorDevice(Device):
         scenario_file = scenario.write(directory / "scenario.json",
                                        lambda p: str(Path(p).absolute()))
         proc = start(scenario_file.absolute(), {**base, TRACE_ENV: str(trace)})
+        if proc.timed_out:  # what left the runner's process group (setsid) goes too
+            escaped = kill_by_environment(TRACE_ENV, str(trace))
+            if escaped:
+                self.log.warning("killed %d process(es) of the timed-out run %s outside its "
+                                 "process group: pid %s", len(escaped), scenario.name,
+                                 ", ".join(map(str, escaped)))
         limit = limit_bytes()
         text, size = read_capped(trace, limit)
         if size > limit:

@@ -79,3 +79,27 @@ def test_a_flooding_runner_on_the_simulator_is_cut_and_says_so(simulator_device,
     assert any("output limit reached: the runner wrote" in n and "to stdout" in n
                for n in out.notes), out.notes
     assert "output limit reached" in result.crash_headline()
+
+
+def test_a_timeout_on_the_simulator_kills_what_left_the_runners_group(simulator_device, tmp_path,
+                                                                      compiled_model):
+    """A runner's child that left its process group (setsid) and holds its output pipes: the
+    timeout still ends the run within the drain time and kills that child too."""
+    import time
+
+    from processes import wait_gone
+
+    pid_file = tmp_path / "escaped.pid"
+    script = textwrap.dedent(f"""
+        import subprocess, time
+        child = subprocess.Popen(["setsid", "sleep", "300"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        time.sleep(300)
+    """)
+    device = simulator_device(RunnerChoice("python", None, argv=(sys.executable, "-c", script)))
+    scenario = Scenario("escape").load_module("A", compiled_model("linear_relu"))
+    started = time.monotonic()
+    result = ScenarioDriver(device, tmp_path / "a", 3).run(scenario, allow_crash=True)
+    assert result.output.timed_out
+    assert time.monotonic() - started < 60
+    assert wait_gone(int(pid_file.read_text())), "the setsid child outlived the timeout"
