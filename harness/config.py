@@ -10,6 +10,7 @@ KeyError or, worse, run with a silently defaulted limit.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -308,4 +309,19 @@ def validate_file(path: Path, kind: str | None = None) -> str:
     else:
         raise ConfigError(f"unknown config kind {kind!r}; one of {', '.join(CONFIG_KINDS)}")
     return kind
+
+
+def env_positive(name: str, unit: str) -> float | None:
+    """A positive number from environment variable `name` (None when unset or empty); a value
+    that is not one is a ConfigError naming the variable and the `unit` it counts."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if number <= 0:
+        raise ConfigError(f"{name} must be a number of {unit} > 0, got {value!r}")
+    return number
 

@@ -15,7 +15,6 @@ import collections
 import os
 from pathlib import Path
 
-from harness.errors import ConfigError
 
 LIMIT_ENV = "EXECUTORCH_HIL_OUTPUT_LIMIT_MB"
 DEFAULT_LIMIT_MB = 16.0
@@ -23,15 +22,9 @@ DEFAULT_LIMIT_MB = 16.0
 
 def limit_bytes() -> int:
     """The per-stream limit in bytes (from EXECUTORCH_HIL_OUTPUT_LIMIT_MB, else 16 MiB)."""
-    value = os.environ.get(LIMIT_ENV, "")
-    if not value:
-        return int(DEFAULT_LIMIT_MB * 1024 * 1024)
-    try:
-        mb = float(value)
-    except ValueError:
-        mb = -1.0
-    if mb <= 0:
-        raise ConfigError(f"{LIMIT_ENV} must be a number of megabytes > 0, got {value!r}")
+    from harness.config import env_positive
+
+    mb = env_positive(LIMIT_ENV, "megabytes") or DEFAULT_LIMIT_MB
     return max(1024, int(mb * 1024 * 1024))
 
 

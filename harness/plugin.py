@@ -289,16 +289,9 @@ def _scenario_jobs(value: str) -> int:
 
 
 def _env_seconds(name: str) -> float | None:
-    value = os.environ.get(name)
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if seconds <= 0:
-        raise HarnessError(f"{name} must be a number of seconds > 0, got {value!r}")
-    return seconds
+    from harness.config import env_positive
+
+    return env_positive(name, "seconds")
 
 
 def _check_start_up(config: pytest.Config, opts: Options) -> None:

@@ -25,30 +25,18 @@ import pytest
 
 from harness.devices.adb import RUNNER_NAME, STDOUT_FILE, RunInterrupted
 from harness.driver import ScenarioDriver
-from harness.loopback import LoopbackDevice, connect, disconnect, start_server
-from harness.qnn.sdk import discover
 from harness.scenario import Scenario
 from harness.scenarios import s1_two_modules, s4_cleanup_reload
 from harness.session import HilSession
 from harness.xnnpack import cache_options
 
 from adb_options import adb_options
+from phones import phone  # noqa: F401 -- the module's loopback phone fixture
 from processes import wait_gone
 from run_parity import same_steps
 
 pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
                                 reason="the adb client/server (Debian package adb) is not installed")
-
-
-@pytest.fixture(scope="module")
-def phone(tmp_path_factory):
-    start_server()
-    dev = LoopbackDevice(tmp_path_factory.mktemp("phone"),
-                         extra_env=discover().device_environment()).start()
-    connect(dev.serial)
-    yield dev
-    disconnect(dev.serial, missing_ok=True)
-    dev.stop()
 
 
 def open_device(tmp_path: Path, phone, hil_session, **overrides):

@@ -19,26 +19,14 @@ import pytest
 
 from harness.devices.workspace import MARKER, check_workspace
 from harness.errors import ConfigError, DeviceError
-from harness.loopback import LoopbackDevice, connect, disconnect, start_server
-from harness.qnn.sdk import discover
 from harness.session import HilSession
 
 from adb_options import adb_options
+from phones import phone  # noqa: F401 -- the module's loopback phone fixture
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("adb") is None,
                                 reason="the adb client/server (Debian package adb) is not installed")
-
-
-@pytest.fixture(scope="module")
-def phone(tmp_path_factory):
-    start_server()
-    dev = LoopbackDevice(tmp_path_factory.mktemp("phone"),
-                         extra_env=discover().device_environment()).start()
-    connect(dev.serial)
-    yield dev
-    disconnect(dev.serial, missing_ok=True)
-    dev.stop()
 
 
 def on_phone(phone, path: str) -> Path:
