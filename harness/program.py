@@ -210,8 +210,8 @@ def check_file(path: Path) -> int:
         raise ModelError(f"{path}: is {kind}, not a regular .pte program file")
     size = info.st_size
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a file swapped for a FIFO meanwhile
-        with os.fdopen(fd, "rb") as handle:
+        # Non-blocking: a file swapped for a FIFO since the stat must not wait for a writer.
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as handle:
             head = handle.read(40)
     except OSError as exc:
         raise ModelError(f"{path}: cannot read the program: {exc.strerror or exc}") from exc
