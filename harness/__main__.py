@@ -14,6 +14,13 @@
                      what each .pte was compiled for: methods and their input/output specs,
                      delegates, backends, SoC(s), QNN compile options (multi-context,
                      spill-fill size, HTP arch, fp16); --json prints a JSON list instead
+  replay RUN_DIR|scenario.json [--device SERIAL | --simulator] [--runs N]
+                     run one recorded scenario again (a failed test's run directory) and check
+                     it as the test did; exit 1 when a check fails again, 0 when all hold
+  export RUN_DIR --format cpp|python|bundle --out DIR
+                     the scenario as a standalone test upstream can run (C++ against
+                     extension::Module, Python with the pybindings) or as a .tar.gz bundle for
+                     an issue; each with a run.sh that exits non-zero when the test fails
   validate-configs [FILE...] [--kind soc|simulator|farm|labgrid|known-issues]
                      load every file under device_configs/ and report every error; with
                      FILEs, validate those (kind told by place and keys, or --kind), stopping
@@ -152,6 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         return env()
     if command == "inspect":
         return inspect(rest)
+    if command == "replay":
+        from harness.replay import main as replay_main
+
+        return replay_main(rest)
+    if command == "export":
+        from harness.export import main as export_main
+
+        return export_main(rest)
     if command == "validate-configs":
         return validate_configs(rest)
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)

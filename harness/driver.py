@@ -24,6 +24,11 @@ from harness.result import ScenarioResult
 from harness.scenario import Scenario
 
 
+RUN_RECORD = "replay.json"
+"""What `python -m harness replay` and `export` need beside scenario.json: each module's model
+(backend, SoC, precision: the scenario file names only the program), the steps allowed to
+fail, and the device and runtime the run had (harness/replay.py reads it)."""
+
 RETAIN_PASSED = 100
 """Checked-and-passed runs a driver keeps for the report (`release`); --hil-report-max-runs's
 default keeps as many."""
@@ -94,7 +99,7 @@ class ScenarioDriver:
         if self.defer_artifacts and output.returncode == 0 and not output.timed_out:
             self._unwritten.append(result)
         else:
-            self._keep(result, out_dir)
+            self._keep(result, out_dir, self.device)
         return result
 
     def release(self, result: ScenarioResult) -> None:
@@ -116,11 +121,12 @@ class ScenarioDriver:
         """Write the artifacts of the runs `defer_artifacts` held back."""
         unwritten, self._unwritten = self._unwritten, []
         for result in unwritten:
-            self._keep(result, result.artifacts)
+            self._keep(result, result.artifacts, self.device)
 
     @staticmethod
-    def _keep(result: ScenarioResult, out_dir: Path) -> None:
+    def _keep(result: ScenarioResult, out_dir: Path, device: Device) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
+        write_run_record(out_dir / RUN_RECORD, result.scenario, device)
         if not (out_dir / "scenario.json").exists():  # a fork's was in memory
             result.scenario.write(out_dir / "scenario.json", lambda p: str(Path(p).absolute()))
         out = result.output
@@ -136,3 +142,19 @@ class ScenarioDriver:
         # One line: json's C encoder; with indent it falls back to Python, at about 6 ms for
         # the memory readings of a small scenario, which the explorer pays thousands of times.
         (out_dir / "result.json").write_text(json.dumps(summary))
+
+
+def write_run_record(path: Path, scenario: Scenario, device: Device) -> None:
+    """The run's record for replay and export (`RUN_RECORD`)."""
+    from harness.qnn.sdk import executorch_version
+
+    info = device.info
+    models = {module: {"name": m.name, "backend": m.backend, "soc": m.soc,
+                       "precision": m.precision, "pte": str(Path(m.pte).absolute())}
+              for module, m in scenario.models.items()}
+    record = {"scenario": scenario.name, "models": models,
+              "allowed_errors": sorted(scenario.allowed_errors),
+              "device": {"serial": info.serial, "kind": info.kind, "soc": info.soc,
+                         "abi": info.abi, "android": info.android, "details": info.details},
+              "runner": device.runner_kind, "executorch": executorch_version()}
+    path.write_text(json.dumps(record, indent=1, default=str))

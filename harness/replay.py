@@ -1,0 +1,335 @@
+"""`python -m harness replay RUN_DIR|scenario.json`: one scenario of a test, run again.
+
+A failing ordering is worth something upstream only when it can be seen again without the
+test (an explorer runs thousands of orderings before its failing one). A run directory (the
+`--artifacts-dir` of a failed or xfailed test: `DIR/<session>/<test>/<scenario>/`) holds the
+scenario file with its programs and inputs, and `replay.json` (harness/driver.py) with each
+module's model; replay rebuilds the `Scenario` from them, runs it on the target with the
+harness's own device and checks (harness/assertions.py), prints the step table and the
+runtime's lines, and exits 1 when a check fails again, 0 when every check holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from harness.compile import CompiledModel, MethodReference, uses_qnn
+from harness.driver import RUN_RECORD
+from harness.errors import HarnessError
+from harness.failures import HilFailure, run_failures
+from harness.protocol import load_scenario
+from harness.result import ScenarioResult
+from harness.scenario import Scenario, parse_scenario
+from harness.tensors import TensorFile
+
+SCENARIO_FILE = "scenario.json"
+# Delegate ids as the runtime names them -> the harness's BACKEND words (harness/models.py).
+BACKEND_WORDS = {"QnnBackend": "qnn", "XnnpackBackend": "xnnpack"}
+
+
+class ReplayError(HarnessError):
+    """A run directory or scenario file replay cannot use (CLI exit 2)."""
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """A recorded scenario run: its scenario rebuilt with models, and what was recorded."""
+
+    directory: Path  # where scenario.json is
+    scenario: Scenario
+    record: dict  # replay.json ({} when absent)
+    recorded: dict  # result.json ({} when absent)
+
+    @property
+    def trace_file(self) -> Path:
+        return self.directory / "qnn_trace.txt"
+
+    @property
+    def stderr_file(self) -> Path:
+        return self.directory / "runner.stderr"
+
+    def recorded_failure(self) -> tuple[int, str, str] | None:
+        """(step index, step, status and message) of the first step that was not ok in the
+        recorded run, or None."""
+        for i, step in enumerate(self.recorded.get("steps", [])):
+            if step.get("status") not in ("ok", None) and i not in self.scenario.allowed_errors:
+                event = step.get("event") or {}
+                return i, step.get("step", ""), f"{step['status']} {event.get('message', '')}".strip()
+        return None
+
+
+def scenario_path(target: Path) -> Path:
+    """The scenario file of `target`: the file itself, RUN_DIR/scenario.json, or the one
+    scenario directory of a test's artifacts directory."""
+    if target.is_file():
+        return target
+    if not target.is_dir():
+        raise ReplayError(f"{target}: no such run directory or scenario file")
+    if (target / SCENARIO_FILE).is_file():
+        return target / SCENARIO_FILE
+    runs = sorted(p.parent for p in target.glob(f"*/{SCENARIO_FILE}"))
+    if len(runs) == 1:
+        return runs[0] / SCENARIO_FILE
+    if runs:
+        raise ReplayError(f"{target} holds {len(runs)} scenario runs; name one: " +
+                          ", ".join(str(r) for r in runs[:10]))
+    raise ReplayError(f"{target}: no {SCENARIO_FILE} here (a run directory is "
+                      "<artifacts>/<session>/<test>/<scenario>/, kept for failed and xfailed "
+                      "tests, or for all with --keep-artifacts)")
+
+
+def load_run(target: Path | str) -> RunRecord:
+    """Read a run directory (or a scenario file) into a RunRecord; ReplayError when it is not
+    one, naming what is missing."""
+    path = scenario_path(Path(target)).resolve()
+    directory = path.parent
+    try:
+        parsed = load_scenario(path)  # validates, and checks every file it names exists
+        doc = json.loads(path.read_text())
+    except (HarnessError, ValueError, OSError) as exc:
+        raise ReplayError(f"{path}: not a scenario file the runners accept: {exc}") from None
+    record = _read_json(directory / RUN_RECORD)
+    recorded = _read_json(directory / "result.json")
+    steps = parse_scenario(doc)
+    models = _models(doc, parsed, record.get("models", {}))
+    scenario = Scenario(doc.get("name") or path.parent.name)
+    scenario.steps = steps
+    scenario.models = models
+    scenario.watch_mappings = list(doc.get("watch_mappings") or [])
+    scenario.allowed_errors = set(record.get("allowed_errors", []))
+    return RunRecord(directory, scenario, record, recorded)
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise ReplayError(f"{path}: unreadable ({exc})") from None
+
+
+def _models(doc: dict, parsed, recorded: dict) -> dict[str, CompiledModel]:
+    """Each module's model, from the steps (program, inputs, expected outputs, tolerances)
+    and the run record (name, backend, SoC, precision); without a record the backend is read
+    from the program itself."""
+    pte: dict[str, Path] = {}
+    methods: dict[str, dict[str, MethodReference]] = {}
+    tolerance: dict[str, tuple[float, float]] = {}
+    for raw, step in _flat(doc["steps"], parsed.steps):
+        if step.op == "load_module":
+            pte[step.module] = parsed.path(step.pte)
+            methods.setdefault(step.module, {})
+        elif step.op in ("load_method", "execute", "unload_method") and step.module:
+            refs = methods.setdefault(step.module, {})
+            if step.op == "execute" or step.method not in refs:
+                refs[step.method] = MethodReference(
+                    tuple(TensorFile(t.dtype, tuple(t.shape), parsed.path(t.file))
+                          for t in step.inputs),
+                    tuple(TensorFile(t.dtype, tuple(t.shape), parsed.path(t.file))
+                          for t in step.expected))
+            if step.op == "execute":
+                tolerance[step.module] = (raw.get("atol", 0.0), raw.get("rtol", 0.0))
+    models = {}
+    for module, path in pte.items():
+        info = recorded.get(module) or {}
+        backend = info.get("backend") or _backend_of(path)
+        atol, rtol = tolerance.get(module, (0.0, 0.0))
+        models[module] = CompiledModel(info.get("name") or path.stem, backend,
+                                       info.get("soc", ""), info.get("precision", ""), path,
+                                       methods.get(module, {}), atol, rtol)
+    return models
+
+
+def _flat(raws: list, steps) -> list:
+    out = []
+    for raw, step in zip(raws, steps):
+        out.append((raw, step))
+        if step.op == "parallel":
+            out += list(zip(raw["steps"], step.steps))
+    return out
+
+
+def _backend_of(pte: Path) -> str:
+    from harness.program import read_program
+
+    backends = [BACKEND_WORDS.get(b, b.lower()) for b in read_program(pte).backends]
+    return "+".join(backends) or "portable"
+
+
+# Checks -------------------------------------------------------------------------------------
+def checks_for(scenario: Scenario) -> list[tuple[str, Callable[[ScenarioResult], None]]]:
+    """The checks a HIL test makes of every run (steps, outputs, and for QNN programs the
+    trace-based isolation and live counts), by name."""
+    from harness.assertions import (assert_isolation, assert_live_counts,
+                                    assert_outputs_consistent, assert_steps_ok)
+
+    checks = [("steps", assert_steps_ok), ("outputs", assert_outputs_consistent)]
+    if any(uses_qnn(m.backend) for m in scenario.models.values()):
+        checks += [("isolation", assert_isolation), ("live counts", assert_live_counts)]
+    return checks
+
+
+def check(result: ScenarioResult) -> list[tuple[str, str]]:
+    """(check, its first line) for each check that failed; empty when every one holds."""
+    failed = []
+    for name, assertion in checks_for(result.scenario):
+        try:
+            assertion(result)
+        except AssertionError as exc:
+            failed.append((name, _first_line(exc)))
+    return failed
+
+
+def _first_line(exc: AssertionError) -> str:
+    if isinstance(exc, HilFailure) and exc.failure.step is not None:
+        return exc.failure.describe()
+    lines = [l for l in str(exc).splitlines() if l.strip()]
+    return " / ".join(lines[:2])
+
+
+def step_table(result: ScenarioResult) -> str:
+    """One line per step: op, status, the runtime's message, elapsed ms, live counts."""
+    rows = [("#", "step", "status", "ms", "live b/d/c", "message")]
+    for i, s in enumerate(result.steps):
+        event = s.event or {}
+        live = s.live
+        ms = event.get("elapsed_ms")
+        rows.append((str(i), s.step.describe(), s.status, "" if ms is None else f"{ms:.1f}",
+                     f"{live['backend']}/{live['device']}/{live['context']}",
+                     event.get("message") or ""))
+    widths = [max(len(r[c]) for r in rows) for c in range(5)]
+    return "\n".join("  ".join(r[c].ljust(widths[c]) for c in range(5)) + "  " + r[5]
+                     for r in rows).rstrip()
+
+
+def runtime_lines(result: ScenarioResult, limit: int = 20) -> str:
+    """The runtime's lines of each step that failed (what the runtime itself said)."""
+    out = []
+    for failure in run_failures(result):
+        if failure.step is not None:
+            log = result.steps[failure.step].log.strip()
+            if log:
+                out.append(f"step {failure.step} {failure.where}:")
+                out += ["    " + l for l in log.splitlines()[-limit:]]
+    return "\n".join(out)
+
+
+def command_line(run_dir: Path, device: str | None = None) -> str:
+    """The replay command for a run directory (ends every HIL failure message)."""
+    target = f"--device {shlex.quote(device)}" if device else "--simulator"
+    return f"python -m harness replay {shlex.quote(str(run_dir))} {target}"
+
+
+# The command -----------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness replay",
+        description="Run one recorded scenario again on the target and check it as its test "
+                    "did: exit 1 when a check fails again, 0 when every check holds, 2 on bad "
+                    "input.")
+    parser.add_argument("run", type=Path, metavar="RUN_DIR|scenario.json")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--device", metavar="SERIAL", help="an adb device (USB serial or host:port)")
+    where.add_argument("--simulator", action="store_true",
+                       help="the host HTP simulator (the default)")
+    parser.add_argument("--runs", type=_positive, default=1, metavar="N",
+                        help="run it N times (each in fresh process state); exit 1 when any "
+                             "run fails a check (an intermittent bug)")
+    parser.add_argument("--artifacts-dir", type=Path, default=None, metavar="DIR",
+                        help="where the replayed runs' artifacts go (default: a new temporary "
+                             "directory, printed)")
+    parser.add_argument("--runner", choices=("auto", "native", "python"), default="auto",
+                        help="simulator runner (default: auto, the native one)")
+    parser.add_argument("--adb-server", default=None, metavar="HOST:PORT")
+    parser.add_argument("--runner-timeout", type=float, default=None, metavar="SECONDS")
+    return parser
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number of 1 or more, not {value!r}")
+    return n
+
+
+def open_session(args: argparse.Namespace, soc: str | None, artifacts: Path):
+    """A HilSession on the replay's target, built like a pytest session's."""
+    from harness.session import HilSession, Options
+
+    devices = [args.device] if args.device else []
+    opts = Options(devices=devices, simulator=not devices, soc=soc if not devices else None,
+                   device_config=None, artifacts_dir=artifacts, keep_artifacts=True,
+                   runner=args.runner, runner_timeout=args.runner_timeout, abi_bridge="auto",
+                   adb_server=args.adb_server, device_socs={}, keep_workspace=False,
+                   device_workspace=None, worker="replay", worker_count=1,
+                   session_id=artifacts.name)
+    return HilSession(opts)
+
+
+def main(argv: list[str]) -> int:
+    from harness.driver import ScenarioDriver
+
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        run = load_run(args.run)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sc = run.scenario
+    recorded_soc = run.record.get("device", {}).get("soc") or None
+    artifacts = (args.artifacts_dir or Path(tempfile.mkdtemp(prefix="harness-replay-"))).resolve()
+    session = open_session(args, recorded_soc, artifacts)
+    print(f"replay of scenario {sc.name} from {run.directory}")
+    print("ordering: " + ", ".join(s.describe() for s in sc.steps))
+    failure = run.recorded_failure()
+    if failure:
+        print(f"recorded: step {failure[0]} {failure[1]}: {failure[2]}")
+    failed_runs = 0
+    try:
+        device = session.device
+        problems = device.preflight()
+        if problems:
+            raise HarnessError(f"preflight of {device.info.serial} failed: " + "; ".join(problems))
+        print(f"target: {device.info.header()}; runner {device.runner_description()}")
+        driver = ScenarioDriver(device, artifacts, session.timeout)
+        for n in range(1, args.runs + 1):
+            result = driver.run(sc, allow_crash=True)
+            failed = check(result)
+            failed_runs += bool(failed)
+            print(f"\n== run {n} of {args.runs}: {result.artifacts}")
+            print(step_table(result))
+            lines = runtime_lines(result)
+            if lines:
+                print("runtime's lines:\n" + lines)
+            if result.failure_kind:
+                print(result.crash_report())
+            for name, line in failed:
+                print(f"FAILED {name}: {line}")
+            first = next((f for f in run_failures(result) if f.step is not None), None)
+            if failure and first is not None:
+                same = "the same step as" if first.step == failure[0] else "another step than"
+                print(f"first failing step: {first.step} {first.where}, {same} recorded")
+            if not failed:
+                print("every check holds: " + ", ".join(n for n, _ in checks_for(sc)))
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        session.close()
+    print(f"\n{failed_runs} of {args.runs} run(s) failed a check; artifacts: {artifacts}")
+    return 1 if failed_runs else 0
