@@ -606,8 +606,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             del report.wasxfail
             report.outcome = "failed"
             report.longrepr = f"{problem}\n\nthe test's failure:\n{call.excinfo.value}"
+    if report.when == "call" and report.failed and call.excinfo:
+        command = _replay_command(item, call.excinfo.value)
+        if command:
+            report.longrepr = f"{report.longreprtext}\n\nreplay: {command}"
     item.config.stash[_REPORTS_KEY].setdefault(item.nodeid, []).append(report)
     return report
+
+
+def _replay_command(item: pytest.Item, exc: BaseException) -> str:
+    """`python -m harness replay ...` for the run a failed HIL test failed on: the run its
+    failure names, else its last run with a failure, else its last run ("" without runs)."""
+    from harness.replay import command_line
+
+    driver = getattr(item, "funcargs", {}).get("scenario_driver")
+    results = [r for r in getattr(driver, "results", []) if r.artifacts is not None]
+    if not results:
+        return ""
+    named = failure_of(exc).scenario
+    chosen = ([r for r in results if r.scenario.name == named] or
+              [r for r in results if run_failures(r)] or results)[-1]
+    info = driver.device.info
+    return command_line(chosen.artifacts, info.serial if info.kind != "simulator" else None)
 
 
 class _KnownIssuesMet:
