@@ -1,0 +1,67 @@
+"""`python -m harness export RUN_DIR --format cpp|python|bundle --out DIR`.
+
+A failing ordering as something upstream can run without this framework: a C++ test against
+`extension::Module` (harness/export/cpp.py), a Python script on the pybindings (python.py),
+or a `.tar.gz` to attach to an issue (bundle.py). Each is built from the run's plan
+(plan.py) and has a `run.sh` that exits non-zero when the test fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+FORMATS = ("cpp", "python", "bundle")
+
+
+def export(run_target: Path, fmt: str, out: Path, max_program_mb: float = 8.0) -> Path:
+    """Export the run at `run_target` in `fmt` into `out`; the path written (the bundle's
+    .tar.gz for `bundle`)."""
+    from harness.export.plan import build_plan
+    from harness.replay import load_run
+
+    run = load_run(run_target)
+    plan = build_plan(run)
+    if fmt == "cpp":
+        from harness.export.cpp import export_cpp
+
+        return export_cpp(plan, out)
+    if fmt == "python":
+        from harness.export.python import export_python
+
+        return export_python(plan, out)
+    from harness.export.bundle import export_bundle
+
+    return export_bundle(run, plan, out, int(max_program_mb * 1024 * 1024))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness export",
+        description="Export one recorded scenario run as a standalone test (cpp, python) or "
+                    "a bundle for an upstream issue (bundle); each has a run.sh.")
+    parser.add_argument("run", type=Path, metavar="RUN_DIR|scenario.json")
+    parser.add_argument("--format", required=True, choices=FORMATS)
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR")
+    parser.add_argument("--max-program-mb", type=float, default=8.0, metavar="MB",
+                        help="bundle: programs larger than this are referenced by sha256 "
+                             "instead of included (default 8)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.out.exists() and any(args.out.iterdir()):
+        print(f"error: --out {args.out} exists and is not empty", file=sys.stderr)
+        return 2
+    try:
+        written = export(args.run, args.format, args.out, args.max_program_mb)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"exported scenario to {written}")
+    if args.format != "bundle":
+        print(f"run it: bash {written / 'run.sh'}")
+    return 0

@@ -1,0 +1,165 @@
+"""`--format cpp`: the scenario as a C++ test against `executorch::extension::Module`.
+
+The directory holds `test_<scenario>.cpp` (a plain `main` performing the ordering, from
+templates/standalone.cpp), a `CMakeLists.txt` that builds it against an installed ExecuTorch
+(`find_package(executorch)`) with the native runner's flags (harness/runner/native/
+CMakeLists.txt: the package's C++ standard and compile definitions, its libraries and the QNN,
+XNNPACK and optimized-kernel components, the runtime library directory as rpath), the
+programs and tensors in `data/`, and `run.sh` (configure, build, run).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.export.plan import Plan, PlanStep, identifier
+from harness.export.run_script import write_run_script
+
+TEMPLATE = Path(__file__).with_name("templates") / "standalone.cpp"
+DTYPES = {"float32": "Float", "float16": "Half", "int64": "Long", "int32": "Int",
+          "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+CMAKE = """# Builds test_{scenario} against an installed ExecuTorch, with the flags of
+# executorch-qnn-hil's native runner:
+#   cmake -S . -B build -G Ninja -DCMAKE_PREFIX_PATH=<site-packages>/executorch
+#   cmake --build build
+# (the executorch wheel's CMake package needs CMake >= 3.28: pip install 'cmake>=3.28' ninja)
+cmake_minimum_required(VERSION 3.28)
+project(test_{scenario} LANGUAGES CXX)
+if(NOT CMAKE_BUILD_TYPE)
+  set(CMAKE_BUILD_TYPE Release)
+endif()
+find_package(executorch CONFIG REQUIRED)
+add_executable(test_{scenario} test_{scenario}.cpp)
+if(DEFINED EXECUTORCH_CXX_STANDARD AND EXECUTORCH_CXX_STANDARD)
+  set(_standard ${{EXECUTORCH_CXX_STANDARD}})
+else()
+  set(_standard 17)
+endif()
+set_target_properties(test_{scenario} PROPERTIES CXX_STANDARD ${{_standard}}
+                      CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
+target_include_directories(test_{scenario} PRIVATE ${{EXECUTORCH_INCLUDE_DIRS}})
+target_compile_definitions(test_{scenario} PRIVATE ${{EXECUTORCH_COMPILE_DEFINITIONS}}
+                           C10_USING_CUSTOM_GENERATED_MACROS)
+target_compile_options(test_{scenario} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+set(_libs ${{EXECUTORCH_LIBRARIES}})
+foreach(_component backend_qnn backend_xnnpack kernels_optimized)
+  if(TARGET executorch::${{_component}})
+    list(APPEND _libs executorch::${{_component}})
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES _libs)
+target_link_libraries(test_{scenario} PRIVATE ${{_libs}})
+if(EXECUTORCH_RUNTIME_LIBRARY_DIR)
+  get_filename_component(_lib_dir "${{EXECUTORCH_RUNTIME_LIBRARY_DIR}}" REALPATH)
+  set_target_properties(test_{scenario} PROPERTIES BUILD_WITH_INSTALL_RPATH ON
+                        INSTALL_RPATH "${{_lib_dir}}")
+endif()
+"""
+
+BUILD = """# ExecuTorch's CMake package: EXECUTORCH_PREFIX, else the installed executorch wheel's.
+prefix="${{EXECUTORCH_PREFIX:-$("$PYTHON" -c 'import importlib.util as u; print(u.find_spec("executorch").submodule_search_locations[0])')}}"
+CMAKE="${{CMAKE:-{cmake}}}"
+command -v "$CMAKE" >/dev/null || CMAKE=cmake
+generator=()
+NINJA="${{NINJA:-{ninja}}}"
+command -v "$NINJA" >/dev/null && generator=(-G Ninja -DCMAKE_MAKE_PROGRAM="$(command -v "$NINJA")")
+build="${{BUILD_DIR:-$here/build}}"
+"$CMAKE" -S "$here" -B "$build" "${{generator[@]}}" -DCMAKE_BUILD_TYPE=Release \\
+  -DCMAKE_PREFIX_PATH="$prefix" > "$build.log" 2>&1 || {{ cat "$build.log"; exit 2; }}
+"$CMAKE" --build "$build" >> "$build.log" 2>&1 || {{ cat "$build.log"; exit 2; }}
+exec "$build/test_{scenario}" "$data" 2>&1
+"""
+
+
+def _specs(tensors) -> str:
+    items = [f'{{"{t.file}", ScalarType::{DTYPES[t.dtype]}, {{{", ".join(map(str, t.shape))}}}}}'
+             for t in tensors]
+    return "{" + ", ".join(items) + "}"
+
+
+def _c(text: str) -> str:
+    return json.dumps(text)  # a C string literal (the names are ASCII)
+
+
+def steps_source(plan: Plan) -> tuple[str, str]:
+    """(declarations, statements) of main(): one block per step, in order."""
+    taken: set[str] = set()
+    var = {m: identifier(m, taken) for m in plan.modules}
+    loaded: dict[str, list[str]] = {}  # live module -> methods in load order
+    decl = "\n".join(f"  std::unique_ptr<Module> {var[m]};  // module {m}" for m in plan.modules)
+    out: list[str] = []
+    for s in plan.steps:
+        out.append(f"\n  // step {s.index}: {s.description}")
+        out.append(f"  begin({s.index}, {_c(s.description)});")
+        out += ["  " + line for line in _statements(s, var, loaded)]
+        out.append(f"  end({s.contexts});")
+    return decl, "\n".join(out)
+
+
+def _statements(s: PlanStep, var: dict[str, str], loaded: dict[str, list[str]]) -> list[str]:
+    allowed = "true" if s.allowed else "false"
+    if s.op == "snapshot":
+        return []
+    v = var[s.module]
+    if s.op == "load_module":
+        loaded[s.module] = []
+        return [f"load_module({v}, {_c(s.program)}, {allowed});"]
+    if s.module not in loaded:
+        return [f'fail("module {s.module} is not live");']
+    methods = loaded[s.module]
+    if s.op == "load_method":
+        methods.append(s.method)
+        return [f"load_method(*{v}, {_c(s.method)}, {allowed});"]
+    if s.op == "execute":
+        if s.method not in methods:
+            methods.append(s.method)  # Module::execute loads it first
+        return [f"execute(*{v}, {_c(s.program)}, {_c(s.method)}, {_specs(s.inputs)},",
+                f"        {_specs(s.expected)}, {s.atol!r}, {s.rtol!r}, {allowed});"]
+    if s.op == "unload_method":
+        if s.method in methods:
+            methods.remove(s.method)
+        return [f"unload_method(*{v}, {_c(s.method)});"]
+    # destroy_module: as the framework's runner does, every method in load order, then the
+    # Module itself (its program, data loader and allocators).
+    lines = [f"{v}->unload_method({_c(m)});" for m in loaded.pop(s.module)]
+    return lines + [f"{v}.reset();"]
+
+
+def render(plan: Plan) -> str:
+    declarations, statements = steps_source(plan)
+    text = TEMPLATE.read_text()
+    for key, value in {"TITLE": f"Standalone C++ reproduction of HIL scenario {plan.scenario}",
+                       "SOURCE": str(plan.source), "SCENARIO": plan.scenario,
+                       "ORDERING": plan.ordering, "ALLOWED": plan.allowed_note,
+                       "DECLARATIONS": declarations, "STEPS": statements}.items():
+        text = text.replace(f"@@{key}@@", value)
+    return text
+
+
+def export_cpp(plan: Plan, out: Path, data: str = "data", copy_data: bool = True) -> Path:
+    """Write the C++ export into `out`; `data` is the data directory relative to it."""
+    from harness.runner.native_build import _find_cmake, _find_ninja
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"test_{plan.scenario}.cpp").write_text(render(plan))
+    (out / "CMakeLists.txt").write_text(CMAKE.format(scenario=plan.scenario))
+    if copy_data:
+        plan.copy_data(out / data)
+    body = BUILD.format(scenario=plan.scenario, cmake=_find_cmake() or "cmake",
+                        ninja=_find_ninja() or "ninja")
+    write_run_script(out / "run.sh", f"Builds and runs the C++ test of scenario {plan.scenario} "
+                     "against the installed ExecuTorch.", plan.scenario, plan.ordering, body, data)
+    (out / "README.md").write_text(
+        f"# HIL scenario {plan.scenario} as a C++ test\n\n"
+        f"Ordering: {plan.ordering}\n\n"
+        f"`test_{plan.scenario}.cpp` performs it against `executorch::extension::Module` and "
+        "asserts what the framework asserted (each step's status, outputs equal to the "
+        "reference and to the first execute of the same method, and with the QNN trace "
+        "interposer one live context per module with a loaded method). Build and run:\n\n"
+        "```bash\nbash run.sh            # exit 1 when a check fails, 2 when it does not build\n```\n\n"
+        "By hand: `cmake -S . -B build -G Ninja -DCMAKE_PREFIX_PATH=<site-packages>/executorch "
+        f"&& cmake --build build && build/test_{plan.scenario} data` with `QNN_SDK_ROOT` and "
+        "`LD_LIBRARY_PATH` naming the QNN libraries.\n")
+    return out

@@ -1,0 +1,131 @@
+"""What an exported test does, step by step, independent of the language it is written in.
+
+Built from a recorded run (harness/replay.py): each step with the files it reads (renamed
+into the export's `data/` directory), whether its error is allowed, and the live QNN context
+count the reference model (harness/reference.py) predicts after it, which is what the
+framework's live-count and isolation checks compare the trace with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from pathlib import Path
+
+from harness.cache import file_sha256
+from harness.compile import uses_qnn
+from harness.errors import HarnessError
+from harness.reference import predict
+from harness.replay import RunRecord
+
+EXPORTED_OPS = ("load_module", "load_method", "execute", "unload_method", "destroy_module",
+                "snapshot")
+
+
+class ExportError(HarnessError):
+    """A run the standalone exports cannot express (CLI exit 2)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+    file: str  # name in the data directory
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanStep:
+    index: int
+    op: str
+    module: str | None
+    method: str | None
+    description: str
+    allowed: bool  # an error the framework expects (the test asserts it itself)
+    contexts: int  # live QNN contexts expected after the step; -1: no QNN program
+    program: str = ""  # the module's program, as named in the data directory
+    inputs: tuple[Tensor, ...] = ()
+    expected: tuple[Tensor, ...] = ()
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+@dataclasses.dataclass
+class Plan:
+    scenario: str
+    source: Path  # the run directory it came from
+    steps: list[PlanStep]
+    files: dict[str, Path]  # data-directory name -> the file it is a copy of
+    modules: list[str]  # in order of first load
+
+    @property
+    def ordering(self) -> str:
+        return ", ".join(s.description for s in self.steps)
+
+    @property
+    def allowed_note(self) -> str:
+        allowed = [str(s.index) for s in self.steps if s.allowed]
+        return f" (except step(s) {', '.join(allowed)}, expected to fail)" if allowed else ""
+
+    def copy_data(self, directory: Path) -> None:
+        """Copy every program and tensor into `directory`."""
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, source in self.files.items():
+            shutil.copyfile(source, directory / name)
+
+
+def identifier(name: str, taken: set[str]) -> str:
+    """A C/Python identifier for a module name (names match [A-Za-z0-9_.-])."""
+    base = "module_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
+    out, n = base, 1
+    while out in taken:
+        n += 1
+        out = f"{base}_{n}"
+    taken.add(out)
+    return out
+
+
+def build_plan(run: RunRecord) -> Plan:
+    """The plan of a recorded run; ExportError for a step the exports do not express."""
+    sc = run.scenario
+    files: dict[str, Path] = {}
+    names: dict[Path, str] = {}
+
+    def data_name(path: Path, program: bool) -> str:
+        path = Path(path)
+        if path not in names:
+            digest = file_sha256(path)[:12]
+            stem = f"{path.stem}-{digest}{path.suffix}" if program else f"{digest}-{path.name}"
+            names[path] = stem
+            files[stem] = path
+        return names[path]
+
+    qnn = any(uses_qnn(m.backend) for m in sc.models.values())
+    steps: list[PlanStep] = []
+    modules: list[str] = []
+    for i, (step, expected) in enumerate(zip(sc.steps, predict(sc))):
+        if step.op not in EXPORTED_OPS or step.args.get("backend_options"):
+            what = "backend options" if step.args.get("backend_options") else f"a {step.op} step"
+            raise ExportError(
+                f"scenario {sc.name}: step {i} {step.describe()} has {what}; the standalone "
+                f"exports express {', '.join(EXPORTED_OPS)} steps without backend options "
+                "(`python -m harness replay` runs any scenario)")
+        common = dict(index=i, op=step.op, module=step.module, method=step.method,
+                      description=step.describe(), allowed=i in sc.allowed_errors,
+                      contexts=expected.contexts if qnn else -1)
+        if step.module and step.module not in modules:
+            modules.append(step.module)
+        if step.op == "snapshot" or step.module is None:
+            steps.append(PlanStep(**common))
+            continue
+        model = sc.models[step.module]
+        extra: dict = {"program": data_name(model.pte, program=True)}
+        if step.op == "execute":
+            ref = model.methods[step.method]
+            extra["inputs"] = tuple(Tensor(data_name(t.file, False), t.dtype, tuple(t.shape))
+                                    for t in ref.inputs)
+            extra["expected"] = tuple(Tensor(data_name(t.file, False), t.dtype, tuple(t.shape))
+                                      for t in ref.expected)
+            extra["atol"], extra["rtol"] = model.atol, model.rtol
+        steps.append(PlanStep(**common, **extra))
+    return Plan(sc.name, run.directory, steps, files, modules)

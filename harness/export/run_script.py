@@ -1,0 +1,45 @@
+"""The `run.sh` every export directory has: the environment the test needs, then its commands.
+
+The QNN libraries come from the caller's QNN_SDK_ROOT and LD_LIBRARY_PATH when set, else from
+this framework (`python -m harness env`: the HTP simulator of the onnxruntime-qnn wheel behind
+the QNN call-trace interposer, harness/qnn/sdk.py). The trace goes to the export directory's
+qnn_trace.txt (HARNESS_QNN_TRACE), which the exported test reads for its live-context check.
+"""
+
+from __future__ import annotations
+
+import shlex
+import stat
+from pathlib import Path
+
+PRELUDE = """#!/usr/bin/env bash
+# {what}
+# Scenario {scenario}: {ordering}
+# Exits non-zero when the test fails (a check failed, or the build did not work).
+set -euo pipefail
+here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+PYTHON="${{PYTHON:-{python}}}"
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+# The QNN libraries: QNN_SDK_ROOT and LD_LIBRARY_PATH as given, or the HTP simulator with the
+# QNN call-trace interposer as executorch-qnn-hil lays them out.
+if [ -z "${{QNN_SDK_ROOT:-}}" ]; then
+  eval "$("$PYTHON" -m harness env)"
+fi
+# The interposer appends every QNN call here; the test counts live contexts from it.
+export HARNESS_QNN_TRACE="${{HARNESS_QNN_TRACE:-$here/qnn_trace.txt}}"
+: > "$HARNESS_QNN_TRACE"
+data="${{1:-$here/{data}}}"
+"""
+
+
+def write_run_script(path: Path, what: str, scenario: str, ordering: str, body: str,
+                     data: str = "data") -> Path:
+    """Write `run.sh` (executable): the prelude, then `body` (which may use $here, $data,
+    $PYTHON)."""
+    import sys
+
+    text = PRELUDE.format(what=what, scenario=scenario, ordering=ordering,
+                          python=shlex.quote(sys.executable), data=data) + body
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path

@@ -1,0 +1,243 @@
+// @@TITLE@@
+//
+// Exported by executorch-qnn-hil (`python -m harness export --format cpp`) from the run
+// @@SOURCE@@
+//
+// Scenario: @@SCENARIO@@
+// Ordering: @@ORDERING@@
+//
+// What the framework asserted, and this test asserts again:
+//  - every step returns Error::Ok@@ALLOWED@@;
+//  - every execute's outputs equal the reference (|out - exp| <= atol + rtol * |exp|) and are
+//    identical to the first execute of the same program's method in this run;
+//  - with the QNN call trace interposer preloaded (HARNESS_QNN_TRACE names its trace file),
+//    the live QNN contexts after each step are one per live module with a loaded method of a
+//    QNN program (the reference model's count: modules never share a context).
+// A failing step does not stop the run (as in the framework's runner): every step runs, each
+// failure is printed, and the exit status is 1 when any check failed, 0 when all held.
+//
+// Usage: <binary> [DATA_DIR]   (DATA_DIR holds the programs and tensors; default ./data)
+// Its lines go to stdout, flushed at once, and the runtime's log to stderr: run it with 2>&1
+// and each step's runtime lines follow the step's own line.
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <executorch/extension/module/module.h>
+#include <executorch/extension/tensor/tensor.h>
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
+
+using executorch::aten::ScalarType;
+using executorch::extension::Module;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+
+namespace {
+
+struct Spec {
+  const char* file;
+  ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+std::string g_data = "data";
+int g_failures = 0;
+int g_step = -1;
+std::string g_where;
+std::map<std::string, std::vector<std::vector<uint8_t>>> g_first_outputs;
+
+void fail(const std::string& what) {
+  ++g_failures;
+  std::printf("FAILED step %d %s: %s\n", g_step, g_where.c_str(), what.c_str());
+  std::fflush(stdout);
+}
+
+void begin(int index, const char* where) {
+  g_step = index;
+  g_where = where;
+  std::printf("step %d %s\n", index, where);
+  std::fflush(stdout);
+}
+
+void check_status(Error err, const std::string& call, bool allowed) {
+  if (err == Error::Ok) {
+    return;
+  }
+  char code[16];
+  std::snprintf(code, sizeof(code), "0x%x", static_cast<int>(err));
+  std::string what = call + " returned " + executorch::runtime::to_string(err) +
+      " (" + code + ")";
+  if (allowed) {
+    std::printf("  %s (allowed: the framework expects this step to fail)\n", what.c_str());
+  } else {
+    fail(what);
+  }
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "cannot open %s\n", path.c_str());
+    std::exit(2);
+  }
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+double element(ScalarType t, const void* data, size_t i) {
+  const auto* base = static_cast<const unsigned char*>(data);
+  switch (t) {
+#define EXPORT_CASE(ctype, name)                                \
+  case ScalarType::name: {                                      \
+    ctype v;                                                    \
+    std::memcpy(&v, base + i * sizeof(ctype), sizeof(ctype));   \
+    return static_cast<double>(v);                              \
+  }
+    ET_FORALL_REALHBF16_TYPES(EXPORT_CASE)
+#undef EXPORT_CASE
+    case ScalarType::Bool:
+      return base[i] != 0 ? 1.0 : 0.0;
+    default:
+      return NAN;
+  }
+}
+
+// Live QNN contexts in the interposer's trace: successful creates minus successful frees.
+int live_contexts(const char* trace) {
+  std::ifstream in(trace);
+  std::string line;
+  int live = 0;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string seq, kind, rc;
+    words >> seq >> kind >> rc;
+    if (rc != "rc=0") {
+      continue;
+    }
+    if (kind == "context_create") {
+      ++live;
+    } else if (kind == "context_free") {
+      --live;
+    }
+  }
+  return live;
+}
+
+void end(int expected_contexts) {
+  const char* trace = std::getenv("HARNESS_QNN_TRACE");
+  if (trace == nullptr || expected_contexts < 0) {
+    return;
+  }
+  int live = live_contexts(trace);
+  std::printf("  live QNN contexts: %d (expected %d)\n", live, expected_contexts);
+  if (live != expected_contexts) {
+    fail(std::to_string(live) + " live QNN contexts, expected " +
+         std::to_string(expected_contexts) +
+         " (one per live module with a loaded method: modules must not share a context)");
+  }
+}
+
+void load_module(std::unique_ptr<Module>& m, const char* pte, bool allowed) {
+  m = std::make_unique<Module>(g_data + "/" + pte, Module::LoadMode::MmapUseMlockIgnoreErrors);
+  check_status(m->load(), std::string("Module::load(") + pte + ")", allowed);
+}
+
+void load_method(Module& m, const char* method, bool allowed) {
+  check_status(m.load_method(method), std::string("load_method(") + method + ")", allowed);
+}
+
+void execute(Module& m, const char* program, const char* method, const std::vector<Spec>& inputs,
+             const std::vector<Spec>& expected, double atol, double rtol, bool allowed) {
+  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<executorch::extension::TensorPtr> tensors;
+  std::vector<EValue> values;
+  buffers.reserve(inputs.size());
+  for (const Spec& spec : inputs) {
+    buffers.push_back(read_file(g_data + "/" + spec.file));
+    std::vector<executorch::aten::SizesType> sizes(spec.shape.begin(), spec.shape.end());
+    tensors.push_back(executorch::extension::make_tensor_ptr(
+        std::move(sizes), buffers.back().data(), spec.dtype));
+    values.emplace_back(*tensors.back());
+  }
+  auto result = m.execute(method, values);
+  if (!result.ok()) {
+    check_status(result.error(), std::string("execute(") + method + ")", allowed);
+    return;
+  }
+  const std::vector<EValue>& outputs = *result;
+  if (outputs.size() != expected.size()) {
+    fail("returned " + std::to_string(outputs.size()) + " outputs, expected " +
+         std::to_string(expected.size()));
+    return;
+  }
+  const int failures_before = g_failures;
+  std::vector<std::vector<uint8_t>> got;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (!outputs[o].isTensor()) {
+      fail("output " + std::to_string(o) + " is not a tensor");
+      return;
+    }
+    const auto& t = outputs[o].toTensor();
+    const auto* bytes = static_cast<const uint8_t*>(t.const_data_ptr());
+    got.emplace_back(bytes, bytes + t.nbytes());
+    std::vector<uint8_t> want = read_file(g_data + "/" + expected[o].file);
+    double worst = 0;
+    bool match = static_cast<size_t>(t.numel()) * executorch::runtime::elementSize(expected[o].dtype) ==
+        want.size();
+    for (size_t i = 0; match && i < static_cast<size_t>(t.numel()); ++i) {
+      double a = element(t.scalar_type(), t.const_data_ptr(), i);
+      double b = element(expected[o].dtype, want.data(), i);
+      double diff = std::fabs(a - b);
+      worst = diff > worst ? diff : worst;
+      if (!(diff <= atol + rtol * std::fabs(b))) {
+        match = false;
+      }
+    }
+    if (!match) {
+      fail("output " + std::to_string(o) + " differs from the reference beyond atol " +
+           std::to_string(atol) + " rtol " + std::to_string(rtol) + " (max abs diff " +
+           std::to_string(worst) + ")");
+    }
+  }
+  std::string key = std::string(program) + "/" + method;
+  auto first = g_first_outputs.find(key);
+  if (first == g_first_outputs.end()) {
+    g_first_outputs[key] = got;
+  } else if (first->second != got) {
+    fail("outputs differ from the first execute of " + key + " on the same inputs");
+  }
+  if (g_failures == failures_before) {
+    std::printf("  outputs match the reference\n");
+  }
+}
+
+void unload_method(Module& m, const char* method) {
+  if (!m.unload_method(method)) {
+    fail(std::string("method ") + method + " was not loaded");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    g_data = argv[1];
+  }
+  std::printf("scenario @@SCENARIO@@\n");
+@@DECLARATIONS@@
+@@STEPS@@
+  if (g_failures > 0) {
+    std::printf("scenario @@SCENARIO@@: %d check(s) FAILED\n", g_failures);
+    return 1;
+  }
+  std::printf("scenario @@SCENARIO@@: every check held\n");
+  return 0;
+}

@@ -1,0 +1,126 @@
+"""@@TITLE@@
+
+Exported by executorch-qnn-hil (`python -m harness export --format python`) from the run
+@@SOURCE@@
+
+Scenario: @@SCENARIO@@
+Ordering: @@ORDERING@@
+
+What the framework asserted, and this test asserts again:
+ - every step succeeds@@ALLOWED@@;
+ - every execute's outputs equal the reference (|out - exp| <= atol + rtol * |exp|) and are
+   identical to the first execute of the same program's method in this run;
+ - with the QNN call trace interposer preloaded (HARNESS_QNN_TRACE names its trace file), the
+   live QNN contexts after each step are one per live module with a loaded method of a QNN
+   program (the reference model's count: modules never share a context).
+Modules are `_load_program` objects and methods the method objects this script holds itself
+(`executorch.runtime.Program.load_method` caches methods for the program's lifetime, so it
+could not unload one). A failing step does not stop the run: every step runs, each failure is
+printed, and the exit status is 1 when any check failed, 0 when all held.
+
+Usage: python3 this_file.py [DATA_DIR]   (the programs and tensors; default ./data)
+"""
+
+import os
+import sys
+
+import numpy as np
+import torch  # noqa: F401  (tensors cross the pybindings as torch tensors)
+from executorch.extension.pybindings import _C
+
+DATA = sys.argv[1] if len(sys.argv) > 1 else "data"
+failures = 0
+where = ""
+first_outputs = {}
+
+
+def fail(what):
+    global failures
+    failures += 1
+    print(f"FAILED {where}: {what}", flush=True)
+
+
+def begin(index, description):
+    global where
+    where = f"step {index} {description}"
+    print(where, flush=True)
+
+
+def live_contexts(trace):
+    live = 0
+    with open(trace) as f:
+        for line in f:
+            words = line.split()
+            if len(words) >= 3 and words[2] == "rc=0":
+                live += {"context_create": 1, "context_free": -1}.get(words[1], 0)
+    return live
+
+
+def end(expected_contexts):
+    trace = os.environ.get("HARNESS_QNN_TRACE")
+    if not trace or expected_contexts < 0:
+        return
+    live = live_contexts(trace)
+    print(f"  live QNN contexts: {live} (expected {expected_contexts})", flush=True)
+    if live != expected_contexts:
+        fail(f"{live} live QNN contexts, expected {expected_contexts} (one per live module "
+             "with a loaded method: modules must not share a context)")
+
+
+def tensor(spec):
+    file, dtype, shape = spec
+    array = np.fromfile(os.path.join(DATA, file), dtype=np.dtype(dtype).newbyteorder("<"))
+    return torch.from_numpy(array.reshape(shape).astype(np.dtype(dtype)))
+
+
+def attempt(call, what, allowed):
+    """The call's value, or None when the runtime raised (its own words are on stderr)."""
+    try:
+        return call()
+    except Exception as exc:  # the pybindings raise RuntimeError with the runtime's Error
+        if allowed:
+            print(f"  {what} raised (allowed: the framework expects this step to fail): {exc}")
+        else:
+            fail(f"{what} raised {type(exc).__name__}: {exc}")
+        return None
+
+
+def execute(method, program, name, inputs, expected, atol, rtol, allowed):
+    outputs = attempt(lambda: method.call([tensor(t) for t in inputs]), f"execute({name})",
+                      allowed)
+    if outputs is None:
+        return
+    if len(outputs) != len(expected):
+        fail(f"returned {len(outputs)} outputs, expected {len(expected)}")
+        return
+    before = failures
+    got = []
+    for i, (out, spec) in enumerate(zip(outputs, expected)):
+        array = out.detach().contiguous().numpy()
+        got.append(array.tobytes())
+        ref = tensor(spec).numpy().astype(np.float64)
+        value = array.astype(np.float64)
+        if value.shape != ref.shape or not np.all(np.abs(value - ref) <= atol + rtol * np.abs(ref)):
+            worst = float(np.abs(value - ref).max()) if value.shape == ref.shape else float("nan")
+            fail(f"output {i} differs from the reference beyond atol {atol} rtol {rtol} "
+                 f"(max abs diff {worst})")
+    key = f"{program}/{name}"
+    if key in first_outputs and first_outputs[key] != got:
+        fail(f"outputs differ from the first execute of {key} on the same inputs")
+    first_outputs.setdefault(key, got)
+    if failures == before:
+        print("  outputs match the reference", flush=True)
+
+
+def main():
+    print("scenario @@SCENARIO@@", flush=True)
+@@STEPS@@
+    if failures:
+        print(f"scenario @@SCENARIO@@: {failures} check(s) FAILED", flush=True)
+        return 1
+    print("scenario @@SCENARIO@@: every check held", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
