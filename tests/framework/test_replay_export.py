@@ -1,0 +1,156 @@
+"""From a failing ordering to an upstream bug report: a real pytest session on the simulator
+leaves S1's run (DelegateHandle has been deleted on 1.5.1) and S4's (passing); `replay` runs
+each again with the real runner, `export --format cpp|python|bundle` writes standalone tests
+whose run.sh builds (CMake against the installed wheel) and runs them with the real
+runtime, and each exits 1 on S1 with the runtime's words and 0 on S4."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from harness.qnn.sdk import executorch_version
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDS = "DelegateHandle has been deleted"
+S1_FAILS = executorch_version() == "1.5.1"  # the known issue's version
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _harness(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def _bash(script: Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(script)], cwd=cwd, env=_env(), capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """S1 (destroy A first, fp16) as a plain failure and S4 (fp16), artifacts kept; their
+    run directories and the session's output."""
+    artifacts = tmp_path_factory.mktemp("artifacts")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/hil/test_isolation.py", "-q", "-p",
+         "no:cacheprovider", "-k", "fp16-A or (s4 and fp16)", "--ignore-known-issues",
+         "--keep-artifacts", f"--artifacts-dir={artifacts}"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    session = (artifacts / "latest").resolve()
+    found = {p.parent.name: p.parent for p in session.rglob("scenario.json")}
+    assert {"s1_destroy_A", "s4_cleanup_reload"} <= set(found), proc.stdout + proc.stderr
+    return {"s1": found["s1_destroy_A"], "s4": found["s4_cleanup_reload"], "output": proc.stdout}
+
+
+def _exit_and_words(proc: subprocess.CompletedProcess, scenario: str) -> None:
+    out = proc.stdout + proc.stderr
+    if scenario == "s1" and S1_FAILS:
+        assert proc.returncode == 1, out
+        assert WORDS in out, out
+    else:
+        assert proc.returncode == 0, out
+
+
+def test_a_failure_message_ends_with_its_replay_command(runs):
+    if not S1_FAILS:
+        pytest.skip(f"S1 passes on executorch {executorch_version()}")
+    commands = re.findall(r"^replay: (python -m harness replay .*)$", runs["output"], re.M)
+    assert commands == [f"python -m harness replay {runs['s1']} --simulator"], runs["output"]
+
+
+def test_replay_fails_again_at_the_recorded_step(runs):
+    proc = _harness("replay", str(runs["s1"]), "--simulator")
+    _exit_and_words(proc, "s1")
+    if S1_FAILS:
+        assert "recorded: step 5 execute(B.forward)" in proc.stdout, proc.stdout
+        assert "first failing step: 5 execute(B.forward), the same step as recorded" in proc.stdout
+        assert "FAILED isolation" in proc.stdout and "FAILED live counts" in proc.stdout
+
+
+def test_replay_of_a_passing_run_holds_every_check_each_time(runs):
+    proc = _harness("replay", str(runs["s4"]), "--runs", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("every check holds: steps, outputs, isolation, live counts") == 2
+    assert "0 of 2 run(s) failed a check" in proc.stdout
+
+
+@pytest.mark.parametrize("fmt", ["cpp", "python"])
+@pytest.mark.parametrize("scenario", ["s1", "s4"])
+def test_an_export_reproduces_the_verdict_standalone(runs, tmp_path, fmt, scenario):
+    out = tmp_path / fmt
+    proc = _harness("export", str(runs[scenario]), "--format", fmt, "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    source = next(out.glob("test_*.cpp" if fmt == "cpp" else "test_*.py")).read_text()
+    name = runs[scenario].name
+    assert f"Scenario: {name}" in source and "Ordering: load_module(A), load_module(B)" in source
+    run = _bash(out / "run.sh", cwd=tmp_path)  # from another directory: run.sh finds its own
+    _exit_and_words(run, scenario)
+    if scenario == "s1" and S1_FAILS:
+        assert "FAILED step 5 execute(B.forward)" in run.stdout, run.stdout
+    if fmt == "cpp":
+        assert (out / "build" / f"test_{name}").is_file()  # built with CMake here
+
+
+@pytest.mark.parametrize("scenario", ["s1", "s4"])
+def test_a_bundle_unpacks_and_its_readme_command_reproduces(runs, tmp_path, scenario):
+    proc = _harness("export", str(runs[scenario]), "--format", "bundle", "--out", str(tmp_path / "b"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    archive = next((tmp_path / "b").glob("*.tar.gz"))
+    assert archive.stat().st_size < 200_000  # small enough to attach to an issue
+    readme = tarfile.open(archive).extractfile(f"{archive.name[:-7]}/README.md").read().decode()
+    command = re.search(r"^(tar xzf .*?)\s+#", readme, re.M).group(1)
+    work = tmp_path / "unpacked"
+    work.mkdir()
+    (work / archive.name).write_bytes(archive.read_bytes())
+    run = subprocess.run(["bash", "-c", command], cwd=work, env=_env(), capture_output=True,
+                         text=True, timeout=600)
+    _exit_and_words(run, scenario)
+    root = work / archive.name[:-7]
+    env = json.loads((root / "environment.json").read_text())
+    assert env["executorch"] == executorch_version() and env["soc"] == "SM8650"
+    assert env["qnn"]["core_api"] and env["device"]["kind"] == "simulator"
+    for name in ("scenario.json", "qnn_trace.txt", "runtime.log", "replay.json"):
+        assert (root / name).stat().st_size > 0, name
+    # The unpacked scenario replays by itself (its paths are the bundle's own).
+    _exit_and_words(_harness("replay", str(root / "scenario.json")), scenario)
+
+
+def test_a_large_program_is_referenced_by_sha256(runs, tmp_path):
+    proc = _harness("export", str(runs["s4"]), "--format", "bundle", "--out", str(tmp_path),
+                    "--max-program-mb", "0.001")
+    assert proc.returncode == 0, proc.stderr
+    archive = next(tmp_path.glob("*.tar.gz"))
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        listed = json.loads(tar.extractfile(f"{archive.name[:-7]}/programs.json").read())
+    assert not [n for n in names if n.endswith(".pte")], names
+    assert len(listed) == 1 and len(listed[0]["sha256"]) == 64 and listed[0]["size"] > 1000
+
+
+def test_bad_input_is_one_error_with_exit_2(runs, tmp_path):
+    missing = _harness("replay", str(tmp_path / "nothing"))
+    assert missing.returncode == 2 and "no such run directory" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    empty = _harness("export", str(tmp_path), "--format", "cpp", "--out", str(tmp_path / "o"))
+    assert empty.returncode == 2 and "no scenario.json here" in empty.stderr
+    # A parallel step is not expressed by the standalone exports (replay runs it).
+    run = tmp_path / "parallel"
+    run.mkdir()
+    doc = json.loads((runs["s1"] / "scenario.json").read_text())
+    execute_a, execute_b = doc["steps"][2], doc["steps"][3]
+    doc["steps"][2:4] = [{"op": "parallel", "steps": [execute_a, execute_b]}]
+    (run / "scenario.json").write_text(json.dumps(doc))
+    refused = _harness("export", str(run), "--format", "python", "--out", str(tmp_path / "p"))
+    assert refused.returncode == 2 and "step 2 parallel(" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
