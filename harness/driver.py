@@ -25,9 +25,10 @@ from harness.scenario import Scenario
 
 
 RUN_RECORD = "replay.json"
-"""What `python -m harness replay` and `export` need beside scenario.json: each module's model
-(backend, SoC, precision: the scenario file names only the program), the steps allowed to
-fail, and the device and runtime the run had (harness/replay.py reads it)."""
+"""What `python -m harness replay` and `export` need beside scenario.json: the scenario with
+host paths, each module's model (backend, SoC, precision: the scenario file names only the
+program), the steps allowed to fail, and the device and runtime the run had
+(harness/replay.py reads it)."""
 
 RETAIN_PASSED = 100
 """Checked-and-passed runs a driver keeps for the report (`release`); --hil-report-max-runs's
@@ -152,7 +153,10 @@ def write_run_record(path: Path, scenario: Scenario, device: Device) -> None:
     models = {module: {"name": m.name, "backend": m.backend, "soc": m.soc,
                        "precision": m.precision, "pte": str(Path(m.pte).absolute())}
               for module, m in scenario.models.items()}
-    record = {"scenario": scenario.name, "models": models,
+    # The scenario as the host reads it: an adb device keeps its own copy, with the device's
+    # relative paths, as scenario.json.
+    host = scenario.to_json(lambda p: str(Path(p).absolute()))
+    record = {"scenario": scenario.name, "host_scenario": host, "models": models,
               "allowed_errors": sorted(scenario.allowed_errors),
               "device": {"serial": info.serial, "kind": info.kind, "soc": info.soc,
                          "abi": info.abi, "android": info.android, "details": info.details},

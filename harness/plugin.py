@@ -626,8 +626,10 @@ def _replay_command(item: pytest.Item, exc: BaseException) -> str:
     named = failure_of(exc).scenario
     chosen = ([r for r in results if r.scenario.name == named] or
               [r for r in results if run_failures(r)] or results)[-1]
-    info = driver.device.info
-    return command_line(chosen.artifacts, info.serial if info.kind != "simulator" else None)
+    device = driver.device
+    serial = device.info.serial if device.info.kind != "simulator" else None
+    options = item.config.stash[_SESSION_KEY].options
+    return command_line(chosen.artifacts, serial, options.adb_server, device.runner_kind)
 
 
 class _KnownIssuesMet:

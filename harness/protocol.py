@@ -473,16 +473,25 @@ def load_scenario(path: Path) -> ScenarioFile:
     path = Path(path)
     try:
         doc = parse_json(path.read_text())
-        scenario = validate_scenario(doc, path.resolve().parent)
-    except (OSError, ValueError, ScenarioError) as exc:
+    except (OSError, ValueError) as exc:
         raise ScenarioError(f"cannot read scenario {path}: {exc}") from None
+    return check_scenario(doc, path.resolve().parent, str(path))
+
+
+def check_scenario(doc: Any, base: Path, where: str) -> ScenarioFile:
+    """Validate a scenario document whose relative paths are in `base` and check its files,
+    as `load_scenario` does for a file (`where` names it in the errors)."""
+    try:
+        scenario = validate_scenario(doc, base)
+    except ScenarioError as exc:
+        raise ScenarioError(f"cannot read scenario {where}: {exc}") from None
     missing = missing_files(scenario)
     if missing:
-        raise ScenarioError(f"scenario {path} names missing files: {', '.join(missing)}")
+        raise ScenarioError(f"scenario {where} names missing files: {', '.join(missing)}")
     try:
         check_tensor_sizes(scenario)
     except (OSError, ScenarioError) as exc:
-        raise ScenarioError(f"scenario {path}: {exc}") from None
+        raise ScenarioError(f"scenario {where}: {exc}") from None
     return scenario
 
 

@@ -24,7 +24,7 @@ from harness.compile import CompiledModel, MethodReference, uses_qnn
 from harness.driver import RUN_RECORD
 from harness.errors import HarnessError
 from harness.failures import HilFailure, run_failures
-from harness.protocol import load_scenario
+from harness.protocol import check_scenario, load_scenario
 from harness.result import ScenarioResult
 from harness.scenario import Scenario, parse_scenario
 from harness.tensors import TensorFile
@@ -90,13 +90,17 @@ def load_run(target: Path | str) -> RunRecord:
     one, naming what is missing."""
     path = scenario_path(Path(target)).resolve()
     directory = path.parent
-    try:
-        parsed = load_scenario(path)  # validates, and checks every file it names exists
-        doc = json.loads(path.read_text())
-    except (HarnessError, ValueError, OSError) as exc:
-        raise ReplayError(f"{path}: not a scenario file the runners accept: {exc}") from None
     record = _read_json(directory / RUN_RECORD)
     recorded = _read_json(directory / "result.json")
+    try:
+        if "host_scenario" in record:  # an adb device's scenario.json names its own paths
+            doc = record["host_scenario"]
+            parsed = check_scenario(doc, directory, f"{directory / RUN_RECORD} (host_scenario)")
+        else:
+            parsed = load_scenario(path)  # validates, and checks every file it names exists
+            doc = json.loads(path.read_text())
+    except (HarnessError, ValueError, OSError) as exc:
+        raise ReplayError(f"{path}: not a scenario file the runners accept: {exc}") from None
     steps = parse_scenario(doc)
     models = _models(doc, parsed, record.get("models", {}))
     scenario = Scenario(doc.get("name") or path.parent.name)
@@ -222,10 +226,17 @@ def runtime_lines(result: ScenarioResult, limit: int = 20) -> str:
     return "\n".join(out)
 
 
-def command_line(run_dir: Path, device: str | None = None) -> str:
-    """The replay command for a run directory (ends every HIL failure message)."""
-    target = f"--device {shlex.quote(device)}" if device else "--simulator"
-    return f"python -m harness replay {shlex.quote(str(run_dir))} {target}"
+def command_line(run_dir: Path, device: str | None = None, adb_server: str | None = None,
+                 runner: str = "native") -> str:
+    """The replay command for a run directory (ends every HIL failure message): on the same
+    target, with the Python runner when the run had it."""
+    argv = ["python", "-m", "harness", "replay", str(run_dir)]
+    argv += ["--device", device] if device else ["--simulator"]
+    if device and adb_server:
+        argv += ["--adb-server", adb_server]
+    if runner == "python" and not device:
+        argv += ["--runner", "python"]
+    return shlex.join(argv)
 
 
 # The command -----------------------------------------------------------------------------

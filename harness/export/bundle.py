@@ -96,7 +96,7 @@ def _write_scenario(run: RunRecord, plan: Plan, root: Path) -> None:
     by_source = {str(source): f"data/{file}" for file, source in plan.files.items()}
     doc = run.scenario.to_json(lambda p: by_source.get(str(Path(p)), str(p)))
     (root / SCENARIO_FILE).write_text(json.dumps(doc, indent=1))
-    record = dict(run.record)
+    record = {k: v for k, v in run.record.items() if k != "host_scenario"}  # scenario.json is
     record["models"] = {module: {**info, "pte": by_source.get(str(run.scenario.models[module].pte),
                                                               info.get("pte"))}
                         for module, info in record.get("models", {}).items()

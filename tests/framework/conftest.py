@@ -53,6 +53,7 @@ FILE_KIND = {
     "test_adb_robustness.py": "adb",
     "test_lease.py": "adb",
     "test_workspace.py": "adb",
+    "test_replay_adb.py": "adb",
     "test_farm.py": "adb",  # and labgrid (coordinator, exporter)
 }
 
