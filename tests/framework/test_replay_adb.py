@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.loopback import LoopbackDevice, connect, disconnect, start_server
-from harness.qnn.sdk import discover, executorch_version
+from harness.qnn.sdk import executorch_version
+
+from loopback_phone import attached_phone
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -26,13 +27,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def phone(tmp_path_factory):
-    start_server()
-    dev = LoopbackDevice(tmp_path_factory.mktemp("phone"),
-                         extra_env=discover().device_environment()).start()
-    connect(dev.serial)
-    yield dev
-    disconnect(dev.serial, missing_ok=True)
-    dev.stop()
+    with attached_phone(tmp_path_factory.mktemp("phone")) as dev:
+        yield dev
 
 
 def test_replay_on_the_phone_the_failure_message_names(phone, tmp_path):
