@@ -606,12 +606,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             del report.wasxfail
             report.outcome = "failed"
             report.longrepr = f"{problem}\n\nthe test's failure:\n{call.excinfo.value}"
-    if report.when == "call" and report.failed and call.excinfo:
-        command = _replay_command(item, call.excinfo.value)
-        if command:
-            report.longrepr = f"{report.longreprtext}\n\nreplay: {command}"
+    if report.when == "call" and call.excinfo and (report.failed or hasattr(report, "wasxfail")):
+        _add_replay_command(report, _replay_command(item, call.excinfo.value))
     item.config.stash[_REPORTS_KEY].setdefault(item.nodeid, []).append(report)
     return report
+
+
+def _add_replay_command(report: pytest.TestReport, command: str) -> None:
+    """End a failure's message (or an xfail's reason) with the replay command."""
+    if not command:
+        return
+    if hasattr(report, "wasxfail"):
+        report.wasxfail = f"{report.wasxfail}; replay: {command}"
+    elif isinstance(report.longrepr, str):
+        report.longrepr = f"{report.longrepr}\n\nreplay: {command}"
+    elif hasattr(report.longrepr, "addsection"):  # keeps the traceback and its crash line
+        report.longrepr.addsection("replay", f"replay: {command}")
 
 
 def _replay_command(item: pytest.Item, exc: BaseException) -> str:

@@ -69,6 +69,19 @@ def test_a_failure_message_ends_with_its_replay_command(runs):
     assert commands == [f"python -m harness replay {runs['s1']} --simulator"], runs["output"]
 
 
+def test_an_xfail_reason_ends_with_its_replay_command(tmp_path):
+    if not S1_FAILS:
+        pytest.skip(f"S1 passes on executorch {executorch_version()}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/hil/test_isolation.py", "-q", "-rx", "-p",
+         "no:cacheprovider", "-k", "s1 and fp16-A", f"--artifacts-dir={tmp_path}"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    xfail = next(l for l in proc.stdout.splitlines() if l.startswith("XFAIL "))
+    run_dir = next((tmp_path / "latest").resolve().glob("*/s1_destroy_A"))
+    assert xfail.endswith(f"; replay: python -m harness replay {run_dir} --simulator"), xfail
+
+
 def test_replay_fails_again_at_the_recorded_step(runs):
     proc = _harness("replay", str(runs["s1"]), "--simulator")
     _exit_and_words(proc, "s1")
