@@ -317,9 +317,9 @@ def main(argv: list[str]) -> int:
         if problems:
             raise HarnessError(f"preflight of {device.info.serial} failed: " + "; ".join(problems))
         print(f"target: {device.info.header()}; runner {device.runner_description()}")
-        driver = ScenarioDriver(device, artifacts, session.timeout)
         for n in range(1, args.runs + 1):
-            result = driver.run(sc, allow_crash=True)
+            where = artifacts / f"run-{n}" if args.runs > 1 else artifacts
+            result = ScenarioDriver(device, where, session.timeout).run(sc, allow_crash=True)
             failed = check(result)
             failed_runs += bool(failed)
             print(f"\n== run {n} of {args.runs}: {result.artifacts}")

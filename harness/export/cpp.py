@@ -140,15 +140,15 @@ def render(plan: Plan) -> str:
 
 def export_cpp(plan: Plan, out: Path, data: str = "data", copy_data: bool = True) -> Path:
     """Write the C++ export into `out`; `data` is the data directory relative to it."""
-    from harness.runner.native_build import _find_cmake, _find_ninja
+    from harness.runner.native_build import build_tools
 
     out.mkdir(parents=True, exist_ok=True)
     (out / f"test_{plan.scenario}.cpp").write_text(render(plan))
     (out / "CMakeLists.txt").write_text(CMAKE.format(scenario=plan.scenario))
     if copy_data:
         plan.copy_data(out / data)
-    body = BUILD.format(scenario=plan.scenario, cmake=_find_cmake() or "cmake",
-                        ninja=_find_ninja() or "ninja")
+    cmake, ninja = build_tools()
+    body = BUILD.format(scenario=plan.scenario, cmake=cmake, ninja=ninja)
     write_run_script(out / "run.sh", f"Builds and runs the C++ test of scenario {plan.scenario} "
                      "against the installed ExecuTorch.", plan.scenario, plan.ordering, body, data)
     (out / "README.md").write_text(

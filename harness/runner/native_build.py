@@ -273,6 +273,12 @@ def _tool_or_name(tool: Path | None, name: str) -> str:
     return str(tool) if tool is not None else name
 
 
+def build_tools() -> tuple[str, str]:
+    """(cmake, ninja) as the runner's builds run them: the PyPI tools where found, else the
+    bare names."""
+    return _tool_or_name(_find_cmake(), "cmake"), _tool_or_name(_find_ninja(), "ninja")
+
+
 # ------------------------------------------------------------------ commands
 
 
@@ -309,8 +315,7 @@ def _cmake_commands(build_dir: Path, source_dir: Path | None, extra: list[str]) 
     """Configure (Ninja, Release, the nlohmann/json headers, plus `extra` definitions) and
     build lines; one source for every target."""
     src = Path(source_dir) if source_dir is not None else runner_source_dir()
-    cmake = _tool_or_name(_find_cmake(), "cmake")
-    ninja = _tool_or_name(_find_ninja(), "ninja")
+    cmake, ninja = build_tools()
     build = str(Path(build_dir))
     json_dir = nlohmann_json_include_dir() or _NLOHMANN_JSON_DIRS[-1]
     configure = [cmake, "-S", str(src), "-B", build, "-G", "Ninja",
