@@ -138,6 +138,18 @@ def _readme(run: RunRecord, plan: Plan, name: str, referenced: list) -> str:
         "`runtime.log` (the runtime's stderr, steps marked), `runner.stdout` (the step events), "
         "`result.json`, `environment.json`, `data/` (programs and tensors).",
     ]
+    said = _failing_step_log(run, failure[0]) if failure else ""
+    if said:
+        lines += ["", f"What the runtime said during step {failure[0]} {failure[1]} (from "
+                  "`runtime.log`):", "", "```", said, "```"]
     if referenced:
         lines += ["", "Programs left out for their size (put them into `data/` first):" + missing]
     return "\n".join(lines) + "\n"
+
+
+def _failing_step_log(run: RunRecord, step: int, limit: int = 20) -> str:
+    """The runtime's stderr lines of `step` in the recorded run (the runners mark steps)."""
+    from harness.result import split_log_by_step
+
+    lines = split_log_by_step(_text(run.stderr_file)).get(step, "").strip().splitlines()
+    return "\n".join(lines[-limit:])
