@@ -31,6 +31,7 @@ if(NOT CMAKE_BUILD_TYPE)
   set(CMAKE_BUILD_TYPE Release)
 endif()
 find_package(executorch CONFIG REQUIRED)
+find_package(Threads REQUIRED)
 add_executable(test_{scenario} test_{scenario}.cpp)
 if(DEFINED EXECUTORCH_CXX_STANDARD AND EXECUTORCH_CXX_STANDARD)
   set(_standard ${{EXECUTORCH_CXX_STANDARD}})
@@ -50,7 +51,7 @@ foreach(_component backend_qnn backend_xnnpack kernels_optimized)
   endif()
 endforeach()
 list(REMOVE_DUPLICATES _libs)
-target_link_libraries(test_{scenario} PRIVATE ${{_libs}})
+target_link_libraries(test_{scenario} PRIVATE ${{_libs}} Threads::Threads)
 if(EXECUTORCH_RUNTIME_LIBRARY_DIR)
   get_filename_component(_lib_dir "${{EXECUTORCH_RUNTIME_LIBRARY_DIR}}" REALPATH)
   set_target_properties(test_{scenario} PROPERTIES BUILD_WITH_INSTALL_RPATH ON
@@ -69,7 +70,7 @@ build="${{BUILD_DIR:-$here/build}}"
 "$CMAKE" -S "$here" -B "$build" "${{generator[@]}}" -DCMAKE_BUILD_TYPE=Release \\
   -DCMAKE_PREFIX_PATH="$prefix" > "$build.log" 2>&1 || {{ cat "$build.log"; exit 2; }}
 "$CMAKE" --build "$build" >> "$build.log" 2>&1 || {{ cat "$build.log"; exit 2; }}
-exec "$build/test_{scenario}" "$data" 2>&1
+repeat "$build/test_{scenario}" "$data"
 """
 
 
@@ -102,6 +103,13 @@ def _statements(s: PlanStep, var: dict[str, str], loaded: dict[str, list[str]]) 
     allowed = "true" if s.allowed else "false"
     if s.op == "snapshot":
         return []
+    if s.op == "parallel":
+        lines = ["parallel({"]
+        for sub in s.substeps:
+            lines.append(f"    {{{_c(sub.description)}, [&] {{")
+            lines += ["      " + line for line in _statements(sub, var, loaded)]
+            lines.append("    }},")
+        return lines + ["});"]
     v = var[s.module]
     if s.op == "load_module":
         loaded[s.module] = []

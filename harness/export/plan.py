@@ -19,8 +19,9 @@ from harness.errors import HarnessError
 from harness.reference import predict
 from harness.replay import RunRecord
 
+# `parallel` sub-steps run on one thread each, released together (runner-protocol.md).
 EXPORTED_OPS = ("load_module", "load_method", "execute", "unload_method", "destroy_module",
-                "snapshot")
+                "snapshot", "parallel")
 
 
 class ExportError(HarnessError):
@@ -48,6 +49,7 @@ class PlanStep:
     expected: tuple[Tensor, ...] = ()
     atol: float = 0.0
     rtol: float = 0.0
+    substeps: tuple["PlanStep", ...] = ()  # of a parallel step: one thread each
 
 
 @dataclasses.dataclass
@@ -101,9 +103,9 @@ def build_plan(run: RunRecord) -> Plan:
         return names[path]
 
     qnn = any(uses_qnn(m.backend) for m in sc.models.values())
-    steps: list[PlanStep] = []
     modules: list[str] = []
-    for i, (step, expected) in enumerate(zip(sc.steps, predict(sc))):
+
+    def plan_step(i: int, step, contexts: int, allowed: bool) -> PlanStep:
         if step.op not in EXPORTED_OPS or step.args.get("backend_options"):
             what = "backend options" if step.args.get("backend_options") else f"a {step.op} step"
             raise ExportError(
@@ -111,13 +113,14 @@ def build_plan(run: RunRecord) -> Plan:
                 f"exports express {', '.join(EXPORTED_OPS)} steps without backend options "
                 "(`python -m harness replay` runs any scenario)")
         common = dict(index=i, op=step.op, module=step.module, method=step.method,
-                      description=step.describe(), allowed=i in sc.allowed_errors,
-                      contexts=expected.contexts if qnn else -1)
+                      description=step.describe(), allowed=allowed, contexts=contexts)
         if step.module and step.module not in modules:
             modules.append(step.module)
-        if step.op == "snapshot" or step.module is None:
-            steps.append(PlanStep(**common))
-            continue
+        if step.op == "parallel":
+            return PlanStep(**common, substeps=tuple(plan_step(i, sub, -1, allowed)
+                                                     for sub in step.substeps))
+        if step.op == "snapshot":
+            return PlanStep(**common)
         model = sc.models[step.module]
         extra: dict = {"program": data_name(model.pte, program=True)}
         if step.op == "execute":
@@ -127,5 +130,8 @@ def build_plan(run: RunRecord) -> Plan:
             extra["expected"] = tuple(Tensor(data_name(t.file, False), t.dtype, tuple(t.shape))
                                       for t in ref.expected)
             extra["atol"], extra["rtol"] = model.atol, model.rtol
-        steps.append(PlanStep(**common, **extra))
+        return PlanStep(**common, **extra)
+
+    steps = [plan_step(i, step, expected.contexts if qnn else -1, i in sc.allowed_errors)
+             for i, (step, expected) in enumerate(zip(sc.steps, predict(sc)))]
     return Plan(sc.name, run.directory, steps, files, modules)

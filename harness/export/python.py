@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.export.plan import Plan, PlanStep, identifier
+from harness.export.plan import Plan, PlanStep
 from harness.export.run_script import write_run_script
 
 TEMPLATE = Path(__file__).with_name("templates") / "standalone.py"
@@ -20,32 +20,38 @@ def _specs(tensors) -> str:
 
 
 def steps_source(plan: Plan) -> str:
-    taken: set[str] = set()
-    var = {m: identifier(m, taken) for m in plan.modules}
     live: set[str] = set()
-    out = ["    methods = {}  # module -> {method name: the method object held}"]
+    out = ["    modules = {}  # module name -> its _load_program object",
+           "    methods = {}  # module name -> {method name: the method object held}"]
     for s in plan.steps:
         out.append(f"\n    # step {s.index}: {s.description}")
         out.append(f"    begin({s.index}, {s.description!r})")
-        out += ["    " + line for line in _statements(s, var, live)]
+        out += ["    " + line for line in _statements(s, live)]
         out.append(f"    end({s.contexts})")
     return "\n".join(out)
 
 
-def _statements(s: PlanStep, var: dict[str, str], live: set[str]) -> list[str]:
+def _statements(s: PlanStep, live: set[str]) -> list[str]:
     allowed = repr(s.allowed)
     if s.op == "snapshot":
         return []
-    v, m = var[s.module], repr(s.module)
+    if s.op == "parallel":
+        lines, names = [], []
+        for j, sub in enumerate(s.substeps):
+            names.append(f"sub_{s.index}_{j}")
+            lines.append(f"def {names[-1]}():")
+            lines += ["    " + line for line in _statements(sub, live)]
+        return lines + [f"parallel([{', '.join(f'({sub.description!r}, {n})' for sub, n in zip(s.substeps, names))}])"]
+    m = repr(s.module)
     path = f"os.path.join(DATA, {s.program!r})"
     if s.op == "load_module":
         live.add(s.module)
-        return [f"{v} = attempt(lambda: _C._load_program({path}), 'load_module({s.module})', "
-                f"{allowed})", f"methods[{m}] = {{}}"]
+        return [f"modules[{m}] = attempt(lambda: _C._load_program({path}), "
+                f"'load_module({s.module})', {allowed})", f"methods[{m}] = {{}}"]
     if s.module not in live:
         return [f"fail('module {s.module} is not live')"]
-    load = (f"methods[{m}][{s.method!r}] = attempt(lambda: {v}.load_method({s.method!r}), "
-            f"'load_method({s.method})', {allowed})")
+    load = (f"methods[{m}][{s.method!r}] = attempt(lambda: modules[{m}].load_method("
+            f"{s.method!r}), 'load_method({s.method})', {allowed})")
     if s.op == "load_method":
         return [load]
     if s.op == "execute":
@@ -59,7 +65,7 @@ def _statements(s: PlanStep, var: dict[str, str], live: set[str]) -> list[str]:
                 f"    fail('method {s.method} was not loaded')"]
     # destroy_module: drop every method object (in load order), then the module itself.
     live.discard(s.module)
-    return [f"methods.pop({m}).clear()", f"del {v}"]
+    return [f"methods.pop({m}).clear()", f"modules.pop({m})"]
 
 
 def render(plan: Plan) -> str:
@@ -81,7 +87,7 @@ def export_python(plan: Plan, out: Path, data: str = "data", copy_data: bool = T
         plan.copy_data(out / data)
     write_run_script(out / "run.sh", f"Runs the Python (pybindings) test of scenario "
                      f"{plan.scenario}.", plan.scenario, plan.ordering,
-                     f'exec "$PYTHON" -u "$here/{script}" "$data" 2>&1\n', data)
+                     f'repeat "$PYTHON" -u "$here/{script}" "$data"\n', data)
     (out / "README.md").write_text(
         f"# HIL scenario {plan.scenario} as a Python test\n\n"
         f"Ordering: {plan.ordering}\n\n"

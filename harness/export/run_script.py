@@ -27,15 +27,28 @@ if [ -z "${{QNN_SDK_ROOT:-}}" ]; then
 fi
 # The interposer appends every QNN call here; the test counts live contexts from it.
 export HARNESS_QNN_TRACE="${{HARNESS_QNN_TRACE:-$here/qnn_trace.txt}}"
-: > "$HARNESS_QNN_TRACE"
 data="${{1:-$here/{data}}}"
+# RUNS=N: run the test up to N times, each a new process with an empty trace, stopping at the
+# first failure (a race the framework met in some runs only).
+repeat() {{
+  local n status=0
+  for n in $(seq 1 "${{RUNS:-1}}"); do
+    : > "$HARNESS_QNN_TRACE"
+    "$@" 2>&1 || status=$?
+    if [ "$status" != 0 ]; then
+      echo "run $n of ${{RUNS:-1}} failed (exit $status)"
+      return "$status"
+    fi
+  done
+  echo "${{RUNS:-1}} run(s) passed"
+}}
 """
 
 
 def write_run_script(path: Path, what: str, scenario: str, ordering: str, body: str,
                      data: str = "data") -> Path:
     """Write `run.sh` (executable): the prelude, then `body` (which may use $here, $data,
-    $PYTHON)."""
+    $PYTHON, and `repeat COMMAND...` to run the test)."""
     import sys
 
     text = PRELUDE.format(what=what, scenario=scenario, ordering=ordering,

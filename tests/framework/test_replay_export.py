@@ -157,13 +157,39 @@ def test_bad_input_is_one_error_with_exit_2(runs, tmp_path):
     assert "Traceback" not in missing.stderr
     empty = _harness("export", str(tmp_path), "--format", "cpp", "--out", str(tmp_path / "o"))
     assert empty.returncode == 2 and "no scenario.json here" in empty.stderr
-    # A parallel step is not expressed by the standalone exports (replay runs it).
-    run = tmp_path / "parallel"
-    run.mkdir()
-    doc = json.loads((runs["s1"] / "scenario.json").read_text())
-    execute_a, execute_b = doc["steps"][2], doc["steps"][3]
-    doc["steps"][2:4] = [{"op": "parallel", "steps": [execute_a, execute_b]}]
-    (run / "scenario.json").write_text(json.dumps(doc))
+    # Backend options are not expressed by the standalone exports (replay runs them).
+    run = _edited_run(runs["s4"], tmp_path / "options", lambda steps: [
+        {**steps[0], "backend_options": {"XnnpackBackend": {"weight_cache_enabled": True}}},
+        *steps[1:]])
     refused = _harness("export", str(run), "--format", "python", "--out", str(tmp_path / "p"))
-    assert refused.returncode == 2 and "step 2 parallel(" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "step 0 load_module(A) has backend options" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def _edited_run(source: Path, run: Path, edit) -> Path:
+    """A run directory whose scenario is `source`'s with its steps edited (no run record: the
+    backend is read from the program)."""
+    run.mkdir()
+    doc = json.loads((source / "scenario.json").read_text())
+    doc["steps"] = edit(doc["steps"])
+    (run / "scenario.json").write_text(json.dumps(doc))
+    return run
+
+
+@pytest.mark.parametrize("fmt", ["cpp", "python"])
+def test_a_parallel_step_runs_on_threads_released_together(runs, tmp_path, fmt):
+    """S1 with both modules' executes again at once (warm: each has its method loaded) before
+    the destroy: the export runs them on two threads and still fails at the execute after it."""
+    run = _edited_run(runs["s1"], tmp_path / "run", lambda steps: [
+        *steps[:4], {"op": "parallel", "steps": [steps[2], steps[3]]}, *steps[4:]])
+    out = tmp_path / fmt
+    proc = _harness("export", str(run), "--format", fmt, "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    source = next(out.glob("test_*")).read_text()
+    assert "parallel(" in source
+    result = _bash(out / "run.sh")
+    _exit_and_words(result, "s1")
+    step4 = result.stdout.split("step 4 parallel(execute(A.forward) | execute(B.forward))\n")[1]
+    assert step4.split("step 5 ")[0].count("outputs match the reference") == 2, result.stdout
+    if S1_FAILS:
+        assert "FAILED step 6 execute(B.forward)" in result.stdout, result.stdout

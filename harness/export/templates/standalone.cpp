@@ -7,7 +7,8 @@
 // Ordering: @@ORDERING@@
 //
 // What the framework asserted, and this test asserts again:
-//  - every step returns Error::Ok@@ALLOWED@@;
+//  - every step returns Error::Ok@@ALLOWED@@ (a parallel step's sub-steps run on one
+//    thread each, released together);
 //  - every execute's outputs equal the reference (|out - exp| <= atol + rtol * |exp|) and are
 //    identical to the first execute of the same program's method in this run;
 //  - with the QNN call trace interposer preloaded (HARNESS_QNN_TRACE names its trace file),
@@ -21,15 +22,19 @@
 // and each step's runtime lines follow the step's own line.
 
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <executorch/extension/module/module.h>
@@ -54,11 +59,43 @@ int g_failures = 0;
 int g_step = -1;
 std::string g_where;
 std::map<std::string, std::vector<std::vector<uint8_t>>> g_first_outputs;
+std::mutex g_mutex;  // the failures and first outputs, shared by a parallel step's threads
+thread_local std::string t_sub;  // the sub-step a parallel step's thread runs
+thread_local int t_failures = 0;  // this thread's failures
 
 void fail(const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_mutex);
   ++g_failures;
-  std::printf("FAILED step %d %s: %s\n", g_step, g_where.c_str(), what.c_str());
+  ++t_failures;
+  std::printf("FAILED step %d %s%s: %s\n", g_step, g_where.c_str(),
+              t_sub.empty() ? "" : (" / " + t_sub).c_str(), what.c_str());
   std::fflush(stdout);
+}
+
+// A parallel step: one thread per sub-step, released together once every thread has
+// started (as the framework's runner does), all joined before the step ends.
+void parallel(const std::vector<std::pair<const char*, std::function<void()>>>& subs) {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t waiting = subs.size();
+  std::vector<std::thread> threads;
+  for (const auto& sub : subs) {
+    threads.emplace_back([&mu, &cv, &waiting, &sub] {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        if (--waiting == 0) {
+          cv.notify_all();
+        } else {
+          cv.wait(lock, [&waiting] { return waiting == 0; });
+        }
+      }
+      t_sub = sub.first;
+      sub.second();
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
 }
 
 void begin(int index, const char* where) {
@@ -188,7 +225,7 @@ void execute(Module& m, const char* program, const char* method, const std::vect
          std::to_string(expected.size()));
     return;
   }
-  const int failures_before = g_failures;
+  const int failures_before = t_failures;
   std::vector<std::vector<uint8_t>> got;
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (!outputs[o].isTensor()) {
@@ -218,13 +255,18 @@ void execute(Module& m, const char* program, const char* method, const std::vect
     }
   }
   std::string key = std::string(program) + "/" + method;
+  std::unique_lock<std::mutex> lock(g_mutex);
   auto first = g_first_outputs.find(key);
   if (first == g_first_outputs.end()) {
     g_first_outputs[key] = got;
   } else if (first->second != got) {
+    lock.unlock();
     fail("outputs differ from the first execute of " + key + " on the same inputs");
   }
-  if (g_failures == failures_before) {
+  if (lock.owns_lock()) {
+    lock.unlock();
+  }
+  if (t_failures == failures_before) {
     std::printf("  outputs match the reference\n");
   }
 }

@@ -7,7 +7,8 @@ Scenario: @@SCENARIO@@
 Ordering: @@ORDERING@@
 
 What the framework asserted, and this test asserts again:
- - every step succeeds@@ALLOWED@@;
+ - every step succeeds@@ALLOWED@@ (a parallel step's sub-steps run on one thread
+   each, released together);
  - every execute's outputs equal the reference (|out - exp| <= atol + rtol * |exp|) and are
    identical to the first execute of the same program's method in this run;
  - with the QNN call trace interposer preloaded (HARNESS_QNN_TRACE names its trace file), the
@@ -23,6 +24,7 @@ Usage: python3 this_file.py [DATA_DIR]   (the programs and tensors; default ./da
 
 import os
 import sys
+import threading
 
 import numpy as np
 import torch  # noqa: F401  (tensors cross the pybindings as torch tensors)
@@ -32,12 +34,33 @@ DATA = sys.argv[1] if len(sys.argv) > 1 else "data"
 failures = 0
 where = ""
 first_outputs = {}
+lock = threading.Lock()  # the failures, shared by a parallel step's threads
+local = threading.local()  # local.sub: the sub-step a parallel step's thread runs
 
 
 def fail(what):
     global failures
-    failures += 1
-    print(f"FAILED {where}: {what}", flush=True)
+    sub = getattr(local, "sub", "")
+    with lock:
+        failures += 1
+        print(f"FAILED {where}{' / ' + sub if sub else ''}: {what}", flush=True)
+
+
+def parallel(subs):
+    """One thread per sub-step, released together once every one has started, all joined
+    (the pybindings hold the GIL while they run a call, so the calls themselves take turns)."""
+    barrier = threading.Barrier(len(subs))
+
+    def run(name, work):
+        local.sub = name
+        barrier.wait()
+        work()
+
+    threads = [threading.Thread(target=run, args=sub) for sub in subs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def begin(index, description):
