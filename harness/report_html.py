@@ -55,6 +55,8 @@ def extras_for_test(test: dict, runs: list[dict], results: list[ScenarioResult],
         parts.append(f"<h4>scenario {escape(run['scenario'])} (run {run['index']}, "
                      f"{len(run['steps'])} steps, runner {escape(run['runner'] or '?')})</h4>")
         parts.append(step_table(run, failing))
+        if run.get("replay"):
+            parts.append(f"<p>replay: <code>{escape(run['replay'])}</code></p>")
         parts.append(_excerpts(run, result, failing))
         images.append(extras.png(scenario_plot(run, failing),
                                  name=f"{run['scenario']} (run {run['index']})"))

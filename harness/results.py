@@ -103,7 +103,18 @@ def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, i
         "failures": [failure_entry(f) for f in failures],
         "xnnpack": list(xnnpack),
         "artifacts": str(result.artifacts) if result.artifacts else None,
+        "replay": replay_command(result, failures, device),
     }
+
+
+def replay_command(result: ScenarioResult, failures: list[Failure], device: str | None) -> str | None:
+    """`python -m harness replay ...` for a run with failures that kept its artifacts."""
+    if not failures or result.artifacts is None:
+        return None
+    from harness.replay import command_line
+
+    return command_line(result.artifacts, device if device not in (None, "simulator") else None,
+                        runner=result.output.runner)
 
 
 def xnnpack_entry(load, expected: str | None) -> dict:

@@ -64,6 +64,7 @@ def test_report_page_as_a_person_sees_it(pytester, tmp_path):
     failing = run["steps"][run["failures"][0]["step"]]
     assert failing["op"] == "execute" and failing["status"] == "error"
     assert "DelegateHandle has been deleted" in run["failures"][0]["message"]
+    assert run["replay"] == f"python -m harness replay {run['artifacts']} --simulator"
     assert all({"op", "status", "message", "elapsed_ms", "live", "memory"} <= set(s)
                for r in doc["runs"] for s in r["steps"])
     assert doc["devices"][0]["soc"] == "SM8650" and doc["devices"][0]["runner"] == "native"
@@ -92,7 +93,8 @@ def test_report_page_as_a_person_sees_it(pytester, tmp_path):
     assert page.rows == 6
     for words in ("HIL devices", "SM8650", "the HTP simulator runs on the host",
                   "qnn-delegate-cache-module-lifetime", "execute(forward) failed",
-                  "runtime's message", "DelegateHandle has been deleted"):
+                  "runtime's message", "DelegateHandle has been deleted",
+                  "replay: python -m harness replay"):
         assert words in page.text, words
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
     if os.environ.get(SCREENSHOT_ENV):
