@@ -1,7 +1,9 @@
 """`--format cpp`: the scenario as a C++ test against `executorch::extension::Module`.
 
-The directory holds `test_<scenario>.cpp` (a plain `main` performing the ordering, from
-templates/standalone.cpp), a `CMakeLists.txt` that builds it against an installed ExecuTorch
+The directory holds `test_<scenario>.cpp` (a plain `main` with one call per step of the
+ordering; templates/standalone.cpp holds what each step does, as the native runner does it:
+what a step refuses before the runtime sees it, destroy as unloading every method in load
+order and then resetting the `Module`), a `CMakeLists.txt` that builds it against an installed ExecuTorch
 (`find_package(executorch)`) with the native runner's flags (harness/runner/native/
 CMakeLists.txt: the package's C++ standard and compile definitions, its libraries and the QNN,
 XNNPACK and optimized-kernel components, the runtime library directory as rpath), the
@@ -88,51 +90,35 @@ def steps_source(plan: Plan) -> tuple[str, str]:
     """(declarations, statements) of main(): one block per step, in order."""
     taken: set[str] = set()
     var = {m: identifier(m, taken) for m in plan.modules}
-    loaded: dict[str, list[str]] = {}  # live module -> methods in load order
-    decl = "\n".join(f"  std::unique_ptr<Module> {var[m]};  // module {m}" for m in plan.modules)
+    decl = "\n".join(f"  Live {var[m]}{{{_c(m)}, nullptr, {{}}}};" for m in plan.modules)
     out: list[str] = []
     for s in plan.steps:
         out.append(f"\n  // step {s.index}: {s.description}")
         out.append(f"  begin({s.index}, {_c(s.description)});")
-        out += ["  " + line for line in _statements(s, var, loaded)]
+        out += ["  " + line for line in _statements(s, var)]
         out.append(f"  end({s.contexts});")
     return decl, "\n".join(out)
 
 
-def _statements(s: PlanStep, var: dict[str, str], loaded: dict[str, list[str]]) -> list[str]:
+def _statements(s: PlanStep, var: dict[str, str]) -> list[str]:
     allowed = "true" if s.allowed else "false"
     if s.op == "snapshot":
         return []
     if s.op == "parallel":
         lines = ["parallel({"]
         for sub in s.substeps:
-            lines.append(f"    {{{_c(sub.description)}, [&] {{")
-            lines += ["      " + line for line in _statements(sub, var, loaded)]
-            lines.append("    }},")
+            lines.append(f"    {{{_c(sub.description)}, [&] {{ " +
+                         " ".join(line.strip() for line in _statements(sub, var)) + " }},")
         return lines + ["});"]
     v = var[s.module]
     if s.op == "load_module":
-        loaded[s.module] = []
         return [f"load_module({v}, {_c(s.program)}, {allowed});"]
-    if s.module not in loaded:
-        return [f'fail("module {s.module} is not live");']
-    methods = loaded[s.module]
-    if s.op == "load_method":
-        methods.append(s.method)
-        return [f"load_method(*{v}, {_c(s.method)}, {allowed});"]
     if s.op == "execute":
-        if s.method not in methods:
-            methods.append(s.method)  # Module::execute loads it first
-        return [f"execute(*{v}, {_c(s.program)}, {_c(s.method)}, {_specs(s.inputs)},",
+        return [f"execute({v}, {_c(s.program)}, {_c(s.method)}, {_specs(s.inputs)},",
                 f"        {_specs(s.expected)}, {s.atol!r}, {s.rtol!r}, {allowed});"]
-    if s.op == "unload_method":
-        if s.method in methods:
-            methods.remove(s.method)
-        return [f"unload_method(*{v}, {_c(s.method)});"]
-    # destroy_module: as the framework's runner does, every method in load order, then the
-    # Module itself (its program, data loader and allocators).
-    lines = [f"{v}->unload_method({_c(m)});" for m in loaded.pop(s.module)]
-    return lines + [f"{v}.reset();"]
+    if s.op == "destroy_module":
+        return [f"destroy_module({v}, {allowed});"]
+    return [f"{s.op}({v}, {_c(s.method)}, {allowed});"]  # load_method, unload_method
 
 
 def render(plan: Plan) -> str:

@@ -1,8 +1,9 @@
 """`--format python`: the scenario as a Python script on the ExecuTorch pybindings.
 
-`test_<scenario>.py` (from templates/standalone.py) holds `_load_program` objects as modules
-and the method objects itself, so one method can be dropped while another stays (DESIGN:
-`Program.load_method` caches methods for the program's lifetime); `run.sh` runs it.
+`test_<scenario>.py` (from templates/standalone.py, which holds what each step does, as the
+framework's runners do) calls one function per step; it holds `_load_program` objects as
+modules and the method objects itself, so one method can be dropped while another stays
+(`Program.load_method` caches methods for the program's lifetime); `run.sh` runs it.
 """
 
 from __future__ import annotations
@@ -20,52 +21,33 @@ def _specs(tensors) -> str:
 
 
 def steps_source(plan: Plan) -> str:
-    live: set[str] = set()
-    out = ["    modules = {}  # module name -> its _load_program object",
-           "    methods = {}  # module name -> {method name: the method object held}"]
+    out: list[str] = []
     for s in plan.steps:
         out.append(f"\n    # step {s.index}: {s.description}")
         out.append(f"    begin({s.index}, {s.description!r})")
-        out += ["    " + line for line in _statements(s, live)]
+        out += ["    " + line for line in _statements(s)]
         out.append(f"    end({s.contexts})")
     return "\n".join(out)
 
 
-def _statements(s: PlanStep, live: set[str]) -> list[str]:
+def _statements(s: PlanStep) -> list[str]:
     allowed = repr(s.allowed)
     if s.op == "snapshot":
         return []
     if s.op == "parallel":
-        lines, names = [], []
-        for j, sub in enumerate(s.substeps):
-            names.append(f"sub_{s.index}_{j}")
-            lines.append(f"def {names[-1]}():")
-            lines += ["    " + line for line in _statements(sub, live)]
-        return lines + [f"parallel([{', '.join(f'({sub.description!r}, {n})' for sub, n in zip(s.substeps, names))}])"]
+        return ["parallel(["] + [
+            f"    ({sub.description!r}, lambda: "
+            f"{' '.join(line.strip() for line in _statements(sub))}),"
+            for sub in s.substeps] + ["])"]
     m = repr(s.module)
-    path = f"os.path.join(DATA, {s.program!r})"
     if s.op == "load_module":
-        live.add(s.module)
-        return [f"modules[{m}] = attempt(lambda: _C._load_program({path}), "
-                f"'load_module({s.module})', {allowed})", f"methods[{m}] = {{}}"]
-    if s.module not in live:
-        return [f"fail('module {s.module} is not live')"]
-    load = (f"methods[{m}][{s.method!r}] = attempt(lambda: modules[{m}].load_method("
-            f"{s.method!r}), 'load_method({s.method})', {allowed})")
-    if s.op == "load_method":
-        return [load]
+        return [f"load_module({m}, {s.program!r}, {allowed})"]
     if s.op == "execute":
-        return [f"if methods[{m}].get({s.method!r}) is None:", f"    {load}",
-                f"if methods[{m}][{s.method!r}] is not None:",
-                f"    execute(methods[{m}][{s.method!r}], {s.program!r}, {s.method!r}, "
-                f"{_specs(s.inputs)},", f"            {_specs(s.expected)}, {s.atol!r}, "
-                f"{s.rtol!r}, {allowed})"]
-    if s.op == "unload_method":
-        return [f"if methods[{m}].pop({s.method!r}, None) is None:",
-                f"    fail('method {s.method} was not loaded')"]
-    # destroy_module: drop every method object (in load order), then the module itself.
-    live.discard(s.module)
-    return [f"methods.pop({m}).clear()", f"modules.pop({m})"]
+        return [f"execute({m}, {s.method!r}, {s.program!r}, {_specs(s.inputs)},",
+                f"        {_specs(s.expected)}, {s.atol!r}, {s.rtol!r}, {allowed})"]
+    if s.op == "destroy_module":
+        return [f"destroy_module({m}, {allowed})"]
+    return [f"{s.op}({m}, {s.method!r}, {allowed})"]  # load_method, unload_method
 
 
 def render(plan: Plan) -> str:

@@ -120,6 +120,16 @@ void check_status(Error err, const std::string& call, bool allowed) {
   }
 }
 
+// A step the framework's runner refuses itself (a module that is not live, a method already
+// loaded): a failure, unless the framework expects the step to fail.
+void refuse(const std::string& what, bool allowed) {
+  if (allowed) {
+    std::printf("  %s (allowed: the framework expects this step to fail)\n", what.c_str());
+  } else {
+    fail(what);
+  }
+}
+
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -192,17 +202,98 @@ void end(int expected_contexts) {
   }
 }
 
-void load_module(std::unique_ptr<Module>& m, const char* pte, bool allowed) {
-  m = std::make_unique<Module>(g_data + "/" + pte, Module::LoadMode::MmapUseMlockIgnoreErrors);
-  check_status(m->load(), std::string("Module::load(") + pte + ")", allowed);
+// A module of the scenario: its Module while live (null otherwise) and the methods it has
+// loaded, in load order (what destroy_module unloads, as the framework's runner does).
+struct Live {
+  const char* name;
+  std::unique_ptr<Module> module;
+  std::vector<std::string> methods;
+};
+
+void note_method(Live& m, const std::string& method) {
+  for (const auto& name : m.methods) {
+    if (name == method) {
+      return;
+    }
+  }
+  m.methods.push_back(method);
 }
 
-void load_method(Module& m, const char* method, bool allowed) {
-  check_status(m.load_method(method), std::string("load_method(") + method + ")", allowed);
+bool live(Live& m, bool allowed) {
+  if (!m.module) {
+    refuse(std::string("module ") + m.name + " is not live", allowed);
+  }
+  return m.module != nullptr;
 }
 
-void execute(Module& m, const char* program, const char* method, const std::vector<Spec>& inputs,
+void load_module(Live& m, const char* pte, bool allowed) {
+  if (m.module) {
+    refuse(std::string("module ") + m.name + " is already live", allowed);
+    return;
+  }
+  // The loader the framework's runner uses (and the pybindings, for a file): mmap, mlock
+  // when permitted.
+  m.module = std::make_unique<Module>(g_data + "/" + pte, Module::LoadMode::MmapUseMlockIgnoreErrors);
+  Error err = m.module->load();
+  check_status(err, std::string("Module::load(") + pte + ")", allowed);
+  if (err != Error::Ok) {
+    m.module.reset();
+  }
+}
+
+void load_method(Live& m, const char* method, bool allowed) {
+  if (!live(m, allowed)) {
+    return;
+  }
+  if (m.module->is_method_loaded(method)) {
+    refuse(std::string("method ") + method + " of module " + m.name + " is already loaded",
+           allowed);
+    return;
+  }
+  Error err = m.module->load_method(method);
+  check_status(err, std::string("load_method(") + method + ")", allowed);
+  if (err == Error::Ok) {
+    note_method(m, method);
+  }
+}
+
+void unload_method(Live& m, const char* method, bool allowed) {
+  if (!live(m, allowed)) {
+    return;
+  }
+  // Erases the method's holder: the Method (its delegate handles destroyed), its memory
+  // manager and planned buffers; other methods and the program stay.
+  if (!m.module->unload_method(method)) {
+    refuse(std::string("method ") + method + " of module " + m.name + " is not loaded",
+           allowed);
+    return;
+  }
+  for (auto it = m.methods.begin(); it != m.methods.end(); ++it) {
+    if (*it == method) {
+      m.methods.erase(it);
+      break;
+    }
+  }
+}
+
+// Every method in load order, then the Module itself (its program, data loader and
+// allocators), as the framework's runner destroys a module.
+void destroy_module(Live& m, bool allowed) {
+  if (!live(m, allowed)) {
+    return;
+  }
+  for (const auto& method : m.methods) {
+    m.module->unload_method(method);
+  }
+  m.methods.clear();
+  m.module.reset();
+}
+
+void execute(Live& m, const char* program, const char* method, const std::vector<Spec>& inputs,
              const std::vector<Spec>& expected, double atol, double rtol, bool allowed) {
+  if (!live(m, allowed)) {
+    return;
+  }
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<executorch::extension::TensorPtr> tensors;
   std::vector<EValue> values;
@@ -214,7 +305,11 @@ void execute(Module& m, const char* program, const char* method, const std::vect
         std::move(sizes), buffers.back().data(), spec.dtype));
     values.emplace_back(*tensors.back());
   }
-  auto result = m.execute(method, values);
+  // Loads the method first when it is not loaded, as the framework's runner's execute does.
+  auto result = m.module->execute(method, values);
+  if (m.module->is_method_loaded(method)) {
+    note_method(m, method);
+  }
   if (!result.ok()) {
     check_status(result.error(), std::string("execute(") + method + ")", allowed);
     return;
@@ -268,12 +363,6 @@ void execute(Module& m, const char* program, const char* method, const std::vect
   }
   if (t_failures == failures_before) {
     std::printf("  outputs match the reference\n");
-  }
-}
-
-void unload_method(Module& m, const char* method) {
-  if (!m.unload_method(method)) {
-    fail(std::string("method ") + method + " was not loaded");
   }
 }
 

@@ -46,6 +46,15 @@ def fail(what):
         print(f"FAILED {where}{' / ' + sub if sub else ''}: {what}", flush=True)
 
 
+def refuse(what, allowed):
+    """A step the framework's runner refuses itself (a module that is not live, a method
+    already loaded): a failure, unless the framework expects the step to fail."""
+    if allowed:
+        print(f"  {what} (allowed: the framework expects this step to fail)", flush=True)
+    else:
+        fail(what)
+
+
 def parallel(subs):
     """One thread per sub-step, released together once every one has started, all joined
     (the pybindings hold the GIL while they run a call, so the calls themselves take turns)."""
@@ -117,7 +126,58 @@ def attempt(call, what, allowed):
         return None
 
 
-def execute(method, program, name, inputs, expected, atol, rtol, allowed):
+modules = {}  # module name -> its _load_program object, while live
+methods = {}  # module name -> {method name: the method object this script holds}, in load order
+
+
+def live(module, allowed):
+    if module not in modules:
+        refuse(f"module {module} is not live", allowed)
+    return module in modules
+
+
+def load_module(module, program, allowed):
+    if module in modules:
+        refuse(f"module {module} is already live", allowed)
+        return
+    loaded = attempt(lambda: _C._load_program(os.path.join(DATA, program)),
+                     f"load_module({module})", allowed)
+    if loaded is not None:
+        modules[module], methods[module] = loaded, {}
+
+
+def load_method(module, name, allowed):
+    if not live(module, allowed):
+        return
+    if name in methods[module]:
+        refuse(f"method {name} of module {module} is already loaded", allowed)
+        return
+    method = attempt(lambda: modules[module].load_method(name), f"load_method({name})", allowed)
+    if method is not None:
+        methods[module][name] = method
+
+
+def unload_method(module, name, allowed):
+    """Drops the method object: its delegate handles are destroyed, other methods stay."""
+    if live(module, allowed) and methods[module].pop(name, None) is None:
+        refuse(f"method {name} of module {module} is not loaded", allowed)
+
+
+def destroy_module(module, allowed):
+    """Every method object (in load order), then the module itself."""
+    if live(module, allowed):
+        methods.pop(module).clear()
+        del modules[module]
+
+
+def execute(module, name, program, inputs, expected, atol, rtol, allowed):
+    if not live(module, allowed):
+        return
+    if name not in methods[module]:  # loaded first, as the framework's runner's execute does
+        load_method(module, name, allowed)
+        if name not in methods[module]:
+            return
+    method = methods[module][name]
     outputs = attempt(lambda: method.call([tensor(t) for t in inputs]), f"execute({name})",
                       allowed)
     if outputs is None:
