@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.export.plan import Plan, PlanStep, identifier
+from harness.export.plan import Plan, identifier
 from harness.export.run_script import write_run_script
+from harness.export.source import Language, fill, tensors
 
 TEMPLATE = Path(__file__).with_name("templates") / "standalone.cpp"
 DTYPES = {"float32": "Float", "float16": "Half", "int64": "Long", "int32": "Int",
@@ -76,60 +77,29 @@ repeat "$build/test_{scenario}" "$data"
 """
 
 
-def _specs(tensors) -> str:
-    items = [f'{{"{t.file}", ScalarType::{DTYPES[t.dtype]}, {{{", ".join(map(str, t.shape))}}}}}'
-             for t in tensors]
-    return "{" + ", ".join(items) + "}"
+def _literal(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a C string literal (the names are ASCII)
+    if isinstance(value, tuple):  # tensors
+        return tensors(value, lambda t: f'{{"{t.file}", ScalarType::{DTYPES[t.dtype]}, '
+                                        f'{{{", ".join(map(str, t.shape))}}}}}', "{}")
+    return repr(value)
 
 
-def _c(text: str) -> str:
-    return json.dumps(text)  # a C string literal (the names are ASCII)
-
-
-def steps_source(plan: Plan) -> tuple[str, str]:
-    """(declarations, statements) of main(): one block per step, in order."""
-    taken: set[str] = set()
-    var = {m: identifier(m, taken) for m in plan.modules}
-    decl = "\n".join(f"  Live {var[m]}{{{_c(m)}, nullptr, {{}}}};" for m in plan.modules)
-    out: list[str] = []
-    for s in plan.steps:
-        out.append(f"\n  // step {s.index}: {s.description}")
-        out.append(f"  begin({s.index}, {_c(s.description)});")
-        out += ["  " + line for line in _statements(s, var)]
-        out.append(f"  end({s.contexts});")
-    return decl, "\n".join(out)
-
-
-def _statements(s: PlanStep, var: dict[str, str]) -> list[str]:
-    allowed = "true" if s.allowed else "false"
-    if s.op == "snapshot":
-        return []
-    if s.op == "parallel":
-        lines = ["parallel({"]
-        for sub in s.substeps:
-            lines.append(f"    {{{_c(sub.description)}, [&] {{ " +
-                         " ".join(line.strip() for line in _statements(sub, var)) + " }},")
-        return lines + ["});"]
-    v = var[s.module]
-    if s.op == "load_module":
-        return [f"load_module({v}, {_c(s.program)}, {allowed});"]
-    if s.op == "execute":
-        return [f"execute({v}, {_c(s.program)}, {_c(s.method)}, {_specs(s.inputs)},",
-                f"        {_specs(s.expected)}, {s.atol!r}, {s.rtol!r}, {allowed});"]
-    if s.op == "destroy_module":
-        return [f"destroy_module({v}, {allowed});"]
-    return [f"{s.op}({v}, {_c(s.method)}, {allowed});"]  # load_method, unload_method
+def _parallel(subs: list[tuple[str, str]]) -> list[str]:
+    return (["parallel({"] + [f"    {{{_literal(d)}, [&] {{ {c}; }}}}," for d, c in subs] +
+            ["});"])
 
 
 def render(plan: Plan) -> str:
-    declarations, statements = steps_source(plan)
-    text = TEMPLATE.read_text()
-    for key, value in {"TITLE": f"Standalone C++ reproduction of HIL scenario {plan.scenario}",
-                       "SOURCE": str(plan.source), "SCENARIO": plan.scenario,
-                       "ORDERING": plan.ordering, "ALLOWED": plan.allowed_note,
-                       "DECLARATIONS": declarations, "STEPS": statements}.items():
-        text = text.replace(f"@@{key}@@", value)
-    return text
+    taken: set[str] = set()
+    var = {m: identifier(m, taken) for m in plan.modules}
+    lang = Language("//", ";", "  ", _literal, var.__getitem__, _parallel)
+    declarations = "\n".join(f"  Live {var[m]}{{{_literal(m)}, nullptr, {{}}}};"
+                             for m in plan.modules)
+    return fill(TEMPLATE, plan, "C++", lang, DECLARATIONS=declarations)
 
 
 def export_cpp(plan: Plan, out: Path, data: str = "data", copy_data: bool = True) -> Path:

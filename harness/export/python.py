@@ -10,54 +10,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.export.plan import Plan, PlanStep
+from harness.export.plan import Plan
 from harness.export.run_script import write_run_script
+from harness.export.source import Language, fill, tensors
 
 TEMPLATE = Path(__file__).with_name("templates") / "standalone.py"
 
 
-def _specs(tensors) -> str:
-    return "[" + ", ".join(f"({t.file!r}, {t.dtype!r}, {tuple(t.shape)!r})" for t in tensors) + "]"
+def _literal(value) -> str:
+    if isinstance(value, tuple):  # tensors
+        return tensors(value, lambda t: repr((t.file, t.dtype, tuple(t.shape))), "[]")
+    return repr(value)
 
 
-def steps_source(plan: Plan) -> str:
-    out: list[str] = []
-    for s in plan.steps:
-        out.append(f"\n    # step {s.index}: {s.description}")
-        out.append(f"    begin({s.index}, {s.description!r})")
-        out += ["    " + line for line in _statements(s)]
-        out.append(f"    end({s.contexts})")
-    return "\n".join(out)
+def _parallel(subs: list[tuple[str, str]]) -> list[str]:
+    return ["parallel(["] + [f"    ({d!r}, lambda: {c})," for d, c in subs] + ["])"]
 
 
-def _statements(s: PlanStep) -> list[str]:
-    allowed = repr(s.allowed)
-    if s.op == "snapshot":
-        return []
-    if s.op == "parallel":
-        return ["parallel(["] + [
-            f"    ({sub.description!r}, lambda: "
-            f"{' '.join(line.strip() for line in _statements(sub))}),"
-            for sub in s.substeps] + ["])"]
-    m = repr(s.module)
-    if s.op == "load_module":
-        return [f"load_module({m}, {s.program!r}, {allowed})"]
-    if s.op == "execute":
-        return [f"execute({m}, {s.method!r}, {s.program!r}, {_specs(s.inputs)},",
-                f"        {_specs(s.expected)}, {s.atol!r}, {s.rtol!r}, {allowed})"]
-    if s.op == "destroy_module":
-        return [f"destroy_module({m}, {allowed})"]
-    return [f"{s.op}({m}, {s.method!r}, {allowed})"]  # load_method, unload_method
+LANGUAGE = Language("#", "", "    ", _literal, repr, _parallel)
 
 
 def render(plan: Plan) -> str:
-    text = TEMPLATE.read_text()
-    for key, value in {"TITLE": f"Standalone Python reproduction of HIL scenario {plan.scenario}",
-                       "SOURCE": str(plan.source), "SCENARIO": plan.scenario,
-                       "ORDERING": plan.ordering, "ALLOWED": plan.allowed_note,
-                       "STEPS": steps_source(plan)}.items():
-        text = text.replace(f"@@{key}@@", value)
-    return text
+    return fill(TEMPLATE, plan, "Python", LANGUAGE)
 
 
 def export_python(plan: Plan, out: Path, data: str = "data", copy_data: bool = True) -> Path:

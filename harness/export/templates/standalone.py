@@ -170,7 +170,7 @@ def destroy_module(module, allowed):
         del modules[module]
 
 
-def execute(module, name, program, inputs, expected, atol, rtol, allowed):
+def execute(module, program, name, inputs, expected, atol, rtol, allowed):
     if not live(module, allowed):
         return
     if name not in methods[module]:  # loaded first, as the framework's runner's execute does
