@@ -168,6 +168,17 @@ def _backend_of(pte: Path) -> str:
     return "+".join(backends) or "portable"
 
 
+def gone_paths(scenario: Scenario) -> list[str]:
+    """Absolute paths in the scenario's backend options and watched mappings that do not
+    exist now (programs and tensors were checked when the run was read)."""
+    named = list(scenario.watch_mappings)
+    for step in scenario.steps:
+        for sub in step.flat:
+            for options in (sub.args.get("backend_options") or {}).values():
+                named += [v for v in options.values() if isinstance(v, str)]
+    return [p for p in dict.fromkeys(named) if p.startswith("/") and not Path(p).exists()]
+
+
 # Checks -------------------------------------------------------------------------------------
 def checks_for(scenario: Scenario) -> list[tuple[str, Callable[[ScenarioResult], None]]]:
     """The checks a HIL test makes of every run (steps, outputs, and for QNN programs the
@@ -310,6 +321,10 @@ def main(argv: list[str]) -> int:
     failure = run.recorded_failure()
     if failure:
         print(f"recorded: step {failure[0]} {failure[1]}: {failure[2]}")
+    for path in gone_paths(sc):
+        print(f"warning: the scenario names {path}, which no longer exists (a file of the "
+              "recorded session's scratch directory, such as a weight cache?): this run does "
+              "not start from what the recorded one had")
     failed_runs = 0
     try:
         device = session.device

@@ -113,6 +113,11 @@ def test_an_export_reproduces_the_verdict_standalone(runs, tmp_path, fmt, scenar
         assert "FAILED step 5 execute(B.forward)" in run.stdout, run.stdout
     if fmt == "cpp":
         assert (out / "build" / f"test_{name}").is_file()  # built with CMake here
+    elif scenario == "s4":  # RUNS=N: new processes, each with its own trace
+        again = subprocess.run(["bash", str(out / "run.sh")], env={**_env(), "RUNS": "2"},
+                               capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0 and "2 run(s) passed" in again.stdout, again.stdout
+        assert again.stdout.count("every check held") == 2
 
 
 @pytest.mark.parametrize("scenario", ["s1", "s4"])
@@ -149,6 +154,17 @@ def test_a_large_program_is_referenced_by_sha256(runs, tmp_path):
         listed = json.loads(tar.extractfile(f"{archive.name[:-7]}/programs.json").read())
     assert not [n for n in names if n.endswith(".pte")], names
     assert len(listed) == 1 and len(listed[0]["sha256"]) == 64 and listed[0]["size"] > 1000
+
+
+def test_replay_warns_of_a_scratch_file_that_is_gone(runs, tmp_path):
+    """A weight cache the recorded session made in its scratch directory is gone with it."""
+    cache = tmp_path / "gone" / "xnn.cache"
+    run = _edited_run(runs["s4"], tmp_path / "run", lambda steps: steps)
+    doc = json.loads((run / "scenario.json").read_text())
+    doc["watch_mappings"] = [str(cache)]
+    (run / "scenario.json").write_text(json.dumps(doc))
+    proc = _harness("replay", str(run))
+    assert f"warning: the scenario names {cache}, which no longer exists" in proc.stdout
 
 
 def test_bad_input_is_one_error_with_exit_2(runs, tmp_path):
