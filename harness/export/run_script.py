@@ -23,7 +23,12 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 # The QNN libraries: QNN_SDK_ROOT and LD_LIBRARY_PATH as given, or the HTP simulator with the
 # QNN call-trace interposer as executorch-qnn-hil lays them out.
 if [ -z "${{QNN_SDK_ROOT:-}}" ]; then
-  eval "$("$PYTHON" -m harness env)"
+  qnn_env=$("$PYTHON" -m harness env) || {{
+    echo "run.sh: no QNN libraries: set QNN_SDK_ROOT and LD_LIBRARY_PATH to them, or install" \
+         "executorch-qnn-hil (python -m harness env) for the HTP simulator's" >&2
+    exit 2
+  }}
+  eval "$qnn_env"
 fi
 # The interposer appends every QNN call here; the test counts live contexts from it.
 export HARNESS_QNN_TRACE="${{HARNESS_QNN_TRACE:-$here/qnn_trace.txt}}"

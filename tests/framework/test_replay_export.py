@@ -91,6 +91,14 @@ def test_replay_fails_again_at_the_recorded_step(runs):
         assert "FAILED isolation" in proc.stdout and "FAILED live counts" in proc.stdout
 
 
+def test_replay_with_the_python_runner(runs):
+    proc = _harness("replay", str(runs["s1"]), "--runner", "python")
+    _exit_and_words(proc, "s1")
+    assert "runner python" in proc.stdout
+    if S1_FAILS:
+        assert "first failing step: 5 execute(B.forward), the same step as recorded" in proc.stdout
+
+
 def test_replay_of_a_passing_run_holds_every_check_each_time(runs):
     proc = _harness("replay", str(runs["s4"]), "--runs", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
