@@ -6,6 +6,7 @@ own message and log lines, and the QNN trace facts behind the verdict.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from harness.compile import uses_qnn
@@ -16,6 +17,18 @@ from harness.result import ScenarioResult
 from harness.scenario import Step
 
 _RUNTIME_ERROR_LINE = re.compile(r"error|fail|deleted|abort|invalid", re.IGNORECASE)
+
+
+def _check(name: str):
+    """Record on the result that a test made this check (`ScenarioResult.checks`)."""
+    def wrap(assertion):
+        @functools.wraps(assertion)
+        def checked(result: ScenarioResult, *args, **kwargs):
+            if name not in result.checks:
+                result.checks.append(name)
+            return assertion(result, *args, **kwargs)
+        return checked
+    return wrap
 
 
 def assert_completed(result: ScenarioResult) -> None:
@@ -40,6 +53,7 @@ def runtime_log(result: ScenarioResult, limit: int = 12) -> str:
     return "\n".join("    " + l for l in lines[-limit:])
 
 
+@_check("steps")
 def assert_steps_ok(result: ScenarioResult) -> None:
     """Every step succeeded; otherwise name the first failing step with the runtime's words."""
     assert_completed(result)
@@ -70,6 +84,7 @@ def executed_outputs(result: ScenarioResult) -> list[tuple[int, Step, dict]]:
     return out
 
 
+@_check("outputs")
 def assert_outputs_consistent(result: ScenarioResult) -> None:
     """Every execute of the same program's method gave identical outputs across modules."""
     assert_completed(result)
@@ -120,6 +135,7 @@ def assert_traced(result: ScenarioResult) -> None:
             "(it is built for x86_64 hosts and stand-in devices; phones have no trace yet)")
 
 
+@_check("isolation")
 def assert_isolation(result: ScenarioResult) -> None:
     """Modules never share a context, executes use the executing module's context, a destroy
     frees only that module's contexts, and nothing runs on a freed context.
@@ -196,6 +212,7 @@ def assert_isolation(result: ScenarioResult) -> None:
                              "\n  ".join(dict.fromkeys(problems)) + f"\nsteps:\n{result.summary()}")
 
 
+@_check("live counts")
 def assert_live_counts(result: ScenarioResult) -> None:
     """Live QNN contexts after each step equal the reference model's; backends and devices
     exist exactly while a context does."""
@@ -227,6 +244,7 @@ def memory_growth_kb(result: ScenarioResult, first: int, second: int, field: str
     return b - a
 
 
+@_check("memory")
 def assert_memory_within(result: ScenarioResult, first: int, second: int, tolerance_kb: int,
                          field: str = "Rss") -> None:
     """Process memory at `second` is at most `tolerance_kb` above `first` (no leak)."""
@@ -238,6 +256,7 @@ def assert_memory_within(result: ScenarioResult, first: int, second: int, tolera
             f"({result.steps[second].step.describe()}); tolerance {tolerance_kb} kB")
 
 
+@_check("htp memory")
 def assert_htp_memory_bounded(result: ScenarioResult, per_context_kb: int) -> None:
     """dma-buf memory (HTP shared and spill-fill buffers, from the runner's fdinfo readings)
     stays within `per_context_kb` per live QNN context above the first step's reading, and is
@@ -260,6 +279,7 @@ def assert_htp_memory_bounded(result: ScenarioResult, per_context_kb: int) -> No
                              "config's tolerance:\n  " + "\n  ".join(problems))
 
 
+@_check("dsp heap")
 def assert_dsp_heap_bounded(result: ScenarioResult, per_context_kb: int, leak_kb: int,
                             expected: bool) -> None:
     """DSP heap (QNN's own profile events at every context create and free, on phones) never

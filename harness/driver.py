@@ -27,8 +27,8 @@ from harness.scenario import Scenario
 RUN_RECORD = "replay.json"
 """What `python -m harness replay` and `export` need beside scenario.json: the scenario with
 host paths, each module's model (backend, SoC, precision: the scenario file names only the
-program), the steps allowed to fail, and the device and runtime the run had
-(harness/replay.py reads it)."""
+program), the steps allowed to fail, the device and runtime the run had, and once the test
+has ended the checks it made of the run (harness/replay.py reads it)."""
 
 RETAIN_PASSED = 100
 """Checked-and-passed runs a driver keeps for the report (`release`); --hil-report-max-runs's
@@ -123,6 +123,16 @@ class ScenarioDriver:
         unwritten, self._unwritten = self._unwritten, []
         for result in unwritten:
             self._keep(result, result.artifacts, self.device)
+
+    def record_checks(self) -> None:
+        """Add to each kept run's record the checks the test made of it (called once the
+        test has ended), so that replay judges a replay by them."""
+        for result in self.results:
+            path = result.artifacts / RUN_RECORD if result.artifacts is not None else None
+            if result.checks and path is not None and path.is_file():
+                record = json.loads(path.read_text())
+                record["checks"] = list(result.checks)
+                path.write_text(json.dumps(record, indent=1, default=str))
 
     @staticmethod
     def _keep(result: ScenarioResult, out_dir: Path, device: Device) -> None:

@@ -799,6 +799,7 @@ def scenario_driver(request: pytest.FixtureRequest, hil_session: HilSession, hil
             shutil.rmtree(artifacts)
     else:
         driver.write_artifacts()
+        driver.record_checks()
 
 
 def _safe(nodeid: str) -> str:

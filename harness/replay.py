@@ -193,7 +193,9 @@ def checks_for(scenario: Scenario) -> list[tuple[str, Callable[[ScenarioResult],
 
 
 def check(result: ScenarioResult) -> list[tuple[str, str]]:
-    """(check, its first line) for each check that failed; empty when every one holds."""
+    """(check, its first line) for each of `checks_for` that failed; empty when every one
+    holds. All of them run, those its test did not make too: replay judges by the test's
+    (`made` in `main`) and shows the others."""
     failed = []
     for name, assertion in checks_for(result.scenario):
         try:
@@ -325,6 +327,12 @@ def main(argv: list[str]) -> int:
         print(f"warning: the scenario names {path}, which no longer exists (a file of the "
               "recorded session's scratch directory, such as a weight cache?): this run does "
               "not start from what the recorded one had")
+    made = run.record.get("checks")  # None: not recorded (then every check counts)
+    if made is not None:
+        redone = {name for name, _ in checks_for(sc)}
+        skipped = [name for name in made if name not in redone]
+        note = f"; not redone: {', '.join(skipped)} (with the test's tolerances)" if skipped else ""
+        print(f"the test checked: {', '.join(made) or 'nothing of the run'}{note}")
     failed_runs = 0
     try:
         device = session.device
@@ -336,7 +344,8 @@ def main(argv: list[str]) -> int:
             where = artifacts / f"run-{n}" if args.runs > 1 else artifacts
             result = ScenarioDriver(device, where, session.timeout).run(sc, allow_crash=True)
             failed = check(result)
-            failed_runs += bool(failed)
+            judged = [(name, line) for name, line in failed if made is None or name in made]
+            failed_runs += bool(judged)
             print(f"\n== run {n} of {args.runs}: {result.artifacts}")
             print(step_table(result))
             lines = runtime_lines(result)
@@ -345,7 +354,8 @@ def main(argv: list[str]) -> int:
             if result.failure_kind:
                 print(result.crash_report())
             for name, line in failed:
-                print(f"FAILED {name}: {line}")
+                extra = "" if (name, line) in judged else " (not one its test made of this run)"
+                print(f"FAILED {name}{extra}: {line}")
             first = next((f for f in run_failures(result) if f.step is not None), None)
             if failure and first is not None:
                 same = "the same step as" if first.step == failure[0] else "another step than"
