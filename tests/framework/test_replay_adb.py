@@ -14,7 +14,7 @@ import pytest
 
 from harness.qnn.sdk import executorch_version
 
-from loopback_phone import attached_phone
+from phones import phone  # noqa: F401 -- the module's loopback phone fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -23,12 +23,6 @@ pytestmark = [
     pytest.mark.skipif(executorch_version() != "1.5.1",
                        reason="S1 fails (the delegate-cache bug) on executorch 1.5.1"),
 ]
-
-
-@pytest.fixture(scope="module")
-def phone(tmp_path_factory):
-    with attached_phone(tmp_path_factory.mktemp("phone")) as dev:
-        yield dev
 
 
 def test_replay_on_the_phone_the_failure_message_names(phone, tmp_path):
