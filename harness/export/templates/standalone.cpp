@@ -72,9 +72,10 @@ void fail(const std::string& what) {
   std::fflush(stdout);
 }
 
+// The step functions below are [[maybe_unused]]: a scenario calls the ones its ops need.
 // A parallel step: one thread per sub-step, released together once every thread has
 // started (as the framework's runner does), all joined before the step ends.
-void parallel(const std::vector<std::pair<const char*, std::function<void()>>>& subs) {
+[[maybe_unused]] void parallel(const std::vector<std::pair<const char*, std::function<void()>>>& subs) {
   std::mutex mu;
   std::condition_variable cv;
   size_t waiting = subs.size();
@@ -226,7 +227,7 @@ bool live(Live& m, bool allowed) {
   return m.module != nullptr;
 }
 
-void load_module(Live& m, const char* pte, bool allowed) {
+[[maybe_unused]] void load_module(Live& m, const char* pte, bool allowed) {
   if (m.module) {
     refuse(std::string("module ") + m.name + " is already live", allowed);
     return;
@@ -241,7 +242,7 @@ void load_module(Live& m, const char* pte, bool allowed) {
   }
 }
 
-void load_method(Live& m, const char* method, bool allowed) {
+[[maybe_unused]] void load_method(Live& m, const char* method, bool allowed) {
   if (!live(m, allowed)) {
     return;
   }
@@ -257,7 +258,7 @@ void load_method(Live& m, const char* method, bool allowed) {
   }
 }
 
-void unload_method(Live& m, const char* method, bool allowed) {
+[[maybe_unused]] void unload_method(Live& m, const char* method, bool allowed) {
   if (!live(m, allowed)) {
     return;
   }
@@ -278,7 +279,7 @@ void unload_method(Live& m, const char* method, bool allowed) {
 
 // Every method in load order, then the Module itself (its program, data loader and
 // allocators), as the framework's runner destroys a module.
-void destroy_module(Live& m, bool allowed) {
+[[maybe_unused]] void destroy_module(Live& m, bool allowed) {
   if (!live(m, allowed)) {
     return;
   }
@@ -289,7 +290,7 @@ void destroy_module(Live& m, bool allowed) {
   m.module.reset();
 }
 
-void execute(Live& m, const char* program, const char* method, const std::vector<Spec>& inputs,
+[[maybe_unused]] void execute(Live& m, const char* program, const char* method, const std::vector<Spec>& inputs,
              const std::vector<Spec>& expected, double atol, double rtol, bool allowed) {
   if (!live(m, allowed)) {
     return;
