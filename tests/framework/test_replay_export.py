@@ -127,6 +127,7 @@ def test_an_export_reproduces_the_verdict_standalone(runs, tmp_path, fmt, scenar
         assert "FAILED step 5 execute(B.forward)" in run.stdout, run.stdout
     if fmt == "cpp":
         assert (out / "build" / f"test_{name}").is_file()  # built with CMake here
+        assert "warning" not in (out / "build.log").read_text()  # -Wall -Wextra, as the runner
     elif scenario == "s4":  # RUNS=N: new processes, each with its own trace
         again = subprocess.run(["bash", str(out / "run.sh")], env={**_env(), "RUNS": "2"},
                                capture_output=True, text=True, timeout=600)
