@@ -114,6 +114,7 @@ def inspect(args: list[str]) -> int:
 
     from harness.errors import ModelError
     from harness.program import read_program
+    from harness.user_program import describe_inputs
 
     as_json = "--json" in args
     paths = [a for a in args if a != "--json"]
@@ -133,6 +134,8 @@ def inspect(args: list[str]) -> int:
             continue
         if not as_json:
             print(("\n" if infos else "") + info.describe(), flush=True)
+            print("\n".join(["  inputs the suites feed:"] +
+                            [f"    {line}" for line in describe_inputs(info)]), flush=True)
         infos.append(info)
     if as_json:
         print(json.dumps([info.to_json() for info in infos], indent=1))

@@ -340,14 +340,16 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
 
     for pte in opts.ptes:
         check_file(pte)  # a wrong path or a file that is not a program: now, not per test
-    if opts.ptes and on_simulator:
-        # The simulator's SoC is known now: a program built for another is refused once.
+    if opts.ptes:
         from harness.program import read_program
-        from harness.user_program import check_soc
+        from harness.user_program import check_soc, input_arrays
 
-        soc = opts.soc or simulator_config().default_soc
         for pte in opts.ptes:
-            check_soc(read_program(pte), soc, "the HTP simulator")
+            info = read_program(pte)
+            input_arrays(info)  # an input the runners cannot feed, a bad .npy: once, now
+            if on_simulator:
+                # The simulator's SoC is known now: a program built for another is refused once.
+                check_soc(info, opts.soc or simulator_config().default_soc, "the HTP simulator")
     for directory in opts.models_dirs:
         if not directory.is_dir():
             raise HarnessError(f"--models-dir {directory}: no such directory")

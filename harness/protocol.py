@@ -147,9 +147,14 @@ PARALLEL_OPS = ("load_module", "load_method", "execute", "unload_method", "destr
 MAX_PARALLEL = 16
 """At most this many sub-steps (threads) in one `parallel` step."""
 
-DTYPES: dict[str, int] = {"float32": 4, "float16": 2, "int64": 8, "int32": 4, "int8": 1,
-                          "uint8": 1, "bool": 1}
-"""Tensor file dtypes and their item sizes; files are raw little-endian, C-contiguous."""
+DTYPES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
+                          "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+                          "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1}
+"""Tensor file dtypes and their item sizes; files are raw little-endian, C-contiguous. Every
+ScalarType a method's inputs and outputs hold as plain numbers (not complex, quantized, bits or
+float8), named as numpy (and ml_dtypes for bfloat16) and torch name them."""
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+"""Compared within tolerance; every other dtype (integers, bool) compares exactly."""
 MAX_SHAPE_ENTRY = 2**31 - 1
 
 # Limits of executorch::runtime::BackendOption and LoadBackendOptionsMap (bytes, UTF-8).

@@ -75,6 +75,7 @@ class HilSession:
         self._simulator_runner: RunnerChoice | None = None
         self._models: dict[tuple[str, str, str], CompiledModel] = {}
         self._programs: dict[Path, CompiledModel] = {}
+        self._program_errors: dict[Path, ModelError] = {}
         self.notices: list[str] = []
         self._farm = None  # harness.farm.LabgridFarm, on a labgrid farm
         self._failover_error: HarnessError | None = None
@@ -255,6 +256,7 @@ class HilSession:
         if device.info.soc != soc:  # models were compiled for the old phone's SoC
             self._models.clear()
             self._programs.clear()
+            self._program_errors.clear()
         self._farm.events.append(f"{old.label} dropped off for good; the remaining tests run "
                                  f"on {lease.label}")
 
@@ -362,9 +364,12 @@ class HilSession:
         from harness.driver import ScenarioDriver
         from harness.failures import run_failures
         from harness.program import read_program
-        from harness.user_program import program_model, solo_scenario, with_reference
+        from harness.user_program import (program_model, solo_failure_text, solo_scenario,
+                                          with_reference)
 
         path = Path(path).resolve()
+        if path in self._program_errors:
+            raise self._program_errors[path]  # its solo run failed once: not again per test
         if path not in self._programs:
             info = read_program(path)
             device = self.device
@@ -375,9 +380,9 @@ class HilSession:
             result = driver.run(solo_scenario(model), allow_crash=True)
             failures = run_failures(result)
             if failures:
-                raise ModelError(f"{path}: the solo run (one module, each method once, nothing "
-                                 f"else live) failed, so the program has no reference output: "
-                                 f"{failures[0].describe()}\nartifacts: {work / 'solo'}")
+                error = ModelError(solo_failure_text(info, failures[0], work / "solo"))
+                self._program_errors[path] = error
+                raise error
             self._programs[path] = with_reference(model, result, work / "reference")
         return self._programs[path]
 

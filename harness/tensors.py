@@ -2,6 +2,8 @@
 
 Raw little-endian, C-contiguous bytes plus a `{dtype, shape, file}` descriptor, because the
 native runner must read them without a tensor library and a device receives them by `adb push`.
+numpy has no bfloat16, so ml_dtypes (the dtype extensions JAX and TensorFlow share) gives it
+one: every dtype of `harness.protocol.DTYPES` is then a numpy dtype, read and written alike.
 """
 
 from __future__ import annotations
@@ -9,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-DTYPES = ("float32", "float16", "int64", "int32", "int8", "uint8", "bool")
+from harness.protocol import DTYPES as _ITEM_SIZES
+from harness.protocol import FLOAT_DTYPES
+
+DTYPES = tuple(_ITEM_SIZES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,20 +35,74 @@ class TensorFile:
         return cls(data["dtype"], tuple(data["shape"]), file if file.is_absolute() else base / file)
 
 
+def numpy_dtype(name: str):
+    """The little-endian numpy dtype of a protocol dtype name (bfloat16 from ml_dtypes)."""
+    import numpy as np
+
+    if name not in _ITEM_SIZES:
+        raise ValueError(f"unsupported tensor dtype {name}; supported: {', '.join(DTYPES)}")
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name).newbyteorder("<")
+
+
+def dtype_name(array) -> str:
+    """The protocol dtype name of a numpy array ("bool", "bfloat16", "uint16", ...)."""
+    import numpy as np
+
+    return "bool" if array.dtype == np.bool_ else array.dtype.name
+
+
+def is_float(dtype: str) -> bool:
+    """Floating dtypes compare within tolerance, all others exactly."""
+    return dtype in FLOAT_DTYPES
+
+
+def write_array(array, path: Path) -> TensorFile:
+    """Write a numpy array as raw little-endian bytes; ValueError for a dtype the runners do
+    not read."""
+    import numpy as np
+
+    array = np.ascontiguousarray(array)
+    dtype = dtype_name(array)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(array.astype(numpy_dtype(dtype)).tobytes())
+    return TensorFile(dtype, tuple(array.shape), path)
+
+
+def torch_to_numpy(tensor):
+    """A torch tensor as a numpy array of the same dtype, bfloat16 and unsigned types included
+    (torch's .numpy() refuses bfloat16)."""
+    import numpy as np
+    import torch
+
+    tensor = tensor.detach().contiguous().cpu()
+    name = str(tensor.dtype).removeprefix("torch.")
+    raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+    return np.frombuffer(raw, dtype=numpy_dtype(name)).reshape(tuple(tensor.shape))
+
+
+def numpy_to_torch(array):
+    """A numpy array (any protocol dtype) as a torch tensor of that dtype."""
+    import torch
+
+    name = dtype_name(array)
+    dtype = getattr(torch, name)
+    data = bytearray(array.astype(numpy_dtype(name)).tobytes())
+    if not data:
+        return torch.zeros(tuple(array.shape), dtype=dtype)
+    return torch.frombuffer(data, dtype=dtype).reshape(tuple(array.shape))
+
+
 def save_tensor(tensor, path: Path) -> TensorFile:
     """Write a torch tensor as raw bytes (torch is only imported by the caller)."""
-    array = tensor.detach().contiguous().cpu().numpy()
-    dtype = str(array.dtype)
-    if dtype not in DTYPES:
-        raise ValueError(f"unsupported tensor dtype {dtype}; supported: {', '.join(DTYPES)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(array.astype(array.dtype.newbyteorder("<")).tobytes())
-    return TensorFile(dtype, tuple(array.shape), path)
+    return write_array(torch_to_numpy(tensor), path)
 
 
 def load_array(tensor: TensorFile):
     """Read a tensor file as a numpy array."""
     import numpy as np
 
-    return np.fromfile(tensor.file, dtype=np.dtype(tensor.dtype).newbyteorder("<")).reshape(
-        tensor.shape)
+    return np.fromfile(tensor.file, dtype=numpy_dtype(tensor.dtype)).reshape(tensor.shape)

@@ -6,9 +6,10 @@ is the program itself, run alone: one module, nothing else live, each method exe
 fixed inputs. Every later execute of that method on the same inputs, whatever else is live,
 must give the same outputs within `PROGRAM_ATOL`/`PROGRAM_RTOL`.
 
-Inputs come from a fixed seed (floats uniform in [-1, 1), integers in [0, 8), booleans), or
-from files beside the program: `<program>.inputs/<method>/<index>.npy` (numpy's .npy, one file
-per input, dtype and shape as the program declares them).
+Inputs come from a fixed seed (floats uniform in [-1, 1), booleans; integers all 0, the one
+value that indexes any non-empty dimension), or from files beside the program:
+`<program>.inputs/<method>/<index>.npy` (numpy's .npy, one file per input, dtype and shape as
+the program declares them).
 
 What the program was compiled for is read from it (harness.program), never assumed: a program
 whose QNN delegates were compiled for another SoC than the device's is refused before any run.
@@ -23,7 +24,7 @@ from pathlib import Path
 from harness.compile import CompiledModel, MethodReference
 from harness.errors import ModelError
 from harness.program import ProgramInfo, TensorSpec
-from harness.tensors import DTYPES, TensorFile
+from harness.tensors import DTYPES, FLOAT_DTYPES, TensorFile, numpy_dtype, write_array
 
 PROGRAM_ATOL = 1e-4
 PROGRAM_RTOL = 1e-4
@@ -62,61 +63,112 @@ def inputs_dir(pte: Path) -> Path:
     return pte.with_name(pte.stem + ".inputs")
 
 
-def _write(array, path: Path) -> TensorFile:
-    import numpy as np
+INTEGER_INPUT_VALUE = 0
+"""Generated integer inputs are all this value: the one index valid in every non-empty
+dimension, so a generated index, token id or position keeps any program well defined (random
+integers read out of bounds or make a delegate fail; give real values in `.inputs/`)."""
 
-    array = np.ascontiguousarray(array)
-    dtype = "bool" if array.dtype == np.bool_ else str(array.dtype)
-    if dtype not in DTYPES:
-        raise ModelError(f"{path}: dtype {dtype} is not one the runners read ({', '.join(DTYPES)})")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(array.astype(array.dtype.newbyteorder("<")).tobytes())
-    return TensorFile(dtype, tuple(array.shape), path)
+
+def generated_how(spec: TensorSpec) -> str | None:
+    """How a generated input of `spec` is made, or None when it cannot be generated."""
+    if spec.dtype in FLOAT_DTYPES:
+        return "uniform in [-1, 1)"
+    if spec.dtype == "bool":
+        return "random booleans"
+    if spec.dtype in DTYPES:
+        return f"all {INTEGER_INPUT_VALUE} (a valid index into any non-empty dimension)"
+    return None
 
 
 def _generated(spec: TensorSpec, rng):
     import numpy as np
 
     shape = tuple(spec.shape)
-    if spec.dtype in ("float32", "float16"):
-        return rng.uniform(-1.0, 1.0, shape).astype(spec.dtype)
+    dtype = numpy_dtype(spec.dtype)
+    if spec.dtype in FLOAT_DTYPES:
+        return rng.uniform(-1.0, 1.0, shape).astype(dtype)
     if spec.dtype == "bool":
         return rng.integers(0, 2, shape).astype(np.bool_)
-    if spec.dtype in ("int64", "int32", "int8", "uint8"):
-        return rng.integers(0, 8, shape).astype(spec.dtype)
-    raise ModelError(f"input dtype {spec.dtype} is not one the runners can feed "
-                     f"({', '.join(DTYPES)}); give the input as a file instead")
+    return np.full(shape, INTEGER_INPUT_VALUE, dtype=dtype)
 
 
-def make_inputs(info: ProgramInfo, out_dir: Path) -> dict[str, tuple[TensorFile, ...]]:
-    """Per method, its inputs as raw tensor files in `out_dir`: from `<program>.inputs/` when the
-    user gave them, else generated from INPUT_SEED."""
+def _unfeedable(info: ProgramInfo, method: str, index: int, spec: TensorSpec) -> ModelError:
+    kind = "a tensor of dtype" if spec.shape or spec.dtype in DTYPES else "a non-tensor value of kind"
+    return ModelError(
+        f"{info.path}: method {method!r} input {index} is {kind} {spec.dtype} ({spec}), which "
+        f"the runners cannot feed: they feed tensors of {', '.join(DTYPES)}")
+
+
+def _read_npy(source: Path, info: ProgramInfo, method: str, index: int, spec: TensorSpec):
+    import numpy as np
+
+    try:
+        array = np.load(source, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{source}: not a readable .npy file: {exc}") from None
+    if spec.dtype == "bfloat16" and array.dtype.kind == "V" and array.dtype.itemsize == 2:
+        array = array.view(numpy_dtype("bfloat16"))  # np.save writes ml_dtypes' bfloat16 as V2
+    got = "bool" if array.dtype == np.bool_ else array.dtype.name
+    if tuple(array.shape) != tuple(spec.shape) or got != spec.dtype:
+        raise ModelError(
+            f"{source}: {got}{list(array.shape)}, but {info.path.name} method "
+            f"{method!r} input {index} is {spec}")
+    return array
+
+
+def input_arrays(info: ProgramInfo) -> dict[str, list]:
+    """Per method, its input arrays: from `<program>.inputs/` when the user gave them, else
+    generated from INPUT_SEED. A ModelError names program, method, input index and dtype of the
+    first input that cannot be fed, so a session refuses the program once, at start-up."""
     import numpy as np
 
     given = inputs_dir(info.path)
-    out: dict[str, tuple[TensorFile, ...]] = {}
+    out: dict[str, list] = {}
     for name, method in info.methods.items():
         rng = np.random.default_rng(INPUT_SEED)
-        files = []
+        arrays = []
         for i, spec in enumerate(method.inputs):
             source = given / name / f"{i}.npy"
+            if spec.dtype not in DTYPES:
+                raise _unfeedable(info, name, i, spec)
             if source.exists():
-                try:
-                    array = np.load(source, allow_pickle=False)
-                except (OSError, ValueError) as exc:
-                    raise ModelError(f"{source}: not a readable .npy file: {exc}") from None
-                if tuple(array.shape) != tuple(spec.shape) or str(array.dtype) != spec.dtype:
-                    raise ModelError(
-                        f"{source}: {array.dtype}{list(array.shape)}, but {info.path.name} method "
-                        f"{name!r} input {i} is {spec}")
+                arrays.append(_read_npy(source, info, name, i, spec))
             elif given.is_dir():
                 raise ModelError(f"{given} has no {name}/{i}.npy for input {i} ({spec}) of method "
                                  f"{name!r}: give every input of the method, or none")
             else:
-                array = _generated(spec, rng)
-            files.append(_write(array, out_dir / name / f"in{i}.bin"))
-        out[name] = tuple(files)
+                arrays.append(_generated(spec, rng))
+        out[name] = arrays
     return out
+
+
+def describe_inputs(info: ProgramInfo) -> list[str]:
+    """What `inspect` says about the inputs the suites will feed: per input, the file it is
+    read from or how it is generated, or why it cannot be fed."""
+    given = inputs_dir(info.path)
+    lines = []
+    for name, method in info.methods.items():
+        for i, spec in enumerate(method.inputs):
+            source = given / name / f"{i}.npy"
+            how = generated_how(spec)
+            if how is None:
+                text = f"cannot be fed (the runners feed tensors of {', '.join(DTYPES)})"
+            elif source.exists():
+                text = f"from {source}"
+            elif given.is_dir():
+                text = f"missing: {source} (give every input of the method, or none)"
+            else:
+                text = f"generated, {how}"
+            lines.append(f"{name} input {i} {spec}: {text}")
+    if any(m.inputs for m in info.methods.values()) and not given.is_dir():
+        lines.append(f"(give real inputs as {given}/<method>/<index>.npy)")
+    return lines
+
+
+def make_inputs(info: ProgramInfo, out_dir: Path) -> dict[str, tuple[TensorFile, ...]]:
+    """Per method, its inputs (`input_arrays`) as raw tensor files in `out_dir`."""
+    return {name: tuple(write_array(a, out_dir / name / f"in{i}.bin") for i, a in enumerate(arrays))
+            for name, arrays in input_arrays(info).items()}
 
 
 def program_model(info: ProgramInfo, soc: str, work_dir: Path) -> CompiledModel:
@@ -146,15 +198,42 @@ def solo_scenario(model: CompiledModel):
     return sc.destroy_module(SOLO_MODULE)
 
 
+def solo_failure_text(info: ProgramInfo, failure, artifacts: Path) -> str:
+    """Why a program has no reference: the failing step of its solo run with the runtime's own
+    log lines of that step, and where its inputs come from (a generated input may be what the
+    program cannot take)."""
+    words = failure.message.strip().splitlines()
+    lines = [f"{info.path}: the solo run (one module, each method once, nothing else live) "
+             f"failed, so the program has no reference output: {failure.describe()}"]
+    if len(words) > 1:
+        lines.append("the runtime's log lines of that step:")
+        lines += [f"  {w}" for w in words[1:][-20:]]
+    given = inputs_dir(info.path)
+    if given.is_dir():
+        lines.append(f"its inputs were read from {given}")
+    else:
+        how = describe_inputs(info)[:-1]
+        shown = "; ".join(how[:6]) + (f"; and {len(how) - 6} more" if len(how) > 6 else "")
+        lines.append(f"its inputs were generated ({shown}); if the program needs other values, "
+                     f"give them as {given}/<method>/<index>.npy")
+    lines.append(f"artifacts: {artifacts}")
+    return "\n".join(lines)
+
+
 def with_reference(model: CompiledModel, result, out_dir: Path) -> CompiledModel:
     """`model` with each method's expected outputs taken from its solo run `result`."""
     methods = {}
     for i, method in enumerate(model.methods):
         step = result.steps[1 + i]
         outputs = (step.event or {}).get("outputs") or []
-        if not step.ok or any("data" not in o for o in outputs):
+        if not step.ok:
             raise ModelError(f"{model.pte}: the solo run of method {method!r} (one module, nothing "
                              f"else live) failed, so it has no reference: {step.describe()}")
+        if any("data" not in o for o in outputs):
+            # A non-tensor output (an int or bool of a metadata method) has no tensor file to
+            # compare with: its executes are held to each other by their outputs' hashes.
+            methods[method] = model.methods[method]
+            continue
         expected = []
         for j, o in enumerate(outputs):
             path = out_dir / method / f"out{j}.bin"

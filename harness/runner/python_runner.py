@@ -33,6 +33,22 @@ def emit(event: dict) -> None:
     sys.stdout.flush()
 
 
+def scalar_output(value) -> dict:
+    """A non-tensor output as the native runner reports it: its EValue kind, no shape, the
+    hash of its bytes (int64, double or one byte for a bool)."""
+    import struct
+
+    if isinstance(value, bool):
+        kind, raw = "bool", bytes([1 if value else 0])
+    elif isinstance(value, int):
+        kind, raw = "int", struct.pack("<q", value)
+    elif isinstance(value, float):
+        kind, raw = "float", struct.pack("<d", value)
+    else:
+        return {"dtype": "none" if value is None else "other", "shape": [], "sha256": None}
+    return {"dtype": kind, "shape": [], "sha256": hashlib.sha256(raw).hexdigest()}
+
+
 def emit_step_marker(index: int) -> None:
     """Mark on stderr where step `index` starts (-1: teardown), so the runtime's own log lines
     can be told apart by step; the runtime writes to fd 2 directly, so flush first."""
@@ -53,13 +69,18 @@ class Runner:
         self.watch = [os.path.realpath(scenario.path(p)) for p in scenario.watch_mappings]
         self.trace = os.environ.get("HARNESS_QNN_TRACE")
 
-    def tensor(self, spec: TensorSpec):
+    def array(self, spec: TensorSpec):
         import numpy as np
-        import torch
 
-        dtype = np.dtype(spec.dtype).newbyteorder("<")
-        array = np.fromfile(self.scenario.path(spec.file), dtype=dtype).reshape(spec.shape)
-        return torch.from_numpy(array.astype(array.dtype.newbyteorder("=")))
+        from harness.tensors import numpy_dtype
+
+        dtype = numpy_dtype(spec.dtype)
+        return np.fromfile(self.scenario.path(spec.file), dtype=dtype).reshape(spec.shape)
+
+    def tensor(self, spec: TensorSpec):
+        from harness.tensors import numpy_to_torch
+
+        return numpy_to_torch(self.array(spec))
 
     # Steps ---------------------------------------------------------------------------------
     def load_module(self, step: ScenarioStep) -> dict:
@@ -104,6 +125,8 @@ class Runner:
     def execute(self, step: ScenarioStep) -> dict:
         import numpy as np
 
+        from harness.tensors import dtype_name, is_float, torch_to_numpy
+
         module = self._module(step)
         loaded = self.methods[step.module]
         if step.method not in loaded:
@@ -114,19 +137,28 @@ class Runner:
         mismatch = False
         expected = step.expected
         for i, out in enumerate(outputs):
-            array = out.detach().contiguous().numpy()
-            report.append({"dtype": str(array.dtype), "shape": list(array.shape),
-                           "sha256": hashlib.sha256(array.tobytes()).hexdigest()})
+            if not hasattr(out, "detach"):  # an int, float or bool output (metadata methods)
+                report.append(scalar_output(out))
+                mismatch = mismatch or i < len(expected)
+                continue
+            array = torch_to_numpy(out)
+            raw = array.tobytes()
+            report.append({"dtype": dtype_name(array), "shape": list(array.shape),
+                           "sha256": hashlib.sha256(raw).hexdigest()})
             if step.emit_outputs:
-                raw = array.astype(array.dtype.newbyteorder("<")).tobytes()
                 report[-1]["data"] = base64.b64encode(raw).decode("ascii")
             if i < len(expected):
-                ref = self.tensor(expected[i]).numpy().astype(np.float64)
-                got = array.astype(np.float64)
-                if got.shape != ref.shape:
+                ref = self.array(expected[i])
+                if array.shape != ref.shape or dtype_name(array) != expected[i].dtype:
                     mismatch = True
                     continue
-                diff = np.abs(got - ref)
+                if not is_float(expected[i].dtype):
+                    mismatch = mismatch or not np.array_equal(array, ref)  # integers exactly
+                    wide = array.astype(np.float64) - ref.astype(np.float64)
+                    worst = max(worst, float(np.abs(wide).max()) if wide.size else 0.0)
+                    continue
+                ref = ref.astype(np.float64)
+                diff = np.abs(array.astype(np.float64) - ref)
                 worst = max(worst, float(diff.max()) if diff.size else 0.0)
                 if not np.all(diff <= step.atol + step.rtol * np.abs(ref)):
                     mismatch = True

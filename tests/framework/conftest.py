@@ -43,6 +43,7 @@ FILE_KIND = {
     "test_isolation_parity.py": "simulator",  # runs tests/hil twice (minutes)
     "test_sessions.py": "simulator",
     "test_user_program.py": "simulator",
+    "test_dtypes.py": "simulator",
     "test_wheel.py": "simulator",
     "test_replay_export.py": "simulator",  # and cmake (the C++ export builds)
     "test_report.py": "simulator",

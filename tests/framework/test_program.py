@@ -299,7 +299,7 @@ def test_read_program_matches_inspect_and_caches(compiled, inspected, tmp_path, 
     assert read_program(copy).path == copy  # same bytes, same entry, the caller's path
     entry.write_text("{half a file")  # a broken entry is a miss, not an error
     monkeypatch.setattr(hp, "_inspect_in_child", lambda path: inspected[key])
-    assert read_program(pte) == first and json.loads(entry.read_text())["format"] == 1
+    assert read_program(pte) == first and json.loads(entry.read_text())["format"] == hp.JSON_FORMAT
 
 
 def test_cli_text_and_json(compiled, inspected, program_cache):

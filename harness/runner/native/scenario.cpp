@@ -19,21 +19,23 @@ using executorch::aten::ScalarType;
 
 namespace {
 
-// Protocol dtype names (numpy's spelling); ExecuTorch's own toString() says
-// "Float", "Char", ... The first kScenarioDtypes are the tensor types a
-// scenario may name.
+// Protocol dtype names (numpy's spelling; bfloat16 as ml_dtypes and torch
+// spell it); ExecuTorch's own toString() says "Float", "Char", ... Every
+// ScalarType a method's inputs and outputs may hold as plain numbers
+// (complex, quantized, bits and float8 types are not among them).
 struct DtypeName {
   const char* name;
   ScalarType type;
 };
 constexpr DtypeName kDtypeNames[] = {
-    {"float32", ScalarType::Float},  {"float16", ScalarType::Half},
-    {"int64", ScalarType::Long},     {"int32", ScalarType::Int},
-    {"int8", ScalarType::Char},      {"uint8", ScalarType::Byte},
-    {"bool", ScalarType::Bool},      {"float64", ScalarType::Double},
-    {"int16", ScalarType::Short},    {"bfloat16", ScalarType::BFloat16},
+    {"float32", ScalarType::Float},   {"float16", ScalarType::Half},
+    {"bfloat16", ScalarType::BFloat16}, {"float64", ScalarType::Double},
+    {"int64", ScalarType::Long},      {"int32", ScalarType::Int},
+    {"int16", ScalarType::Short},     {"int8", ScalarType::Char},
+    {"uint64", ScalarType::UInt64},   {"uint32", ScalarType::UInt32},
+    {"uint16", ScalarType::UInt16},   {"uint8", ScalarType::Byte},
+    {"bool", ScalarType::Bool},
 };
-constexpr size_t kScenarioDtypes = 7;
 
 using Type = Json::value_t;
 
@@ -214,7 +216,7 @@ class StepReader {
       if (!parse_dtype(dtype, spec.dtype)) {
         fail(
             where + ": unknown dtype '" + dtype +
-            "' (expected float32, float16, int64, int32, int8, uint8 or bool)");
+            "' (expected " + dtype_names_text() + ")");
       }
       const Json* shape = find(t, "shape");
       if (shape == nullptr || !shape->is_array()) {
@@ -445,13 +447,23 @@ class StepReader {
 }  // namespace
 
 bool parse_dtype(const std::string& name, ScalarType& out) {
-  for (size_t i = 0; i < kScenarioDtypes; ++i) {
-    if (name == kDtypeNames[i].name) {
-      out = kDtypeNames[i].type;
+  for (const DtypeName& d : kDtypeNames) {
+    if (name == d.name) {
+      out = d.type;
       return true;
     }
   }
   return false;
+}
+
+std::string dtype_names_text() {
+  std::string text;
+  constexpr size_t n = sizeof(kDtypeNames) / sizeof(kDtypeNames[0]);
+  for (size_t i = 0; i < n; ++i) {
+    text += i == 0 ? "" : (i + 1 == n ? " or " : ", ");
+    text += kDtypeNames[i].name;
+  }
+  return text;
 }
 
 const char* dtype_name(ScalarType type) {

@@ -25,11 +25,13 @@ class ScenarioError : public std::runtime_error {
   explicit ScenarioError(const std::string& what) : std::runtime_error(what) {}
 };
 
-// Protocol dtype names (numpy's spelling) <-> ScalarType. parse_dtype takes
-// the scenario's tensor types (runner-protocol.md); dtype_name also names the
-// output types float64, int16 and bfloat16, and "unknown" for the rest.
+// Protocol dtype names (numpy's spelling) <-> ScalarType, the same list as
+// harness.protocol.DTYPES (runner-protocol.md); dtype_name says "unknown" for
+// the types outside it (complex, quantized, bits, float8).
 bool parse_dtype(const std::string& name, executorch::aten::ScalarType& out);
 const char* dtype_name(executorch::aten::ScalarType type);
+// "float32, float16, ... or bool": the names parse_dtype takes.
+std::string dtype_names_text();
 
 struct TensorSpec {
   executorch::aten::ScalarType dtype = executorch::aten::ScalarType::Float;

@@ -20,7 +20,7 @@ using executorch::runtime::EValue;
 namespace {
 
 // Element i of a tensor buffer of type `t` as double; false for the types
-// the runner does not compare (complex, quantized, bits, float8, uint16-64).
+// the runner does not compare (complex, quantized, bits, float8).
 bool load_element(ScalarType t, const void* data, size_t i, double& out) {
   const auto* base = static_cast<const unsigned char*>(data);
   if (t == ScalarType::Bool) {
@@ -36,10 +36,21 @@ bool load_element(ScalarType t, const void* data, size_t i, double& out) {
     return true;                                                \
   }
     ET_FORALL_REALHBF16_TYPES(HARNESS_LOAD_CASE)
+    HARNESS_LOAD_CASE(uint16_t, UInt16)
+    HARNESS_LOAD_CASE(uint32_t, UInt32)
+    HARNESS_LOAD_CASE(uint64_t, UInt64)
 #undef HARNESS_LOAD_CASE
     default:
       return false;
   }
+}
+
+// Integers and booleans compare exactly (bit for bit: a double would round
+// 64-bit values), floating types within tolerance.
+bool is_exact_type(ScalarType t) {
+  return t == ScalarType::Bool ||
+      executorch::runtime::isIntegralType(t, /*includeBool=*/false) ||
+      executorch::runtime::isBarebonesUnsignedType(t);
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -181,7 +192,17 @@ Comparison compare_outputs(
       }
       continue;
     }
+    if (t.scalar_type() != exp.dtype) {
+      c.match = false;
+      if (c.message.empty()) {
+        c.message = "output " + std::to_string(o) + " has dtype " +
+            dtype_name(t.scalar_type()) + ", expected " + dtype_name(exp.dtype);
+      }
+      continue;
+    }
     const void* data = t.const_data_ptr();
+    const bool exact = is_exact_type(exp.dtype);
+    const size_t size = executorch::runtime::elementSize(exp.dtype);
     for (size_t i = 0; i < exp.numel; ++i) {
       double got = 0.0;
       if (!load_element(t.scalar_type(), data, i, got)) {
@@ -200,18 +221,25 @@ Comparison compare_outputs(
       if (diff > c.max_abs_diff) {
         c.max_abs_diff = diff;
       }
-      if (!(diff <= atol + rtol * std::fabs(want))) {
+      bool same = exact
+          ? (exp.dtype == ScalarType::Bool
+                 ? (got != 0.0) == (want != 0.0)
+                 : std::memcmp(static_cast<const uint8_t*>(data) + i * size,
+                               expected_data.data() + i * size, size) == 0)
+          : diff <= atol + rtol * std::fabs(want);
+      if (!same) {
         ++bad_elements;
       }
     }
   }
   if (bad_elements > 0) {
     c.match = false;
-    char buf[160];
+    char buf[200];
     std::snprintf(
         buf,
         sizeof(buf),
-        "%zu element(s) outside atol=%g rtol=%g (max abs diff %g)",
+        "%zu element(s) differ (integers exactly, floats beyond atol=%g "
+        "rtol=%g; max abs diff %g)",
         bad_elements,
         atol,
         rtol,
