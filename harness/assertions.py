@@ -158,8 +158,7 @@ def assert_isolation(result: ScenarioResult) -> None:
     executes_before: dict[str, int] = {}
     for i, (s, exp) in enumerate(zip(result.steps, expected)):
         now = set(s.trace["contexts"])
-        holders = {m for m in exp.context_holders()
-                   if uses_qnn(result.scenario.models[m].backend)}
+        holders = exp.context_holders()
         # A context owned jointly by a parallel step's modules serves one member that has no
         # context of its own; every such member needs one.
         shared = sorted(c for c in now if owners.get(c) and "|" in owners[c])

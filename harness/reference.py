@@ -2,7 +2,9 @@
 
 It tracks which modules are alive and which of their methods are loaded, and from that predicts
 the live QNN context count: every live module with at least one loaded method of a QNN program
-holds its own context (the methods of one program share one), and nothing else holds any.
+holds its own context (the methods of one program share one), and nothing else holds any. Of a
+program whose QNN delegates are known, only its delegated methods count: a method without a
+delegate (an LLM export's `get_*` metadata) creates no context.
 Backends and devices exist exactly while some context does.
 
 A `parallel` step's effect is all of its sub-steps applied: they touch different modules, so
@@ -25,9 +27,18 @@ class Expected:
     loaded: dict[str, frozenset[str]]  # live module -> loaded methods
     contexts: int
     step_ok: bool = True
+    holders: frozenset[str] = frozenset()  # live modules that hold a QNN context
 
     def context_holders(self) -> set[str]:
-        return {m for m, methods in self.loaded.items() if methods}
+        return set(self.holders)
+
+
+def holds_context(model, methods) -> bool:
+    """Whether a module of `model` with these methods loaded holds a QNN context."""
+    if not methods or not uses_qnn(model.backend):
+        return False
+    delegated = {d["method"] for d in model.qnn_delegates}
+    return bool(set(methods) & delegated) if delegated else True
 
 
 def predict(scenario: Scenario) -> list[Expected]:
@@ -35,9 +46,9 @@ def predict(scenario: Scenario) -> list[Expected]:
     out: list[Expected] = []
     for step in scenario.steps:
         ok = all([_apply(sub, loaded) for sub in step.flat])
-        qnn = {m for m, methods in loaded.items()
-               if methods and uses_qnn(scenario.models[m].backend)}
-        out.append(Expected({m: frozenset(v) for m, v in loaded.items()}, len(qnn), ok))
+        qnn = frozenset(m for m, methods in loaded.items()
+                        if holds_context(scenario.models[m], methods))
+        out.append(Expected({m: frozenset(v) for m, v in loaded.items()}, len(qnn), ok, qnn))
     return out
 
 

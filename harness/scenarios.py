@@ -10,21 +10,38 @@ from harness.compile import CompiledModel
 from harness.scenario import Scenario
 
 
+def delegated_methods(model: CompiledModel) -> list[str]:
+    """The methods with a QNN delegate, in program order (none for a program of another
+    backend, or a built-in build whose delegates were not read)."""
+    names = {d["method"] for d in model.qnn_delegates}
+    return [m for m in model.methods if m in names]
+
+
+def undelegated_methods(model: CompiledModel) -> list[str]:
+    """The methods of a QNN program that have no QNN delegate (an LLM export's `get_*` metadata
+    methods): run on the CPU, they create no context."""
+    delegated = delegated_methods(model)
+    return [m for m in model.methods if m not in delegated] if delegated else []
+
+
 def first_method(model: CompiledModel) -> str:
-    """The method a one-method scenario drives: `forward` when the program has it, else its
-    first method (a user's program may name its methods anything)."""
-    return "forward" if "forward" in model.methods else next(iter(model.methods))
+    """The method a one-method scenario drives: the first delegated method (`forward` when it is
+    one), else `forward` or the first method (a user's program may name its methods anything,
+    and a metadata method must not stand in for a delegate)."""
+    delegated = delegated_methods(model) or list(model.methods)
+    return "forward" if "forward" in delegated else delegated[0]
 
 
 def method_pair(model: CompiledModel) -> tuple[str, str]:
     """The two methods S2/S3 drive: `prefill` and `decode` when the program has them, else its
-    first two QNN methods (or first two methods)."""
+    first two delegated methods in program order (lowered together they share one context), or
+    its first two methods."""
     if {"prefill", "decode"} <= set(model.methods):
         return "prefill", "decode"
-    qnn = sorted({d["method"] for d in model.qnn_delegates}) or list(model.methods)
-    if len(qnn) < 2:
-        raise ValueError(f"program {model.name} has fewer than two methods: {', '.join(qnn)}")
-    return qnn[0], qnn[1]
+    methods = delegated_methods(model) or list(model.methods)
+    if len(methods) < 2:
+        raise ValueError(f"program {model.name} has fewer than two methods: {', '.join(methods)}")
+    return methods[0], methods[1]
 
 
 def s1_two_modules(model: CompiledModel, destroy_first: str = "A", name: str = "") -> Scenario:
@@ -61,12 +78,15 @@ def s3_unload_one(model: CompiledModel, unload: str, name: str = "") -> Scenario
 
 
 def s4_cleanup_reload(model: CompiledModel, cycles: int = 3, name: str = "") -> Scenario:
-    """Destroy everything and load again, `cycles` times; a snapshot ends each cycle."""
+    """Destroy everything and load again, `cycles` times; a snapshot ends each cycle. The first
+    cycle also executes each method without a delegate once (`undelegated_methods`)."""
     method = first_method(model)
     sc = Scenario(name or "s4_cleanup_reload")
-    for _ in range(cycles):
+    for cycle in range(cycles):
         sc.load_module("A", model).load_module("B", model)
         sc.execute("A", method)
+        for other in undelegated_methods(model) if cycle == 0 else ():
+            sc.execute("A", other)
         sc.destroy_module("A")
         sc.load_module("A", model)
         sc.destroy_module("A").destroy_module("B").snapshot()

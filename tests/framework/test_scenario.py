@@ -1,5 +1,6 @@
 """Scenario building, JSON form and parsing, and the reference model's predictions."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -215,3 +216,31 @@ def test_isolation_counts_contexts_of_a_parallel_load(tmp_path):
     leaked = fake_result(sc, [[], [], ["0x1", "0x2", "0x3"], ["0x2", "0x3"], ["0x3"]])
     with pytest.raises(AssertionError, match="outlived it"):
         assert_isolation(leaked)
+
+
+def llm_shaped(tmp_path: Path) -> CompiledModel:
+    """Methods as an LLM export has them: two delegated ones and metadata without a delegate
+    (the first method in the program is a metadata method)."""
+    model = fake_model(tmp_path, methods=("get_vocab_size", "prefill_forward", "kv_forward",
+                                          "get_max_seq_len"))
+    delegates = tuple({"method": m, "use_multi_contexts": False, "max_sf_buf_size": 0}
+                      for m in ("prefill_forward", "kv_forward"))
+    return dataclasses.replace(model, qnn_delegates=delegates)
+
+
+def test_suites_choose_their_methods_from_the_program(tmp_path):
+    from harness.scenarios import first_method, method_pair, s1_two_modules, s4_cleanup_reload
+
+    model = llm_shaped(tmp_path)
+    assert first_method(model) == "prefill_forward"  # never a metadata method for S1
+    assert method_pair(model) == ("prefill_forward", "kv_forward")
+    assert {s.method for s in s1_two_modules(model).steps if s.method} == {"prefill_forward"}
+    executed = [s.method for s in s4_cleanup_reload(model, 2).steps if s.op == "execute"]
+    assert executed == ["prefill_forward", "get_vocab_size", "get_max_seq_len", "prefill_forward"]
+
+
+def test_a_method_without_a_delegate_holds_no_context(tmp_path):
+    model = llm_shaped(tmp_path)
+    sc = Scenario("meta").load_module("A", model).execute("A", "get_vocab_size")
+    sc.execute("A", "kv_forward").unload_method("A", "kv_forward").destroy_module("A")
+    assert [e.contexts for e in predict(sc)] == [0, 0, 1, 0, 0]
