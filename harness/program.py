@@ -41,7 +41,7 @@ FILE_IDENTIFIER = b"ET12"
 EXTENDED_HEADER_MAGIC = b"eh00"
 MIN_PROGRAM_BYTES = 8  # root table offset + file identifier
 # Version of the JSON written by to_json(); cached answers of another version are re-read.
-JSON_FORMAT = 1
+JSON_FORMAT = 2
 CHILD_TIMEOUT_S = 300
 CHILD_ERROR_EXIT = 3
 
@@ -86,6 +86,12 @@ class QnnDelegate:
     use_fp16: bool | None  # HTP precision fp16; None for a non-HTP backend
     use_multi_contexts: bool
     max_sf_buf_size: int  # spill-fill buffer size in bytes (0: none set)
+    # Every SoC the delegate carries a context for: one, or several for a program with contexts
+    # for several SoCs (FCB, QAIRT 2.48+: one compile spec per SoC); `soc` is the first.
+    socs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "socs", tuple(self.socs) or (self.soc,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +119,9 @@ class ProgramInfo:
 
     @property
     def socs(self) -> tuple[str, ...]:
-        """Distinct SoCs the QNN delegates were compiled for, sorted (one for a sane build)."""
-        return tuple(sorted({d.soc for d in self.qnn_delegates}))
+        """Distinct SoCs the QNN delegates were compiled for, sorted (one for most builds,
+        several for a program with contexts for several SoCs)."""
+        return tuple(sorted({soc for d in self.qnn_delegates for soc in d.socs}))
 
     @property
     def multi_context(self) -> bool:
@@ -131,7 +138,8 @@ class ProgramInfo:
                        "outputs": [_spec_json(t) for t in m.outputs],
                        "delegates": list(m.delegates)}
                 for name, m in self.methods.items()},
-            "qnn_delegates": [dataclasses.asdict(d) for d in self.qnn_delegates],
+            "qnn_delegates": [{**dataclasses.asdict(d), "socs": list(d.socs)}
+                              for d in self.qnn_delegates],
             # Derived, for readers of `inspect --json`; from_json ignores them.
             "backends": list(self.backends),
             "socs": list(self.socs),
@@ -147,7 +155,8 @@ class ProgramInfo:
                              tuple(_spec(t) for t in m["outputs"]), tuple(m["delegates"]))
             for name, m in data["methods"].items()}
         return cls(Path(data["path"]), int(data["size"]), data["sha256"], methods,
-                   tuple(QnnDelegate(**d) for d in data["qnn_delegates"]))
+                   tuple(QnnDelegate(**{**d, "socs": tuple(d.get("socs") or ())})
+                         for d in data["qnn_delegates"]))
 
     def describe(self) -> str:
         """The human-readable text of `python -m harness inspect`."""
@@ -164,8 +173,10 @@ class ProgramInfo:
             for d in self.qnn_delegates:
                 arch = f"v{d.htp_arch}" if d.htp_arch is not None else "?"
                 precision = {True: "fp16", False: "quantized", None: "-"}[d.use_fp16]
+                socs = (f"{d.soc} (soc_model {d.soc_model})" if len(d.socs) == 1
+                        else f"{', '.join(d.socs)} (a context for each)")
                 lines.append(
-                    f"  QNN delegate of {d.method}: {d.soc} (soc_model {d.soc_model}), "
+                    f"  QNN delegate of {d.method}: {socs}, "
                     f"{d.backend_type} arch {arch}, {precision}, "
                     f"multi-context {'on' if d.use_multi_contexts else 'off'}, "
                     f"spill-fill {d.max_sf_buf_size} bytes")
@@ -331,14 +342,18 @@ def inspect_program(path: Path) -> ProgramInfo:
             for delegate in plan.delegates:
                 if delegate.id != QNN_BACKEND_ID:
                     continue
+                found = []
                 for spec in delegate.compile_specs:
                     if spec.key != QNN_COMPILE_SPEC_KEY:
                         continue
                     try:
-                        delegates.append(_qnn_delegate(plan.name, bytes(spec.value)))
+                        found.append(_qnn_delegate(plan.name, bytes(spec.value)))
                     except Exception as exc:
                         raise ModelError(f"{path}: the QNN compile spec of method {plan.name} "
                                          f"does not decode ({_one_line(exc)})") from exc
+                if found:  # one compile spec per SoC the delegate has a context for
+                    socs = tuple(dict.fromkeys(d.soc for d in found))
+                    delegates.append(dataclasses.replace(found[0], socs=socs))
     except ModelError:
         raise
     except Exception as exc:  # the flatbuffer reader raises struct.error, TypeError, ...

@@ -40,15 +40,18 @@ def backend_of(info: ProgramInfo) -> str:
 
 
 def check_soc(info: ProgramInfo, device_soc: str, target: str) -> None:
-    """Refuse a program whose QNN delegates were compiled for another SoC than the target's
-    (`target` names it, e.g. "the HTP simulator" or "device R3CX..."); both SoCs are named."""
-    other = [s for s in info.socs if s != device_soc]
-    if other:
+    """Refuse a program with a QNN delegate that has no context for the target's SoC
+    (`target` names it, e.g. "the HTP simulator" or "device R3CX..."), naming every SoC the
+    program was compiled for. A delegate may carry contexts for several SoCs (FCB): the check is
+    membership, not equality."""
+    missing = [d for d in info.qnn_delegates if device_soc not in d.socs]
+    if missing:
+        socs = ", ".join(info.socs)
         raise ModelError(
-            f"{info.path}: compiled for {', '.join(info.socs)} (its QNN delegates' compile spec), "
-            f"but {target} is {device_soc}: recompile the program for {device_soc} "
-            f"(soc_model in generate_qnn_executorch_compiler_spec) or run it on an {other[0]} "
-            "device")
+            f"{info.path}: compiled for {socs} (its QNN delegates' compile spec"
+            f"{'s' if len(info.socs) > 1 else ''}), but {target} is {device_soc}: recompile the "
+            f"program for {device_soc} (soc_model in generate_qnn_executorch_compiler_spec) or "
+            f"run it on {' or '.join(f'an {s}' for s in missing[0].socs)} device")
 
 
 def _precision(info: ProgramInfo) -> str:

@@ -176,3 +176,33 @@ def test_models_dir_adds_a_users_model(pytester):
     missing = run(pytester)  # without the directory: a clear hint
     missing.assert_outcomes(failed=1)
     missing.stdout.fnmatch_lines(["*unknown model 'tiny_gate'*--models-dir DIR*"])
+
+
+FCB_REWRITE = Path(__file__).resolve().parent / "fcb_rewrite.py"
+
+
+def fcb_program(source: Path, target: Path, socs: list[str]) -> Path:
+    """`source` rewritten so that its QNN delegate names several SoCs (tests/framework/
+    fcb_rewrite.py: one compile spec per SoC, as a program with contexts for several SoCs)."""
+    env = {**os.environ, **discover().environment()}
+    proc = subprocess.run([sys.executable, str(FCB_REWRITE), str(source), str(target), *socs],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return target
+
+
+def test_a_program_for_several_socs_runs_where_the_device_is_among_them(pytester, exported):
+    pte = fcb_program(exported["SM8650"], pytester.path / "gated_mlp_fcb.pte", ["SM8750", "SM8650"])
+    proc = subprocess.run([sys.executable, "-m", "harness", "inspect", str(pte)],
+                          capture_output=True, text=True, timeout=600)
+    assert "QNN delegate of forward: SM8750, SM8650 (a context for each)" in proc.stdout, proc.stdout
+    result = run(pytester, str(SUITES_DIR / "test_isolation.py"), f"--pte={pte}", "-k", "s1 or s4")
+    result.assert_outcomes(passed=1, xfailed=2)
+
+
+def test_a_program_for_several_other_socs_is_refused_naming_all(pytester, exported):
+    pte = fcb_program(exported["SM8650"], pytester.path / "gated_mlp_fcb.pte", ["SM8550", "SM8750"])
+    result = run(pytester, str(SUITES_DIR / "test_isolation.py"), f"--pte={pte}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*gated_mlp_fcb.pte: compiled for SM8550, SM8750*but the HTP "
+                                 "simulator is SM8650*an SM8550 or an SM8750 device*"])
