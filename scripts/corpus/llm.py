@@ -1,0 +1,214 @@
+"""An LLM-shaped program, exported the way ExecuTorch's Qualcomm llama flow exports one in
+"hybrid" mode, from the llama model definitions the wheel ships (random weights).
+
+The flow's own script (`examples/qualcomm/oss_scripts/llama/llama.py`) and its static model do
+not import offline (its package imports safetensors and transformers), so the decoder is put
+together here from `executorch.examples.models.llama` (FeedForward, precompute_freqs_cis) and
+torch's RMSNorm (the flow's static model uses it too) with the flow's static-cache layout, I/O
+and export steps:
+
+- two methods, `prefill_forward` (ar_len 8) and `kv_forward` (ar_len 1), lowered together with
+  `to_edge_transform_and_lower_to_qnn` (one QNN delegate each, one shared context);
+- inputs: int32 tokens [1, ar] and positions [1, ar], a uint16 attention mask [1, 1, ar, ctx]
+  (65535 attend, 0 masked), ten uint8 KV-cache tensors (five layers: keys
+  [1, heads, head_dim, ctx - ar], values [1, heads, ctx - ar, head_dim]);
+- outputs: uint16 logits [1, ar, vocab] and the ten uint8 cache updates (the new entries only);
+- quantization as the flow's recipe does it: 16a8w by default, the KV path 8-bit through
+  upstream's `annotate_kv_8bit`, quantized I/O through `TagQuantIO` and `BuildQuantIo`;
+- the `get_*` metadata as constant methods (no delegate, no inputs), as the flow writes them.
+"""
+
+from __future__ import annotations
+
+import math
+
+AR_PREFILL = 8
+CONTEXT = 32
+LAYERS = 5
+HEADS = 2
+HEAD_DIM = 16
+DIM = HEADS * HEAD_DIM
+VOCAB = 64
+MASKED = -255.0  # the mask's float value where a position may not be attended (uint16 0)
+
+
+def _decoder(ar_len: int):
+    import torch
+    from torch import nn
+
+    from executorch.examples.models.llama.feed_forward import FeedForward
+    from executorch.examples.models.llama.rope import precompute_freqs_cis
+    from torch.nn import RMSNorm
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention_norm = RMSNorm(DIM)
+            self.wq = nn.Linear(DIM, DIM, bias=False)
+            self.wk = nn.Linear(DIM, DIM, bias=False)
+            # V as a 1x1 convolution, as the flow's model has it: annotate_kv_8bit tags the V
+            # path 8-bit back to it, so the 16- to 8-bit step lands on the permute after it (a
+            # Transpose, which converts; the HTP's Reshape after a linear does not).
+            self.wv_conv = nn.Conv2d(DIM, DIM, 1, bias=False)
+            self.wo = nn.Linear(DIM, DIM, bias=False)
+            self.ffn_norm = RMSNorm(DIM)
+            self.feed_forward = FeedForward(DIM, 2 * DIM)
+
+        @staticmethod
+        def rope(x, cos, sin):
+            x1, x2 = x[..., :HEAD_DIM // 2], x[..., HEAD_DIM // 2:]
+            return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+        def forward(self, h, cos, sin, mask, k_cache, v_cache):
+            x = self.attention_norm(h)
+            q = self.wq(x).view(1, ar_len, HEADS, HEAD_DIM).transpose(1, 2)
+            k = self.wk(x).view(1, ar_len, HEADS, HEAD_DIM).transpose(1, 2)
+            v = self.wv_conv(x.reshape(1, ar_len, 1, DIM).transpose(1, 3))  # [1, dim, 1, ar]
+            v = v.permute(0, 3, 1, 2).squeeze(-1)  # [1, ar, dim]
+            v = v.view(1, ar_len, HEADS, HEAD_DIM).transpose(1, 2)
+            q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+            new_k = k.transpose(2, 3)  # [1, heads, head_dim, ar]
+            keys = torch.cat([k_cache, new_k], dim=-1)  # [1, heads, head_dim, ctx]
+            values = torch.cat([v_cache, v], dim=2)  # [1, heads, ctx, head_dim]
+            scores = torch.matmul(q, keys) / math.sqrt(HEAD_DIM) + mask
+            out = torch.matmul(torch.softmax(scores, dim=-1), values)
+            h = h + self.wo(out.transpose(1, 2).reshape(1, ar_len, DIM))
+            h = h + self.feed_forward(self.ffn_norm(h))
+            return h, new_k, v
+
+    class HybridDecoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(VOCAB, DIM)
+            self.layers = nn.ModuleList(Layer() for _ in range(LAYERS))
+            self.norm = RMSNorm(DIM)
+            self.output = nn.Linear(DIM, VOCAB, bias=False)
+            cos, sin = precompute_freqs_cis(HEAD_DIM, CONTEXT)
+            self.register_buffer("freqs_cos", cos, persistent=False)
+            self.register_buffer("freqs_sin", sin, persistent=False)
+
+        def forward(self, tokens, atten_mask, input_pos, k_caches: list, v_caches: list):
+            h = self.tok_embeddings(tokens)
+            cos, sin = self.freqs_cos[input_pos[0]], self.freqs_sin[input_pos[0]]
+            new_ks, new_vs = [], []
+            for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches):
+                h, new_k, new_v = layer(h, cos, sin, atten_mask, k_cache, v_cache)
+                new_ks.append(new_k)
+                new_vs.append(new_v)
+            return (self.output(self.norm(h)), *new_ks, *new_vs)
+
+    return HybridDecoder().eval()
+
+
+def _example_inputs(ar_len: int, seed: int = 0):
+    """Calibration inputs as a decode step sees them: a causal mask over the valid cache."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    past = CONTEXT - ar_len
+    tokens = torch.randint(0, VOCAB, (1, ar_len), generator=gen, dtype=torch.int32)
+    pos = torch.arange(ar_len, dtype=torch.int32).view(1, ar_len)
+    mask = torch.full((1, 1, ar_len, CONTEXT), MASKED)
+    for i in range(ar_len):
+        mask[..., i, past:past + i + 1] = 0.0
+    ks = [torch.randn(1, HEADS, HEAD_DIM, past, generator=gen) for _ in range(LAYERS)]
+    vs = [torch.randn(1, HEADS, past, HEAD_DIM, generator=gen) for _ in range(LAYERS)]
+    return tokens, mask, pos, ks, vs
+
+
+def metadata(ar_len: int) -> dict:
+    """The flow's `get_*` constant methods: the decoder's metadata and the quantization facts a
+    runner reads (29 of them, as a hybrid export carries)."""
+    meta = {
+        "get_ar_len": ar_len, "get_bos_id": 1, "get_eos_id": 2, "get_dim": DIM,
+        "get_head_dim": HEAD_DIM, "get_max_batch_size": 1, "get_max_seq_len": CONTEXT,
+        "get_max_context_len": CONTEXT, "get_n_bos": 1, "get_n_eos": 1,
+        "get_n_kv_heads": HEADS, "get_n_heads": HEADS, "get_n_layers": LAYERS,
+        "get_vocab_size": VOCAB, "get_use_kv_cache": True, "get_kv_io_bit_width": 8,
+        "get_prefill_ar_len": AR_PREFILL, "get_decode_ar_len": 1, "get_hidden_dim": 2 * DIM,
+        "get_rope_theta": 10000, "get_norm_eps_x1e6": 1, "get_use_i64_token": False,
+        "get_sliding_window": CONTEXT, "get_sink_size": 0, "get_eviction_batch_size": 0,
+        "get_logits_scale_x1e6": 0, "get_logits_zero_point": 0, "get_kv_scale_x1e6": 0,
+        "get_kv_zero_point": 0,
+    }
+    return meta
+
+
+def catalogue() -> dict[str, tuple[str, str, dict]]:
+    """{name: (precision, kind, {method: (module, inputs)})} like upstream.catalogue()."""
+    methods = {"kv_forward": (_decoder(1), _example_inputs(1)),
+               "prefill_forward": (_decoder(AR_PREFILL), _example_inputs(AR_PREFILL))}
+    # One set of weights for both graphs, as the flow loads one checkpoint into both.
+    methods["prefill_forward"][0].load_state_dict(methods["kv_forward"][0].state_dict())
+    return {"llm_hybrid": ("16a8w", "LLM hybrid: prefill + decode, KV-cache I/O, metadata",
+                           methods)}
+
+
+def _quantize(module, inputs):
+    import torch
+    from executorch.backends.qualcomm.quantizer.custom_annotation import annotate_kv_8bit
+    from executorch.backends.qualcomm.quantizer.quantizer import QnnQuantizer, QuantDtype
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = QnnQuantizer()
+    quantizer.set_default_quant_config(QuantDtype.use_16a8w)
+    quantizer.add_custom_quant_annotations((annotate_kv_8bit,))
+    graph = torch.export.export(module, inputs, strict=True).module()
+    prepared = prepare_pt2e(graph, quantizer)
+    for seed in range(4):
+        prepared(*_example_inputs(inputs[0].shape[1], seed))
+    return convert_pt2e(prepared)
+
+
+def _quant_io_dtype(node):
+    """TagQuantIO's question, answered as the flow's _tag_ios does: KV caches in and out uint8,
+    the mask and the logits uint16, tokens and positions stay int32."""
+    import torch
+    from executorch.backends.qualcomm.builders.utils import is_graph_output
+
+    shape = tuple(node.meta["val"].shape) if hasattr(node.meta.get("val"), "shape") else ()
+    if node.op == "placeholder":
+        if "caches" in node.name:
+            return torch.uint8
+        if len(shape) == 4 and shape[-1] == CONTEXT and shape[1] == 1:
+            return torch.uint16  # the attention mask
+        return None
+    if is_graph_output(node):
+        return torch.uint16 if shape and shape[-1] == VOCAB and len(shape) == 3 else torch.uint8
+    return None
+
+
+def lower(methods: dict, soc: str, precision: str) -> bytes:
+    from executorch.backends.qualcomm._passes import TagQuantIO
+    from executorch.backends.qualcomm._passes.build_quant_io import BuildQuantIo
+    from executorch.backends.qualcomm._passes.qnn_pass_manager import QnnPassManager
+    from executorch.backends.qualcomm.utils.constants import (
+        QCOM_PASS_ACTIVATE_KEY,
+        QCOM_PASS_ARGS_KWARGS_DEFAULTS_KEY,
+    )
+    from executorch.backends.qualcomm.utils.utils import (
+        generate_htp_compiler_spec,
+        generate_qnn_executorch_compiler_spec,
+        get_soc_to_chipset_map,
+        to_edge_transform_and_lower_to_qnn,
+    )
+    from executorch.exir import ExecutorchBackendConfig
+
+    assert precision == "16a8w", precision
+    specs = generate_qnn_executorch_compiler_spec(
+        soc_model=get_soc_to_chipset_map()[soc],
+        backend_options=generate_htp_compiler_spec(use_fp16=False))
+    passes, deps = {}, {}
+    for name in methods:
+        job = QnnPassManager.get_capture_program_passes()
+        job[TagQuantIO][QCOM_PASS_ACTIVATE_KEY] = True
+        job[TagQuantIO][QCOM_PASS_ARGS_KWARGS_DEFAULTS_KEY]["get_quant_io_dtype_fn"] = \
+            _quant_io_dtype
+        passes[name] = job
+        deps[name] = QnnPassManager.get_passes_dependency_for_capture_program()
+    modules = {name: _quantize(m, x) for name, (m, x) in methods.items()}
+    edge = to_edge_transform_and_lower_to_qnn(
+        modules, {name: x for name, (_, x) in methods.items()},
+        {name: specs for name in methods}, constant_methods=metadata(1),
+        dep_table=deps, passes_job=passes)
+    return edge.to_executorch(ExecutorchBackendConfig(passes=[BuildQuantIo()])).buffer
