@@ -28,15 +28,24 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 
 
 def _eager_accepts(methods: dict, arrays: dict) -> str:
-    """"" when eager PyTorch runs every method on the inputs the suites feed, else its error."""
+    """"" when eager PyTorch runs every method on the inputs the suites feed, else its error.
+
+    The program's inputs are the flat list of the module's (a list of KV caches is ten
+    inputs); where the program takes a quantized dtype for a float input (uint8 caches, a
+    uint16 mask) the value is cast back, so what eager judges is the integer inputs' range."""
     import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
 
     from harness.tensors import numpy_to_torch
 
-    for name, (module, _) in methods.items():
+    for name, (module, example) in methods.items():
+        flat, structure = tree_flatten(example)
+        fed = [numpy_to_torch(a) for a in arrays[name]]
+        fed = [f if f.dtype == e.dtype or not e.dtype.is_floating_point else f.to(e.dtype)
+               for f, e in zip(fed, flat)]
         try:
             with torch.no_grad():
-                module(*[numpy_to_torch(a) for a in arrays[name]])
+                module(*tree_unflatten(fed, structure))
         except Exception as exc:  # noqa: BLE001 (eager's own refusal is the answer)
             return f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return ""

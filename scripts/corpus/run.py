@@ -1,0 +1,179 @@
+"""CI step "corpus": programs this project did not write, through S1-S4 with `--pte`.
+
+    python scripts/corpus/run.py [--soc SM8650] [--out DIR]
+
+Builds the corpus (scripts/corpus/build.py, cached under the harness cache by the corpus
+sources, the compile worker and the ExecuTorch version, so a second run builds nothing), runs
+the shipped isolation suite (tests/hil/test_isolation.py: S1-S4) on every program in one pytest
+session with `--pte`, prints program x outcome, and exits 1 on any of:
+
+- an ERROR or a FAIL (a setup error, an unexpected failure, an XPASS(strict));
+- a QNN program whose S1 is not an XFAIL of the known delegate-cache bug (an xfail needs the
+  runtime's own words, see harness.known_issues) or whose S4 does not pass;
+- a program with two delegated methods whose S2 does not pass or whose S3 is not an XFAIL;
+- a skip other than S2/S3 of a program with fewer than two delegated methods;
+- a program whose inputs, as the suites feed them, eager PyTorch refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
+
+# Test function -> column prefix; S1 and S3 are parametrized once more (-A/-B, -first/-second).
+SUITE_TESTS = {"test_s1_two_modules_same_program": "S1",
+               "test_s2_methods_share_one_context": "S2",
+               "test_s3_unload_one_method_keeps_the_other": "S3",
+               "test_s4_cleanup_and_reload": "S4"}
+COLUMNS = ("S1-A", "S1-B", "S2", "S3-first", "S3-second", "S4")
+
+
+def corpus_dir(soc: str) -> Path:
+    """The build's cache directory: keyed by what changes the programs."""
+    from harness.cache import cache_root, digest
+    from harness.qnn.sdk import executorch_version
+
+    sources = [HERE / "build.py", HERE / "upstream.py", HERE / "llm.py",
+               ROOT / "harness" / "compile_worker.py"]
+    key = digest([soc, executorch_version(), *(p.read_bytes() for p in sources)])
+    return cache_root() / "corpus" / f"{soc}-{key[:16]}"
+
+
+def build(out: Path, soc: str) -> None:
+    """Build into a fresh directory and move it into place, so an interrupted build never
+    leaves a half corpus behind."""
+    from harness.qnn.sdk import discover
+
+    if (out / "manifest.json").exists():
+        print(f"corpus: cached in {out}", flush=True)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".tmp"))
+    env = {**os.environ, **discover().environment()}
+    log = out.parent / f"{out.name}.build.log"
+    with open(log, "w") as handle:
+        proc = subprocess.run([sys.executable, str(HERE / "build.py"), str(tmp), "--soc", soc],
+                              env=env, stdout=subprocess.PIPE, stderr=handle, text=True)
+    print(proc.stdout, end="", flush=True)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SystemExit(f"corpus build failed (exit {proc.returncode}); its log: {log}")
+    os.replace(tmp, out)
+
+
+def outcomes(junit: Path) -> dict[str, dict[str, tuple[str, str]]]:
+    """{program: {column: (outcome, message)}} from a JUnit XML report (xunit1). Outcomes:
+    PASS, FAIL, ERROR, XFAIL, SKIP."""
+    table: dict[str, dict[str, tuple[str, str]]] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = case.get("name", "")
+        function, _, param = name.partition("[")
+        prefix = SUITE_TESTS.get(function)
+        if prefix is None:
+            continue
+        param = param.rstrip("]")
+        program, column = param, prefix
+        if prefix in ("S1", "S3"):
+            program, _, variant = param.rpartition("-")
+            column = f"{prefix}-{variant}"
+        outcome, message = "PASS", ""
+        for child in case:
+            text = (child.get("message") or child.text or "").strip()
+            if child.tag == "failure":
+                outcome, message = "FAIL", text
+            elif child.tag == "error":
+                outcome, message = "ERROR", text
+            elif child.tag == "skipped":
+                xfail = child.get("type") == "pytest.xfail"
+                outcome, message = ("XFAIL" if xfail else "SKIP"), text
+        table.setdefault(program, {})[column] = (outcome, message)
+    return table
+
+
+def problems(table: dict, manifest: dict) -> list[str]:
+    """Every verdict the corpus step does not accept (see the module docstring)."""
+    out = []
+    for program, facts in manifest.items():
+        row = table.get(program)
+        if row is None:
+            out.append(f"{program}: no test ran")
+            continue
+        if facts.get("eager_refuses_inputs"):
+            out.append(f"{program}: eager PyTorch refuses its inputs: "
+                       f"{facts['eager_refuses_inputs']}")
+        two = len(facts.get("delegated", ())) >= 2
+        for column, (outcome, message) in sorted(row.items()):
+            where = f"{program} {column}: {outcome}"
+            if outcome in ("ERROR", "FAIL"):
+                out.append(f"{where}: {message.splitlines()[0] if message else ''}")
+            elif outcome == "SKIP" and (two or not column.startswith(("S2", "S3"))):
+                out.append(f"{where} ({message})")
+        want = {"S1-A": "XFAIL", "S1-B": "XFAIL", "S4": "PASS"}
+        if two:
+            want.update({"S2": "PASS", "S3-first": "XFAIL", "S3-second": "XFAIL"})
+        for column, outcome in want.items():
+            got = row.get(column, ("missing", ""))[0]
+            if got != outcome and got not in ("ERROR", "FAIL"):
+                out.append(f"{program} {column}: {got}, expected {outcome}")
+    return out
+
+
+def render(table: dict, manifest: dict) -> str:
+    """program x outcome, with each program's kind and precision."""
+    head = ["program", "precision", "kind", *COLUMNS]
+    rows = [[name, facts["precision"], facts["kind"],
+             *(table.get(name, {}).get(c, ("-", ""))[0] for c in COLUMNS)]
+            for name, facts in manifest.items()]
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--soc", default="SM8650")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the JUnit XML and the table go (default: a temp dir)")
+    args = parser.parse_args(argv)
+    from harness.paths import SUITES_DIR
+
+    corpus = corpus_dir(args.soc)
+    build(corpus, args.soc)
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    out = args.out or Path(tempfile.mkdtemp(prefix="corpus-run-"))
+    out.mkdir(parents=True, exist_ok=True)
+    junit = out / "junit.xml"
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
+           str(SUITES_DIR / "test_isolation.py"), f"--junitxml={junit}",
+           "--strict-known-issues", f"--soc={args.soc}",
+           *(f"--pte={corpus / (name + '.pte')}" for name in manifest)]
+    proc = subprocess.run(cmd, cwd=ROOT)
+    if not junit.exists():
+        print(f"pytest wrote no report (exit {proc.returncode})", file=sys.stderr)
+        return 1
+    table = outcomes(junit)
+    text = render(table, manifest)
+    (out / "table.txt").write_text(text + "\n")
+    print(text)
+    found = problems(table, manifest)
+    for line in found:
+        print(f"corpus: {line}", file=sys.stderr)
+    print(f"corpus: {len(manifest)} programs, {sum(len(r) for r in table.values())} tests, "
+          f"{len(found)} problem(s)")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

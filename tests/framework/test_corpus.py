@@ -1,0 +1,68 @@
+"""The corpus step's verdicts (scripts/corpus/run.py): what it reads from the suite's JUnit
+report and which outcomes fail the step. The step itself runs in CI (.ci/run, "corpus")."""
+
+import importlib.util
+from pathlib import Path
+
+RUN = Path(__file__).resolve().parents[2] / "scripts" / "corpus" / "run.py"
+spec = importlib.util.spec_from_file_location("corpus_run", RUN)
+corpus = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(corpus)
+
+CASES = {
+    "test_s1_two_modules_same_program[{p}-A]": '<skipped type="pytest.xfail" message="known issue"/>',
+    "test_s1_two_modules_same_program[{p}-B]": '<skipped type="pytest.xfail" message="known issue"/>',
+    "test_s2_methods_share_one_context[{p}]": "",
+    "test_s3_unload_one_method_keeps_the_other[{p}-first]": '<skipped type="pytest.xfail" message="x"/>',
+    "test_s3_unload_one_method_keeps_the_other[{p}-second]": '<skipped type="pytest.xfail" message="x"/>',
+    "test_s4_cleanup_and_reload[{p}]": "",
+}
+
+
+def junit(tmp_path, programs: dict[str, dict[str, str]]) -> Path:
+    """A JUnit XML (xunit1 shape) with, per program, the default outcomes above overridden."""
+    cases = []
+    for program, overrides in programs.items():
+        for name, body in CASES.items():
+            body = overrides.get(name.format(p=program), body)
+            cases.append(f'<testcase classname="t" name="{name.format(p=program)}">{body}</testcase>')
+    path = tmp_path / "junit.xml"
+    path.write_text(f"<testsuites><testsuite>{''.join(cases)}</testsuite></testsuites>")
+    return path
+
+
+def manifest(*names, two=()):
+    return {n: {"kind": "k", "precision": "fp16", "eager_refuses_inputs": "",
+                "delegated": ["a", "b"] if n in two else ["forward"]} for n in names}
+
+
+def test_outcomes_per_program_and_column(tmp_path):
+    table = corpus.outcomes(junit(tmp_path, {"llm_hybrid": {}, "multi-dash": {}}))
+    assert table["llm_hybrid"]["S1-A"][0] == "XFAIL"
+    assert table["llm_hybrid"]["S2"] == ("PASS", "")
+    assert set(table["multi-dash"]) == set(corpus.COLUMNS)  # a stem with a dash stays whole
+    assert corpus.problems(table, manifest("llm_hybrid", "multi-dash",
+                                           two=("llm_hybrid", "multi-dash"))) == []
+
+
+def test_what_fails_the_step(tmp_path):
+    skip = '<skipped type="pytest.skip" message="lacks two methods"/>'
+    table = corpus.outcomes(junit(tmp_path, {
+        "conv": {"test_s2_methods_share_one_context[conv]": skip,
+                 "test_s3_unload_one_method_keeps_the_other[conv-first]": skip,
+                 "test_s3_unload_one_method_keeps_the_other[conv-second]": skip},
+        "fixed": {"test_s1_two_modules_same_program[fixed-A]": ""},
+        "broken": {"test_s4_cleanup_and_reload[broken]": '<error message="setup failed"/>'},
+        "pair": {"test_s2_methods_share_one_context[pair]": skip},
+    }))
+    facts = manifest("conv", "fixed", "broken", "pair", "missing", two=("pair",))
+    facts["conv"]["eager_refuses_inputs"] = "forward: IndexError: index 6 is out of bounds"
+    found = corpus.problems(table, facts)
+    assert any(p.startswith("conv: eager PyTorch refuses") for p in found)
+    assert not any(p.startswith("conv S") for p in found)  # one method: S2/S3 skips are fine
+    assert "fixed S1-A: PASS, expected XFAIL" in found
+    assert "broken S4: ERROR: setup failed" in found
+    assert any(p.startswith("pair S2: SKIP") for p in found)
+    assert "missing: no test ran" in found
+    assert len(found) == 6, found
+    assert "conv" in corpus.render(table, facts).splitlines()[2]
