@@ -41,7 +41,7 @@ FILE_IDENTIFIER = b"ET12"
 EXTENDED_HEADER_MAGIC = b"eh00"
 MIN_PROGRAM_BYTES = 8  # root table offset + file identifier
 # Version of the JSON written by to_json(); cached answers of another version are re-read.
-JSON_FORMAT = 2
+JSON_FORMAT = 3
 CHILD_TIMEOUT_S = 300
 CHILD_ERROR_EXIT = 3
 
@@ -111,6 +111,9 @@ class ProgramInfo:
     sha256: str
     methods: dict[str, MethodInfo]
     qnn_delegates: tuple[QnnDelegate, ...]
+    # Values of the constant methods (no inputs, one int, float or bool output), e.g. an LLM
+    # export's get_max_context_len: what the program says about itself.
+    metadata: dict[str, int | float | bool] = dataclasses.field(default_factory=dict)
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -140,6 +143,7 @@ class ProgramInfo:
                 for name, m in self.methods.items()},
             "qnn_delegates": [{**dataclasses.asdict(d), "socs": list(d.socs)}
                               for d in self.qnn_delegates],
+            "metadata": self.metadata,
             # Derived, for readers of `inspect --json`; from_json ignores them.
             "backends": list(self.backends),
             "socs": list(self.socs),
@@ -156,7 +160,7 @@ class ProgramInfo:
             for name, m in data["methods"].items()}
         return cls(Path(data["path"]), int(data["size"]), data["sha256"], methods,
                    tuple(QnnDelegate(**{**d, "socs": tuple(d.get("socs") or ())})
-                         for d in data["qnn_delegates"]))
+                         for d in data["qnn_delegates"]), dict(data.get("metadata") or {}))
 
     def describe(self) -> str:
         """The human-readable text of `python -m harness inspect`."""
@@ -270,6 +274,17 @@ def _value_spec(value: Any) -> TensorSpec:
     return TensorSpec(type(val).__name__.lower(), ())
 
 
+def _constant(plan: Any) -> int | float | bool | None:
+    """The value of a constant method (no inputs, one scalar output held in the plan)."""
+    if plan.inputs or len(plan.outputs) != 1:
+        return None
+    val = plan.values[plan.outputs[0]].val
+    for field in ("bool_val", "int_val", "double_val"):
+        if hasattr(val, field):
+            return getattr(val, field)
+    return None
+
+
 def _qnn_delegate(method: str, spec_value: bytes) -> QnnDelegate:
     from executorch.backends.qualcomm.serialization.qc_schema import (
         QnnExecuTorchHtpPrecision,
@@ -334,7 +349,10 @@ def inspect_program(path: Path) -> ProgramInfo:
         program = deserialize_pte_binary(data).program
         methods: dict[str, MethodInfo] = {}
         delegates: list[QnnDelegate] = []
+        metadata: dict[str, int | float | bool] = {}
         for plan in program.execution_plan:
+            if (value := _constant(plan)) is not None:
+                metadata[plan.name] = value
             methods[plan.name] = MethodInfo(
                 plan.name, tuple(_value_spec(plan.values[i]) for i in plan.inputs),
                 tuple(_value_spec(plan.values[i]) for i in plan.outputs),
@@ -359,7 +377,8 @@ def inspect_program(path: Path) -> ProgramInfo:
     except Exception as exc:  # the flatbuffer reader raises struct.error, TypeError, ...
         raise ModelError(f"{path}: damaged or truncated ExecuTorch program, it does not "
                          f"deserialize ({_one_line(exc)})") from exc
-    return ProgramInfo(path, size, hashlib.sha256(data).hexdigest(), methods, tuple(delegates))
+    return ProgramInfo(path, size, hashlib.sha256(data).hexdigest(), methods, tuple(delegates),
+                       metadata)
 
 
 # --- the cached, out-of-process reader ---------------------------------------------------------

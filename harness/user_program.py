@@ -7,7 +7,8 @@ fixed inputs. Every later execute of that method on the same inputs, whatever el
 must give the same outputs within `PROGRAM_ATOL`/`PROGRAM_RTOL`.
 
 Inputs come from a fixed seed (floats uniform in [-1, 1), booleans; integers all 0, the one
-value that indexes any non-empty dimension), or from files beside the program:
+value that indexes any non-empty dimension; an attention mask the program's metadata describes,
+from it), or from files beside the program:
 `<program>.inputs/<method>/<index>.npy` (numpy's .npy, one file per input, dtype and shape as
 the program declares them).
 
@@ -72,8 +73,40 @@ dimension, so a generated index, token id or position keeps any program well def
 integers read out of bounds or make a delegate fail; give real values in `.inputs/`)."""
 
 
-def generated_how(spec: TensorSpec) -> str | None:
+CONTEXT_KEY = "get_max_context_len"
+"""The metadata method an LLM export (the Qualcomm llama flow) says its context length with."""
+
+
+def mask_context(info: ProgramInfo, spec: TensorSpec) -> int | None:
+    """The context length when `spec` is an attention mask the program's metadata describes:
+    an unsigned integer input [..., ar, ctx] of a program whose `get_max_context_len` is ctx
+    (the flow's quantized mask: the dtype's maximum where a position is attended, 0 where
+    not); None otherwise."""
+    ctx = info.metadata.get(CONTEXT_KEY)
+    if (not isinstance(ctx, int) or isinstance(ctx, bool) or not spec.dtype.startswith("uint")
+            or len(spec.shape) < 2 or spec.shape[-1] != ctx or not 0 < spec.shape[-2] <= ctx):
+        return None
+    return ctx
+
+
+def causal_mask(spec: TensorSpec):
+    """The mask of a first step from an empty cache, as the flow's runner starts: row i of the
+    ar new tokens attends the cache slots (ctx - ar) .. (ctx - ar + i), nothing before them."""
+    import numpy as np
+
+    ar, ctx = spec.shape[-2], spec.shape[-1]
+    dtype = numpy_dtype(spec.dtype)
+    rows = np.zeros((ar, ctx), dtype=dtype)
+    for i in range(ar):
+        rows[i, ctx - ar:ctx - ar + i + 1] = np.iinfo(dtype).max
+    return np.broadcast_to(rows, tuple(spec.shape)).copy()
+
+
+def generated_how(spec: TensorSpec, info: ProgramInfo | None = None) -> str | None:
     """How a generated input of `spec` is made, or None when it cannot be generated."""
+    if info is not None and mask_context(info, spec) is not None:
+        return (f"the causal attention mask of a first step ({CONTEXT_KEY} "
+                f"{info.metadata[CONTEXT_KEY]}: the newest {spec.shape[-2]} slots attended)")
     if spec.dtype in FLOAT_DTYPES:
         return "uniform in [-1, 1)"
     if spec.dtype == "bool":
@@ -139,6 +172,8 @@ def input_arrays(info: ProgramInfo) -> dict[str, list]:
             elif given.is_dir():
                 raise ModelError(f"{given} has no {name}/{i}.npy for input {i} ({spec}) of method "
                                  f"{name!r}: give every input of the method, or none")
+            elif mask_context(info, spec) is not None:
+                arrays.append(causal_mask(spec))
             else:
                 arrays.append(_generated(spec, rng))
         out[name] = arrays
@@ -153,7 +188,7 @@ def describe_inputs(info: ProgramInfo) -> list[str]:
     for name, method in info.methods.items():
         for i, spec in enumerate(method.inputs):
             source = given / name / f"{i}.npy"
-            how = generated_how(spec)
+            how = generated_how(spec, info)
             if how is None:
                 text = f"cannot be fed (the runners feed tensors of {', '.join(DTYPES)})"
             elif source.exists():

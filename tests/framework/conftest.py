@@ -45,6 +45,7 @@ FILE_KIND = {
     "test_user_program.py": "simulator",
     "test_dtypes.py": "simulator",
     "test_corpus.py": "unit",
+    "test_program_inputs.py": "unit",
     "test_wheel.py": "simulator",
     "test_replay_export.py": "simulator",  # and cmake (the C++ export builds)
     "test_report.py": "simulator",
