@@ -206,3 +206,27 @@ def test_a_program_for_several_other_socs_is_refused_naming_all(pytester, export
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*gated_mlp_fcb.pte: compiled for SM8550, SM8750*but the HTP "
                                  "simulator is SM8650*an SM8550 or an SM8750 device*"])
+
+
+CORPUS_BUILD = ROOT / "scripts" / "corpus" / "build.py"
+
+
+def test_a_failing_solo_run_names_the_runtimes_words_and_the_inputs(pytester, tmp_path):
+    """Upstream's index_select with a given index out of range: the solo run fails, and the
+    one message says the runtime's own lines of that step and where the inputs came from."""
+    env = {**os.environ, **discover().environment()}
+    proc = subprocess.run([sys.executable, str(CORPUS_BUILD), str(tmp_path), "--only",
+                           "index_select"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pte = shutil.copy(tmp_path / "index_select.pte", pytester.path / "index_select.pte")
+    given = pytester.path / "index_select.inputs" / "forward"
+    given.mkdir(parents=True)
+    np.save(given / "0.npy", np.zeros((2, 3, 4, 5), dtype=np.float32))
+    np.save(given / "1.npy", np.array([0, 7]))  # dimension 1 has 3 entries
+    result = run(pytester, str(SUITES_DIR / "test_isolation.py"), f"--pte={pte}", "-k", "s4")
+    result.assert_outcomes(errors=1)  # the program has no reference: the test cannot start
+    text = result.stdout.str()
+    assert "the solo run (one module, each method once, nothing else live) failed" in text
+    assert "the runtime's log lines of that step:" in text
+    assert "graph execute with error" in text, text[-3000:]
+    assert f"its inputs were read from {pytester.path / 'index_select.inputs'}" in text
