@@ -5,6 +5,7 @@ one is a mismatch however small the tolerance allows), and metadata methods' int
 outputs reported alike by both runners. With --pte, an input the suites cannot feed is one
 usage error at start-up."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -137,3 +138,28 @@ def test_a_program_whose_inputs_cannot_be_fed_is_one_start_up_error(pytester, pr
     text = result.stderr.str()
     assert text.count("int32[2, 3], but dtypes.pte method 'u16' input 0 is uint16[2, 3]") == 1, text
     assert "Traceback" not in text and "During handling" not in text, text
+
+
+def test_a_bfloat16_run_exports_as_a_standalone_python_test(pytester, programs, tmp_path):
+    """`harness export --format python` of S4 on the dtypes program (its first method takes and
+    gives bfloat16): the standalone script reads the tensor files and passes."""
+    pte = shutil.copy(programs / "dtypes.pte", pytester.path / "dtypes.pte")
+    shutil.copytree(inputs_dir(programs / "dtypes.pte"), inputs_dir(Path(pte)))
+    artifacts = tmp_path / "artifacts"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--hil-suites", f"--pte={pte}",
+                                           "-k", "s4", "--keep-artifacts",
+                                           f"--artifacts-dir={artifacts}", timeout=600)
+    result.assert_outcomes(passed=1)
+    run_dir = next((artifacts / "latest").resolve().rglob("s4_cleanup_reload/scenario.json")).parent
+    scenario = (run_dir / "scenario.json").read_text()
+    assert '"bfloat16"' in scenario
+    out = tmp_path / "export"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    proc = subprocess.run([sys.executable, "-m", "harness", "export", str(run_dir), "--format",
+                           "python", "--out", str(out)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = subprocess.run(["bash", str(out / "run.sh")], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "outputs match the reference" in proc.stdout

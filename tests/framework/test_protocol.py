@@ -236,3 +236,11 @@ def test_python_runner_reports_a_raising_step_and_goes_on(tmp_path, capfd):
     assert destroy.message == "module A is not loaded"
     assert events[-1] == EndEvent("end", "failed", 3, 3)
     assert [protocol.step_marker_index(line) for line in err.splitlines()] == [0, 1, 2, -1]
+
+
+def test_exports_name_every_protocol_dtype():
+    """The C++ export maps each tensor dtype a scenario may hold to its ScalarType."""
+    from harness.export.cpp import DTYPES as CPP_DTYPES
+    from harness.protocol import DTYPES
+
+    assert set(CPP_DTYPES) == set(DTYPES)

@@ -150,6 +150,9 @@ double element(ScalarType t, const void* data, size_t i) {
     return static_cast<double>(v);                              \
   }
     ET_FORALL_REALHBF16_TYPES(EXPORT_CASE)
+    EXPORT_CASE(uint16_t, UInt16)
+    EXPORT_CASE(uint32_t, UInt32)
+    EXPORT_CASE(uint64_t, UInt64)
 #undef EXPORT_CASE
     case ScalarType::Bool:
       return base[i] != 0 ? 1.0 : 0.0;

@@ -109,9 +109,14 @@ def end(expected_contexts):
 
 
 def tensor(spec):
+    """A raw little-endian tensor file as a torch tensor; torch reads every dtype the
+    harness writes (bfloat16 and the unsigned types included), numpy alone does not."""
     file, dtype, shape = spec
-    array = np.fromfile(os.path.join(DATA, file), dtype=np.dtype(dtype).newbyteorder("<"))
-    return torch.from_numpy(array.reshape(shape).astype(np.dtype(dtype)))
+    with open(os.path.join(DATA, file), "rb") as handle:
+        data = bytearray(handle.read())
+    if not data:
+        return torch.zeros(shape, dtype=getattr(torch, dtype))
+    return torch.frombuffer(data, dtype=getattr(torch, dtype)).reshape(shape)
 
 
 def attempt(call, what, allowed):
@@ -188,10 +193,10 @@ def execute(module, program, name, inputs, expected, atol, rtol, allowed):
     before = failures
     got = []
     for i, (out, spec) in enumerate(zip(outputs, expected)):
-        array = out.detach().contiguous().numpy()
-        got.append(array.tobytes())
-        ref = tensor(spec).numpy().astype(np.float64)
-        value = array.astype(np.float64)
+        out = out.detach().contiguous()
+        got.append(out.reshape(-1).view(torch.uint8).numpy().tobytes() if out.numel() else b"")
+        ref = tensor(spec).to(torch.float64).numpy()
+        value = out.to(torch.float64).numpy()
         if value.shape != ref.shape or not np.all(np.abs(value - ref) <= atol + rtol * np.abs(ref)):
             worst = float(np.abs(value - ref).max()) if value.shape == ref.shape else float("nan")
             fail(f"output {i} differs from the reference beyond atol {atol} rtol {rtol} "
