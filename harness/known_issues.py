@@ -1,4 +1,14 @@
-"""Known runtime bugs as strict xfails, keyed by ExecuTorch version.
+"""Known runtime bugs as strict xfails, keyed by the runtime's version.
+
+Versions are PEP 440 specifiers, read by `packaging` (the reference implementation of PEP 440,
+so ordering and the rules for pre-release, dev and local versions are the standard's, not ours):
+`executorch: ">=0.5,<=1.5.1"`, or a list whose items each apply (a bare version `1.5.1` is
+`==1.5.1`). Pre-release, dev and local versions are always matched (`prereleases=True`) by their
+place in PEP 440 order: a development build `1.6.0a0+git1a2b3c4` satisfies `>=0.5` and `>1.5.1`
+but not `<=1.5.1` (it is a build towards 1.6.0), and a local build of a release (`1.5.1+git...`)
+satisfies what `1.5.1` does (`==1.5.1` ignores the local label). An entry may also name the QNN
+libraries it applies to, `qnn: ">=2.47"`, over the QAIRT version the session's libraries report;
+when that version cannot be told, an entry with `qnn:` does not apply (the test runs plain).
 
 Strict, so a runtime that fixes the bug makes the test fail with "XPASS(strict)", which is the
 signal to delete the entry. `--ignore-known-issues` turns them back into plain tests, which then
@@ -43,16 +53,65 @@ assert set(Kind.__args__) == set(KINDS)  # type: ignore[attr-defined]
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
+def version_specifier(text: str) -> SpecifierSet:
+    """`text` as a PEP 440 specifier set that matches pre-releases; a bare version is `==`."""
+    text = text.strip()
+    try:
+        Version(text)
+        text = f"=={text}"
+    except InvalidVersion:
+        pass
+    try:
+        return SpecifierSet(text, prereleases=True)
+    except InvalidSpecifier:
+        raise ValueError(f"{text!r} is neither a version nor a PEP 440 specifier set "
+                         "(e.g. '1.5.1', '>=0.5,<=1.5.1', '>=1.4,<1.6')") from None
+
+
+def version_in(version: str | None, specifiers: tuple[str, ...]) -> bool:
+    """Whether `version` satisfies any of `specifiers`; an unknown or non-PEP 440 version
+    satisfies none."""
+    if not version:
+        return False
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return False
+    return any(parsed in version_specifier(spec) for spec in specifiers)
+
+
+def _specifiers(value: str | list[str]) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    for item in items:
+        version_specifier(item)
+    return items
+
+
 class IssueEntry(StrictModel):
     """One entry of a known-issues YAML file."""
 
     id: NonEmpty
-    executorch: list[NonEmpty] = Field(min_length=1)  # exact versions or specifiers ("<=1.5.1")
+    # PEP 440 specifier sets or versions ("1.5.1", ">=0.5,<=1.5.1"); a list applies if any does
+    executorch: NonEmpty | list[NonEmpty] = Field(min_length=1)
+    qnn: NonEmpty | None = None  # QAIRT versions it applies to (">=2.47"); any when absent
     tests: list[NonEmpty] = Field(min_length=1)  # "tests/hil/test_x.py::test_y*" (fnmatch)
     kind: list[Kind] = Field(min_length=1)  # which failures it covers
     match: NonEmpty  # regex searched in the failing step's own words
     reason: NonEmpty
     intermittent: bool = False  # met in some runs only: a pass is not a fixed runtime
+
+    @field_validator("executorch")
+    @classmethod
+    def _executorch_specifiers(cls, value: str | list[str]) -> str | list[str]:
+        _specifiers(value)
+        return value
+
+    @field_validator("qnn")
+    @classmethod
+    def _qnn_specifier(cls, value: str | None) -> str | None:
+        if value is not None:
+            version_specifier(value)
+        return value
 
     @field_validator("match")
     @classmethod
@@ -79,18 +138,13 @@ class KnownIssue:
     source: Path = DEFAULT_PATH  # the YAML file it came from
     base: Path = PROJECT_ROOT  # test patterns are relative to this directory
     intermittent: bool = False
+    qnn: str | None = None  # QAIRT specifier; None: any QNN libraries
 
-    def applies_to(self, version: str) -> bool:
-        for spec in self.executorch:
-            if spec == version:
-                return True
-            if spec[:1] in "<>=!~":
-                try:
-                    if Version(version) in SpecifierSet(spec):
-                        return True
-                except (InvalidVersion, InvalidSpecifier):
-                    continue
-        return False
+    def applies_to(self, version: str, qairt: str | None = None) -> bool:
+        """Whether the entry is for executorch `version` with QNN libraries of QAIRT `qairt`."""
+        if not version_in(version, self.executorch):
+            return False
+        return self.qnn is None or version_in(qairt, (self.qnn,))
 
     def test_key(self, path: Path, name: str) -> str | None:
         """`relative/path.py::name` of a test file under this issue's base, else None."""
@@ -123,8 +177,9 @@ def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> li
     if base is None:
         base = PROJECT_ROOT if path.resolve() == DEFAULT_PATH.resolve() else path.resolve().parent
     entries = load_validated(path, IssuesFile, what="known-issues file", empty_ok=True).root
-    issues = [KnownIssue(e.id, tuple(e.executorch), tuple(e.tests), " ".join(e.reason.split()),
-                         e.match, tuple(e.kind), path, base, e.intermittent) for e in entries]
+    issues = [KnownIssue(e.id, tuple(_specifiers(e.executorch)), tuple(e.tests),
+                         " ".join(e.reason.split()), e.match, tuple(e.kind), path, base,
+                         e.intermittent, e.qnn) for e in entries]
     _check_unique(issues)
     return issues
 
@@ -147,9 +202,10 @@ def _check_unique(issues: list[KnownIssue]) -> None:
         seen[issue.id] = issue.source
 
 
-def issue_for(path: Path, name: str, version: str, issues: list[KnownIssue]) -> KnownIssue | None:
+def issue_for(path: Path, name: str, version: str, issues: list[KnownIssue],
+              qairt: str | None = None) -> KnownIssue | None:
     for issue in issues:
-        if issue.applies_to(version) and issue.matches_test(path, name):
+        if issue.applies_to(version, qairt) and issue.matches_test(path, name):
             return issue
     return None
 

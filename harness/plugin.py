@@ -126,6 +126,13 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                          "convolution over the whole lifecycle (load, load-method, execute, "
                          "unload-method, destroy: 126126 orderings up to renaming, minutes) "
                          "instead of CI's bound (no unload-method: 5775)")
+    group.addoption("--executorch-prefix", default=None, metavar="DIR",
+                    help="the ExecuTorch build under test: an unpacked wheel's executorch/ or a "
+                         "CMake install prefix; the runner is built against it and its "
+                         "libraries are loaded (ini option hil_executorch_prefix, environment "
+                         "EXECUTORCH_HIL_EXECUTORCH_PREFIX; default: the installed wheel)")
+    parser.addini("hil_executorch_prefix", default="",
+                  help="like --executorch-prefix, relative to the ini file")
     parser.addini("hil_pte", type="paths", default=[],
                   help="programs the HIL suites run on (like --pte), relative to the ini file")
     parser.addini("hil_models_dirs", type="paths", default=[],
@@ -200,6 +207,7 @@ def pytest_configure(config: pytest.Config) -> None:
                             "needs=()): the built-in models a suite test runs on by default "
                             "(with --pte: the user's programs), and what it needs of a program")
     try:
+        _select_runtime(config)
         opts = _options(config)
         _check_start_up(config, opts)
     except HarnessError as exc:
@@ -218,6 +226,20 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_XdistBalance(workers, adb), "hil-xdist-balance")
     if not opts.worker.startswith("gw"):
         _link_latest(opts.artifacts_dir)
+
+
+def _select_runtime(config: pytest.Config) -> None:
+    """--executorch-prefix, else the ini option (relative to the ini file), else the
+    environment, else the installed wheel; set in the environment for every child."""
+    from harness import runtime
+
+    prefix = config.getoption("executorch_prefix")
+    if prefix is None and config.getini("hil_executorch_prefix"):
+        base = config.inipath.parent if config.inipath else Path.cwd()
+        prefix = str(base / config.getini("hil_executorch_prefix"))
+    if prefix is None:
+        prefix = os.environ.get(runtime.PREFIX_ENV) or None
+    runtime.select(prefix)
 
 
 def _options(config: pytest.Config) -> Options:
@@ -433,13 +455,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     issues = config.stash.get(_ISSUES_KEY, [])
     version = executorch_version()
+    qairt = config.stash[_SESSION_KEY].qairt
     config.stash[_FILES_KEY] = {item.path for item in items}
     config.stash[_PATTERNS_KEY] = set()
     for item in items:
         if "hil_device" not in getattr(item, "fixturenames", ()):
             continue
         name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-        issue = issue_for(item.path, name, version, issues)
+        issue = issue_for(item.path, name, version, issues, qairt)
         if issue is not None:
             patterns = config.stash[_PATTERNS_KEY]
             patterns.update((issue.id, p) for p in issue.matching_patterns(item.path, name))
@@ -513,11 +536,13 @@ def unmatched_issues(config: pytest.Config) -> list[KnownIssue]:
     among patterns whose test file this run collected or that name no existing file at all (a
     misspelt path). A pattern for a suite the run did not select is not stale."""
     version = executorch_version()
+    session = config.stash.get(_SESSION_KEY, None)
+    qairt = session.qairt if session is not None else None
     matched = config.stash.get(_PATTERNS_KEY, set())
     collected = {Path(f).resolve() for f in config.stash.get(_FILES_KEY, set())}
     stale = []
     for issue in config.stash.get(_ISSUES_KEY, []):
-        if not issue.applies_to(version):
+        if not issue.applies_to(version, qairt):
             continue
         for pattern in issue.tests:
             if (issue.id, pattern) in matched:

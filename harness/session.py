@@ -90,6 +90,17 @@ class HilSession:
         return self._sdk
 
     @property
+    def qairt(self) -> str | None:
+        """The QAIRT version of the QNN libraries (for known issues keyed by it); None when
+        there are none or it cannot be told."""
+        from harness.runtime import qairt_version
+
+        try:
+            return qairt_version(self.sdk)
+        except HarnessError:
+            return None
+
+    @property
     def simulator_runner(self) -> RunnerChoice:
         """The runner of the simulator device, from --runner: the native one unless Python was
         asked for or no native build is possible here (then a notice says why). An adb

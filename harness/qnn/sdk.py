@@ -82,18 +82,17 @@ class QnnSdk:
         return env
 
 
-@functools.cache
 def executorch_version() -> str:
-    """The installed executorch's version (read once: importlib.metadata parses the package's
-    metadata file on every call, and every scenario run asks)."""
-    try:
-        return importlib.metadata.version("executorch")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    """The version of the runtime under test (`harness.runtime`: the installed wheel, or
+    `--executorch-prefix`); read once per runtime, every scenario run asks."""
+    from harness.runtime import current
+
+    return current().version
 
 
 def built_against_core_api() -> str:
-    return BUILT_AGAINST_CORE_API.get(executorch_version(), DEFAULT_BUILT_AGAINST)
+    version = executorch_version().split("+")[0]
+    return BUILT_AGAINST_CORE_API.get(version, DEFAULT_BUILT_AGAINST)
 
 
 def _from_env_root(root: Path) -> tuple[Path, tuple[Path, ...], str]:

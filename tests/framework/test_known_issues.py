@@ -65,6 +65,37 @@ def test_user_file_patterns_are_relative_to_its_directory(tmp_path):
     assert [i.id for i in load_all([path])][-1] == "mine"  # added to the project's, not instead
 
 
+@pytest.mark.parametrize("specifier, version, applies", [
+    (">=0.5,<=1.5.1", "1.4.1", True),
+    (">=0.5,<=1.5.1", "1.5.1", True),
+    (">=0.5,<=1.5.1", "0.4.0", False),
+    (">=0.5,<=1.5.1", "1.5.1+cpu", True),           # a local build of a release is that release
+    (">=0.5,<=1.5.1", "1.5.1+git3b60683", True),
+    (">=0.5,<=1.5.1", "1.6.0a0+git1a2b3c4", False),  # a build towards 1.6.0 is past 1.5.1
+    (">=0.5", "1.6.0a0+git1a2b3c4", True),           # pre-releases are matched, not skipped
+    (">1.5.1", "1.6.0.dev20261201", True),
+    ("1.5.1", "1.5.1+cpu", True),                    # a bare version is ==
+    ("1.5.1", "1.5.0", False),
+    (">=1.4", "unknown", False),                     # an unknown runtime matches nothing
+])
+def test_executorch_versions_are_pep440_specifiers(tmp_path, specifier, version, applies):
+    path = tmp_path / "k.yaml"
+    path.write_text(ENTRY.replace("['1.5.1']", repr(specifier)))
+    [entry] = load_known_issues(path)
+    assert entry.applies_to(version) is applies
+
+
+def test_an_entry_may_name_the_qnn_libraries_it_applies_to(tmp_path):
+    path = tmp_path / "k.yaml"
+    path.write_text(ENTRY.replace("['1.5.1']", "['>=0.5,<1.5', '==1.5.1']")
+                    .replace("  kind:", "  qnn: '>=2.47,<2.51'\n  kind:"))
+    [entry] = load_known_issues(path)
+    assert entry.applies_to("1.4.1", "2.47.0") and entry.applies_to("1.5.1", "2.50.0")
+    assert not entry.applies_to("1.5.0", "2.47.0")  # neither item of the list
+    assert not entry.applies_to("1.5.1", "2.51.0")
+    assert not entry.applies_to("1.5.1", None)       # QAIRT unknown: not claimed
+
+
 ENTRY = ("- id: a\n  executorch: ['1.5.1']\n  tests: ['t.py::x']\n  kind: [error]\n"
          "  match: boom\n  reason: r\n")
 
@@ -78,7 +109,11 @@ ENTRY = ("- id: a\n  executorch: ['1.5.1']\n  tests: ['t.py::x']\n  kind: [error
     (ENTRY.replace("[error]", "[segfault]"), ["line 4: [0].kind[0]", "'error'"]),
     (ENTRY.replace("boom", "'('"), ["line 5: [0].match", "not a valid regular expression"]),
     (ENTRY.replace("boom", "''"), ["match", "at least 1 character"]),
-    (ENTRY.replace("['1.5.1']", "1.5.1"), ["line 2: [0].executorch", "valid list"]),
+    (ENTRY.replace("['1.5.1']", "'=>1.5'"), ["line 2: [0].executorch", "'=>1.5' is neither a "
+                                            "version nor a PEP 440 specifier set"]),
+    (ENTRY.replace("['1.5.1']", "['1.5.1', '1.5.x']"), ["[0].executorch", "'1.5.x'"]),
+    (ENTRY.replace("  kind:", "  qnn: 'latest'\n  kind:"), ["line 4: [0].qnn", "'latest'"]),
+    (ENTRY.replace("['1.5.1']", "[]"), ["[0].executorch"]),
     (ENTRY.replace("- id: a", "- id: 3"), ["line 1: [0].id", "valid string"]),
     ("id: a\n", ["expected a list at the top level"]),
     (ENTRY + ENTRY, ["known issue id 'a' is also defined"]),

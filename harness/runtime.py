@@ -1,0 +1,202 @@
+"""The ExecuTorch runtime under test: which build it is and where it comes from.
+
+The runtime is an input of a session, not whatever happens to be installed: by default the
+installed `executorch` wheel, or with `--executorch-prefix DIR` (ini `hil_executorch_prefix`,
+environment `EXECUTORCH_HIL_EXECUTORCH_PREFIX`) a directory of one's own build:
+
+- an unpacked wheel's `executorch/` (holds `version.py` and `share/cmake/executorch-config.cmake`;
+  its Python package compiles the models and runs the Python runner), or
+- a CMake install prefix (`lib/cmake/ExecuTorch/executorch-config.cmake`; C++ only, so models
+  are compiled by the installed package, and the session says so).
+
+The choice travels in the environment variable, so the compile worker, runners and xdist workers
+the session starts see the same runtime. Its identity (version, git revision, origin, path) is
+read from the files alone, never by importing it: a prefix's Python package may not import in
+this interpreter (another torch), and the harness must still name what it tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+from harness.errors import ConfigError
+
+PREFIX_ENV = "EXECUTORCH_HIL_EXECUTORCH_PREFIX"
+
+_WHEEL_CMAKE = Path("share") / "cmake" / "executorch-config.cmake"
+_INSTALL_CMAKE_DIRS = (Path("lib") / "cmake" / "ExecuTorch", Path("lib64") / "cmake" / "ExecuTorch")
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """One ExecuTorch build: what the session names and what the runners are built against."""
+
+    version: str  # PEP 440 where known ("1.5.1", "1.6.0a0+git1a2b3c4"), else "unknown"
+    git_revision: str | None  # the commit it was built from, where the build records it
+    origin: str  # "wheel" (the installed package), "prefix-wheel" or "prefix-install"
+    path: Path | None  # the package directory or the prefix
+    cmake_prefix: Path | None  # CMAKE_PREFIX_PATH for a C++ runner; None: no CMake package
+    lib_dir: Path | None  # its shared libraries (libexecutorch.so, the QNN backend)
+    python_path: Path | None  # the directory to put first on PYTHONPATH; None: the installed one
+
+    @property
+    def has_native_libraries(self) -> bool:
+        return self.lib_dir is not None and any(self.lib_dir.glob("libexecutorch.so*"))
+
+    @property
+    def from_prefix(self) -> bool:
+        return self.origin.startswith("prefix")
+
+    def describe(self) -> str:
+        """One line: `executorch 1.5.0 (git 3b60683923, unpacked wheel /x/executorch)`."""
+        where = {"wheel": "installed wheel", "prefix-wheel": "unpacked wheel",
+                 "prefix-install": "CMake install prefix"}.get(self.origin, self.origin)
+        parts = [f"git {self.git_revision[:10]}"] if self.git_revision else []
+        parts.append(f"{where} {self.path}" if self.path else where)
+        return f"executorch {self.version} ({', '.join(parts)})"
+
+    def facts(self) -> dict:
+        """What results.json and the report keep of it."""
+        return {"version": self.version, "git_revision": self.git_revision,
+                "origin": self.origin, "path": str(self.path) if self.path else None}
+
+    def python_environment(self) -> dict[str, str]:
+        """PYTHONPATH entries a child Python needs to import this runtime's package first."""
+        if self.python_path is None:
+            return {}
+        inherited = os.environ.get("PYTHONPATH", "")
+        return {"PYTHONPATH": os.pathsep.join(p for p in (str(self.python_path), inherited) if p)}
+
+
+def current() -> Runtime:
+    """The session's runtime: the prefix named by the environment, else the installed wheel."""
+    return _resolve(os.environ.get(PREFIX_ENV) or None)
+
+
+def select(prefix: str | Path | None) -> Runtime:
+    """Make `prefix` (None: the installed wheel) the runtime of this process and its children;
+    a ConfigError says what is wrong with a directory that is not an ExecuTorch build."""
+    if prefix is None or str(prefix) == "":
+        os.environ.pop(PREFIX_ENV, None)
+        return current()
+    resolved = str(Path(prefix).expanduser().resolve())
+    runtime = _resolve(resolved)
+    os.environ[PREFIX_ENV] = resolved
+    return runtime
+
+
+@functools.cache
+def _resolve(prefix: str | None) -> Runtime:
+    if prefix is None:
+        return _installed()
+    return from_prefix(Path(prefix))
+
+
+def from_prefix(path: Path) -> Runtime:
+    """The runtime in `path`: an unpacked wheel's `executorch/` or a CMake install prefix."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ConfigError(f"--executorch-prefix {path}: no such directory; pass an unpacked "
+                          "wheel's executorch/ directory or an ExecuTorch CMake install prefix")
+    if (path / "executorch" / _WHEEL_CMAKE).is_file():  # the wheel's top, not its package
+        path = path / "executorch"
+    if (path / _WHEEL_CMAKE).is_file():
+        version, git = _version_py(path / "version.py")
+        dist = _dist_info_version(path.parent)
+        python = path.parent if (path / "exir").is_dir() else None
+        return Runtime(dist or version or "unknown", git, "prefix-wheel", path, path,
+                       path / "lib", python)
+    for cmake_dir in _INSTALL_CMAKE_DIRS:
+        if (path / cmake_dir / "executorch-config.cmake").is_file():
+            version = _cmake_package_version(path / cmake_dir / "executorch-config-version.cmake")
+            git = _install_git_revision(path)
+            return Runtime(version or "unknown", git, "prefix-install", path, path,
+                           path / cmake_dir.parts[0], None)
+    raise ConfigError(
+        f"--executorch-prefix {path}: not an ExecuTorch build: expected an unpacked wheel's "
+        f"executorch/ (with {_WHEEL_CMAKE}) or a CMake install prefix (with "
+        f"{_INSTALL_CMAKE_DIRS[0]}/executorch-config.cmake, from `cmake --install`)")
+
+
+def _installed() -> Runtime:
+    try:
+        version = importlib.metadata.version("executorch")
+    except importlib.metadata.PackageNotFoundError:
+        return Runtime("unknown", None, "wheel", None, None, None, None)
+    spec = importlib.util.find_spec("executorch")
+    package = Path(list(spec.submodule_search_locations)[0]) if spec and \
+        spec.submodule_search_locations else None
+    git = _version_py(package / "version.py")[1] if package else None
+    cmake = package if package and (package / _WHEEL_CMAKE).is_file() else None
+    return Runtime(version, git, "wheel", package, cmake,
+                   package / "lib" if package else None, None)
+
+
+def _version_py(path: Path) -> tuple[str | None, str | None]:
+    """(`__version__`, `git_version`) of an executorch version.py, read as text."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None, None
+    version = re.search(r"""__version__\s*=\s*['"]([^'"]+)['"]""", text)
+    git = re.search(r"""git_version[^=]*=\s*['"]([0-9a-f]{7,40})['"]""", text)
+    return (version.group(1) if version else None, git.group(1) if git else None)
+
+
+def _dist_info_version(site: Path) -> str | None:
+    """The version in an unpacked wheel's `executorch-<version>.dist-info` next to the package."""
+    for info in sorted(site.glob("executorch-*.dist-info")):
+        try:
+            meta = (info / "METADATA").read_text()
+        except OSError:
+            continue
+        found = re.search(r"^Version:\s*(\S+)", meta, re.MULTILINE)
+        if found:
+            return found.group(1)
+    return None
+
+
+def _cmake_package_version(path: Path) -> str | None:
+    try:
+        found = re.search(r'set\(PACKAGE_VERSION\s+"([^"]+)"\)', path.read_text())
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
+def _install_git_revision(prefix: Path) -> str | None:
+    """A CMake install prefix records no revision of its own; the harness reads one from a
+    `git-revision` file an engineer (or a build script) may leave in the prefix."""
+    try:
+        text = (prefix / "git-revision").read_text().strip()
+    except OSError:
+        return None
+    return text if re.fullmatch(r"[0-9a-f]{7,40}", text) else None
+
+
+def qairt_version(sdk) -> str | None:
+    """The QAIRT version of the session's QNN libraries (`harness.qnn.sdk.QnnSdk`), e.g.
+    "2.51.0"; None when it cannot be told."""
+    if sdk.version.startswith("onnxruntime-qnn"):
+        return _onnxruntime_qnn_qairt(str(sdk.real_lib_dir))
+    text = sdk.version.strip()
+    found = re.search(r"(\d+\.\d+\.\d+)", text)
+    return found.group(1) if found else None
+
+
+@functools.cache
+def _onnxruntime_qnn_qairt(lib_dir: str) -> str | None:
+    """`qnn_version` of an onnxruntime-qnn package, read from its build_and_package_info.py
+    (the wheel of another environment is read as text, not imported)."""
+    try:
+        text = (Path(lib_dir) / "build_and_package_info.py").read_text()
+    except OSError:
+        return None
+    found = re.search(r"""qnn_version\s*=\s*['"]([^'"]+)['"]""", text)
+    return found.group(1) if found else None
