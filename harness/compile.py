@@ -170,8 +170,12 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
                               f"{spec.name} for {soc} {precision}{tag}")
         tmp_dir = out_dir.with_name(out_dir.name + ".tmp")
         env = {**os.environ, **sdk.environment()}
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(PACKAGE_PARENT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        from harness.runtime import current
+
+        # The runtime under test compiles the models where it has a Python package.
+        own = current().python_path
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (
+            str(PACKAGE_PARENT), str(own) if own else "", env.get("PYTHONPATH", "")) if p)
         cmd = [sys.executable, "-m", "harness.compile_worker", str(spec.path), soc, precision, str(tmp_dir)]
         if options:
             cmd.append(json.dumps(options, sort_keys=True))

@@ -37,6 +37,7 @@ from harness.errors import HarnessError
 from harness.failures import failure_of, run_failures
 from harness.plugin import _ISSUE_KEY, _SESSION_KEY, unmatched_issues
 from harness.qnn.sdk import built_against_core_api, executorch_version
+from harness.runtime import qairt_version
 from harness.results import (SCHEMA, failure_entry, junit_properties, qnn_api, run_entry,
                              metrics_of, xnnpack_entry)
 from harness.xnnpack import collect_verdicts
@@ -171,6 +172,8 @@ class HilReport:
                  ("hil.soc", f.get("soc")), ("hil.abi", f.get("abi")),
                  ("hil.android", f.get("android")), ("hil.runner", f.get("runner")),
                  ("hil.executorch", executorch_version()),
+                 *((f"hil.executorch_{k}", v) for k, v in runtime_facts().items()
+                   if k not in ("version",)),
                  ("hil.qnn_libraries", qnn.get("libraries")), ("hil.qairt", qnn.get("qairt")),
                  ("hil.qnn_core_api_built_against", qnn.get("core_api_built_against")),
                  ("hil.qnn_core_api", qnn.get("core_api")),
@@ -369,6 +372,7 @@ class HilReport:
             "args": list(self.config.invocation_params.args),
             "environment": {
                 "executorch": executorch_version(),
+                "runtime": runtime_facts(),
                 "python": platform.python_version(), "platform": platform.platform(),
                 "pytest": pytest.__version__,
                 "qnn": next((d["qnn"] for d in self.devices.values() if d.get("qnn")), {}),
@@ -397,7 +401,7 @@ class HilReport:
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_report_title(self, report) -> None:
         if self.directory is not None:
-            report.title = f"ExecuTorch QNN HIL report ({executorch_version()})"
+            report.title = f"ExecuTorch QNN HIL report ({runtime_facts()['description']})"
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_table_header(self, cells) -> None:
@@ -430,6 +434,15 @@ def kept_runs(runs: list[dict], limit: int, raised: dict | None = None) -> list[
     return keep
 
 
+def runtime_facts() -> dict:
+    """The runtime under test as results.json, the report and JUnit name it: version, git
+    revision, origin (wheel, prefix-wheel, prefix-install), path, and a one-line description."""
+    from harness.runtime import current
+
+    runtime = current()
+    return {**runtime.facts(), "description": runtime.describe()}
+
+
 def qnn_versions(session) -> dict:
     """The QNN libraries the session uses and their QAIRT version where it can be told."""
     out: dict = {"core_api_built_against": built_against_core_api()}
@@ -441,12 +454,7 @@ def qnn_versions(session) -> dict:
     out["libraries"] = sdk.source if sdk.source == sdk.version else f"{sdk.source} ({sdk.version.strip()})"
     out["lib_dir"] = str(sdk.real_lib_dir)
     if sdk.version.startswith("onnxruntime-qnn"):
-        try:
-            from onnxruntime_qnn import build_and_package_info
-
-            out["qairt"] = getattr(build_and_package_info, "qnn_version", None)
-        except ImportError:
-            pass
+        out["qairt"] = qairt_version(sdk)
     else:
         out["qairt"] = sdk.version.strip().splitlines()[0] if sdk.version.strip() else None
     return out

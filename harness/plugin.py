@@ -564,7 +564,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         target = (f"a labgrid place with {' '.join(f'{k}={v}' for k, v in opts.lg_place_tags.items())}"
                   f" (coordinator {opts.lg_coordinator}) per worker")
     return [f"hil: target {target}; executorch {executorch_version()}; runner {opts.runner}; "
-            f"artifacts {opts.artifacts_dir}"]
+            f"artifacts {opts.artifacts_dir}", f"hil: runtime {session.runtime_line()}"]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

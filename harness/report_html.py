@@ -290,8 +290,12 @@ def known_issues_section(met: dict[str, dict], unmatched: list[dict]) -> str:
 def headline_section(devices: list[dict], environment: dict, results_name: str) -> str:
     what = ", ".join(f"{d.get('kind')} {d.get('serial')} ({d.get('soc')}, runner {d.get('runner')})"
                      for d in devices) or "no device"
-    return (f"<p>HIL: {escape(what)}; executorch {escape(str(environment.get('executorch')))}; "
-            f"QNN {escape(str((environment.get('qnn') or {}).get('libraries', '?')))}. "
+    runtime = environment.get("runtime") or {}
+    named = runtime.get("description") or f"executorch {environment.get('executorch')}"
+    qnn = environment.get("qnn") or {}
+    qairt = f", QAIRT {qnn['qairt']}" if qnn.get("qairt") else ""
+    return (f"<p>HIL: {escape(what)}; runtime {escape(str(named))}; "
+            f"QNN {escape(str(qnn.get('libraries', '?')) + qairt)}. "
             f"Every scenario run is in <code>{escape(results_name)}</code> beside this page.</p>")
 
 

@@ -397,8 +397,20 @@ class HilSession:
             self._programs[path] = with_reference(model, result, work / "reference")
         return self._programs[path]
 
+    def runtime_line(self) -> str:
+        """The runtime under test and the QNN libraries, for the session header."""
+        from harness.runtime import current
+
+        try:
+            qnn = self.sdk.source
+        except HarnessError as exc:
+            return f"{current().describe()}; QNN libraries unavailable ({exc})"
+        qairt = self.qairt
+        return f"{current().describe()}; QNN {qnn}" + (f" (QAIRT {qairt})" if qairt else "")
+
     def header(self) -> list[str]:
-        lines = [f"executorch {executorch_version()}; runner requested: {self.options.runner}"]
+        lines = [f"executorch {executorch_version()}; runner requested: {self.options.runner}",
+                 f"runtime: {self.runtime_line()}"]
         try:
             lines.append(f"device: {self.device.info.header()}")
             lines.append(f"runner: {self.device.runner_description()}")

@@ -142,8 +142,14 @@ def default_cache_root() -> Path:
 
 
 def executorch_package_dir() -> Path | None:
-    """The installed ``executorch`` package directory holding its CMake
-    package (``share/cmake/executorch-config.cmake``), or None."""
+    """The CMake package root of the runtime under test (``harness.runtime``): the
+    ``--executorch-prefix`` directory, else the installed ``executorch`` package directory
+    holding ``share/cmake/executorch-config.cmake``; None when there is none."""
+    from harness.runtime import current
+
+    runtime = current()
+    if runtime.from_prefix:
+        return runtime.cmake_prefix
     spec = importlib.util.find_spec("executorch")
     if spec is None:
         return None
@@ -174,10 +180,34 @@ def _nlohmann_json_problem() -> str:
 
 
 def _executorch_version() -> str:
-    try:
-        return importlib.metadata.version("executorch")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    from harness.runtime import current
+
+    return current().version
+
+
+@lru_cache(maxsize=None)
+def _libraries_digest(lib_dir: Path, stamp: tuple) -> str:
+    """sha256 over the names and bytes of a runtime's libraries (`stamp`, their names, sizes
+    and mtimes, keys the in-process cache): a rebuilt prefix at the same path and version is
+    another runtime, so it gets another runner build."""
+    h = hashlib.sha256()
+    for name, _size, _mtime in stamp:
+        h.update(name.encode() + b"\0")
+        with contextlib.suppress(OSError):
+            h.update(hashlib.sha256((lib_dir / name).read_bytes()).digest())
+    return h.hexdigest()
+
+
+def runtime_libraries_digest(lib_dir: Path | None) -> str:
+    """The content digest of the shared and static libraries in `lib_dir` ("" when none)."""
+    if lib_dir is None or not lib_dir.is_dir():
+        return ""
+    stamp = []
+    for path in sorted(lib_dir.iterdir()):
+        if path.is_file() and (".so" in path.name or path.suffix == ".a"):
+            st = path.stat()
+            stamp.append((path.name, st.st_size, st.st_mtime_ns))
+    return _libraries_digest(lib_dir, tuple(stamp))
 
 
 # --------------------------------------------------------------------- tools
@@ -404,10 +434,13 @@ def host_runner_available() -> tuple[bool, str]:
             "the executorch wheel is not installed (or ships no CMake package): "
             "pip install executorch"
         )
-    if not any((pkg / "lib").glob("libexecutorch.so*")):
+    if not any((pkg / "lib").glob("libexecutorch.so*")) and not any(
+            (pkg / "lib").glob("libexecutorch.a")):
         return False, (
             f"the executorch package at {pkg} ships no libexecutorch.so, so a C++ "
-            "runner has nothing to link (install the Linux executorch wheel)"
+            "runner has nothing to link (install the Linux executorch wheel, or pass an "
+            "--executorch-prefix with the C++ libraries: executorch 1.4.x wheels ship only "
+            "the Python pybindings)"
         )
     problem = _cmake_ninja_problem()
     if problem:
@@ -509,10 +542,7 @@ def _host_build_key(src: Path) -> str:
     pkg = executorch_package_dir()
     h.update(f"executorch={_executorch_version()}@{pkg}".encode())
     if pkg is not None:
-        lib = pkg / "lib" / "libexecutorch.so"
-        with contextlib.suppress(OSError):
-            st = lib.stat()
-            h.update(f"lib={st.st_size}:{st.st_mtime_ns}".encode())
+        h.update(f"libs={runtime_libraries_digest(pkg / 'lib')}".encode())
     cxx = _find_cxx()
     if cxx is not None:
         real = cxx.resolve()

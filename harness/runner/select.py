@@ -36,8 +36,12 @@ class RunnerChoice:
 
     def environment(self) -> dict[str, str]:
         if self.kind == "python":
+            from harness.runtime import current
+
+            own = current().python_path  # the runtime under test's package, before any other
             path = os.environ.get("PYTHONPATH", "")
-            return {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), path) if p)}
+            return {"PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO_ROOT), str(own) if own else "", path) if p)}
         return {}
 
 
