@@ -21,6 +21,10 @@
                      the scenario as a standalone test upstream can run (C++ against
                      extension::Module, Python with the pybindings) or as a .tar.gz bundle for
                      an issue; each with a run.sh that exits non-zero when the test fails
+  matrix --executorch V [--executorch V ...] [--qnn onnxruntime-qnn==X ...] [--out DIR] [pytest args]
+                     the pytest args on each runtime, each in its own cached venv from the
+                     registry; prints a known issue / test x runtime table, writes matrix.json
+                     and matrix.html (harness/matrix.py)
   validate-configs [FILE...] [--kind soc|simulator|farm|labgrid|known-issues]
                      load every file under device_configs/ and report every error; with
                      FILEs, validate those (kind told by place and keys, or --kind), stopping
@@ -170,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.export import main as export_main
 
         return export_main(rest)
+    if command == "matrix":
+        from harness.matrix import main as matrix_main
+
+        return matrix_main(rest)
     if command == "validate-configs":
         return validate_configs(rest)
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)

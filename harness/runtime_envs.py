@@ -1,0 +1,150 @@
+"""Released runtimes to test against, fetched from the package registry and cached.
+
+Two kinds, both under the harness cache (`EXECUTORCH_HIL_CACHE`, default ~/.cache/executorch-hil):
+
+- `runtime_venv(executorch, qnn)`: a virtual environment with `executorch==V` (and an
+  `onnxruntime-qnn` release for its QAIRT simulator libraries) installed by pip, for
+  `python -m harness matrix`. It is made with `--system-site-packages` and torch pinned to the
+  global one (`torch==2.13.0`): the venv's own site-packages come first on sys.path, so what pip
+  installs there (executorch, onnxruntime-qnn, any dependency whose pin differs) shadows the
+  global copy, and what it finds satisfied (torch, numpy, pytest, the harness's dependencies)
+  is reused instead of downloading a second torch. A release that needs another torch cannot
+  resolve with the pin, and pip's own words say so (the matrix shows them as the reason).
+- `unpacked_wheel(executorch)`: the x86_64 wheel of a release, downloaded with `pip download`
+  and unpacked, whose `executorch/` is an `--executorch-prefix`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from harness.cache import cache_root, digest, file_lock
+from harness.errors import HarnessError
+
+TORCH_PIN = "torch==2.13.0"
+"""The global environment's torch; every runtime venv pins it (an unpinned torch is a multi-GB
+CUDA build, and a second torch next to the global one is what --system-site-packages avoids)."""
+
+PIP_TIMEOUT_S = 1800
+
+
+class RuntimeEnvError(HarnessError):
+    """A runtime cannot be installed here; the message is pip's own reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeVenv:
+    """A cached virtual environment holding one ExecuTorch release (and QNN libraries)."""
+
+    executorch: str  # "1.4.1"
+    qnn: str | None  # "onnxruntime-qnn==2.3.0", or None for the global environment's
+    path: Path
+    seconds: float  # what building it cost (0 when it was cached)
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    @property
+    def label(self) -> str:
+        return runtime_label(self.executorch, self.qnn)
+
+
+def runtime_label(executorch: str, qnn: str | None) -> str:
+    """`executorch 1.4.1` or `executorch 1.4.1 + onnxruntime-qnn 2.3.0`."""
+    label = f"executorch {executorch}"
+    if qnn:
+        label += " + " + qnn.replace("==", " ")
+    return label
+
+
+def _pip(args: list[str], python: Path | str, log: Path) -> subprocess.CompletedProcess:
+    cmd = [str(python), "-m", "pip", "--disable-pip-version-check", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n")
+    return proc
+
+
+def pip_reason(text: str) -> str:
+    """pip's own reason in a few words: its first ERROR line(s), else the last line."""
+    errors = [line.strip() for line in text.splitlines() if line.startswith("ERROR")]
+    if errors:
+        return " ".join(errors[:2])[:300]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "pip failed without a message"
+
+
+def runtime_venv(executorch: str, qnn: str | None = None) -> RuntimeVenv:
+    """The cached venv of `executorch==<executorch>` (plus `qnn`, a requirement such as
+    `onnxruntime-qnn==2.3.0`), built on first use; RuntimeEnvError with pip's reason when it
+    cannot be installed."""
+    python_tag = f"{sys.version_info.major}.{sys.version_info.minor}"
+    key = digest([f"executorch=={executorch}", qnn or "", TORCH_PIN, python_tag,
+                  "system-site-packages", str(Path(sys.executable).resolve())])[:12]
+    name = f"executorch-{executorch}" + (f"-{qnn.replace('==', '-')}" if qnn else "")
+    path = cache_root() / "runtimes" / f"{name}-{key}"
+    marker = path / "harness-runtime.json"
+    with file_lock(path.with_name(path.name + ".lock")):
+        if marker.is_file():
+            return RuntimeVenv(executorch, qnn, path, 0.0)
+        started = time.monotonic()
+        shutil.rmtree(path, ignore_errors=True)
+        log = path.with_name(path.name + ".log")
+        log.write_text("")
+        made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(path)],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            raise RuntimeEnvError(f"python -m venv failed: {made.stderr.strip()[:300]}")
+        requirements = [f"executorch=={executorch}", TORCH_PIN] + ([qnn] if qnn else [])
+        proc = _pip(["install", "--only-binary=:all:", *requirements], path / "bin" / "python", log)
+        if proc.returncode != 0:
+            shutil.rmtree(path, ignore_errors=True)
+            raise RuntimeEnvError(f"pip install {' '.join(requirements)}: "
+                                  f"{pip_reason(proc.stdout + proc.stderr)} (log: {log})")
+        seconds = time.monotonic() - started
+        marker.write_text(json.dumps({"executorch": executorch, "qnn": qnn, "torch": TORCH_PIN,
+                                      "seconds": round(seconds, 1)}) + "\n")
+        return RuntimeVenv(executorch, qnn, path, seconds)
+
+
+def unpacked_wheel(executorch: str) -> Path:
+    """The `executorch/` directory of the release's x86_64 wheel for this Python, downloaded
+    (`pip download --no-deps --only-binary=:all:`) and unpacked once; an --executorch-prefix."""
+    root = cache_root() / "prefixes" / f"executorch-{executorch}"
+    package = root / "executorch"
+    marker = root / ".harness-unpacked"
+    with file_lock(root.with_name(root.name + ".lock")):
+        if marker.is_file() and package.is_dir():
+            return package
+        wheels = cache_root() / "wheels" / "x86_64"
+        wheels.mkdir(parents=True, exist_ok=True)
+        found = sorted(wheels.glob(f"executorch-{executorch}-*.whl"))
+        if not found:
+            log = wheels / f"executorch-{executorch}.log"
+            log.write_text("")
+            proc = _pip(["download", "--no-deps", "--only-binary=:all:", "-d", str(wheels),
+                         f"executorch=={executorch}"], sys.executable, log)
+            if proc.returncode != 0:
+                raise RuntimeEnvError(f"pip download executorch=={executorch}: "
+                                      f"{pip_reason(proc.stdout + proc.stderr)}")
+            found = sorted(wheels.glob(f"executorch-{executorch}-*.whl"))
+        if not found:
+            raise RuntimeEnvError(f"pip download executorch=={executorch} left no wheel in {wheels}")
+        shutil.rmtree(root, ignore_errors=True)
+        tmp = root.with_name(root.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(found[-1]) as wheel:
+            wheel.extractall(tmp)
+        tmp.rename(root)
+        marker.write_text(f"wheel={found[-1].name}\n")
+        return package

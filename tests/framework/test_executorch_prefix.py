@@ -1,0 +1,114 @@
+"""The runtime under test as an input: `--executorch-prefix` on an unpacked executorch 1.5.0
+wheel (downloaded from the registry once, cached) runs the host suite on that build, names it
+everywhere (header, results.json, report title, JUnit), and gives the outcomes the installed
+release gives; a directory that is not an ExecuTorch build is one usage error."""
+
+import json
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness.cache import cache_root
+from harness.runtime import from_prefix
+from harness.runtime_envs import RuntimeEnvError, unpacked_wheel
+
+pytest_plugins = ["pytester"]
+CACHE = cache_root()
+REPO = Path(__file__).resolve().parents[2]
+ISOLATION = REPO / "tests" / "hil" / "test_isolation.py"
+RELEASE = "1.5.0"
+
+
+@pytest.fixture(autouse=True)
+def shared_cache(monkeypatch):
+    monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(CACHE))
+    monkeypatch.delenv("EXECUTORCH_HIL_EXECUTORCH_PREFIX", raising=False)
+
+
+@pytest.fixture(scope="module")
+def prefix() -> Path:
+    try:
+        return unpacked_wheel(RELEASE)
+    except RuntimeEnvError as exc:
+        pytest.fail(f"cannot fetch the executorch {RELEASE} wheel: {exc}")
+
+
+def outcomes(out: Path) -> dict[str, str]:
+    doc = json.loads((out / "results.json").read_text())
+    return {t["nodeid"]: t["outcome"] for t in doc["tests"]}
+
+
+def run(pytester, out: Path, *args: str):
+    # S1 (a known issue) and S4 (passes) on fp16: both kinds of outcome, a few seconds each
+    return pytester.runpytest_subprocess(
+        str(ISOLATION), "-k", "fp16 and (s1 or s4)", "-p", "no:cacheprovider",
+        "--hil-report", str(out), "--junitxml", str(out / "junit.xml"), "-v", *args)
+
+
+def test_the_suite_on_an_unpacked_wheel_names_that_runtime_and_gives_the_same_outcomes(
+        pytester, tmp_path, prefix):
+    runtime = from_prefix(prefix)
+    assert runtime.version == RELEASE and runtime.origin == "prefix-wheel"
+    installed = run(pytester, tmp_path / "installed")
+    mine = run(pytester, tmp_path / "prefix", "--executorch-prefix", str(prefix))
+    mine.stdout.fnmatch_lines([f"hil: *executorch {RELEASE};*",
+                               f"hil: runtime executorch {RELEASE} (git {runtime.git_revision[:10]}, "
+                               f"unpacked wheel {prefix}); QNN onnxruntime-qnn * (QAIRT *)"])
+    assert outcomes(tmp_path / "prefix") == outcomes(tmp_path / "installed")
+    assert set(outcomes(tmp_path / "prefix").values()) == {"passed", "xfailed"}
+    assert installed.ret == mine.ret == 0
+
+    doc = json.loads((tmp_path / "prefix" / "results.json").read_text())
+    env = doc["environment"]
+    assert env["executorch"] == RELEASE
+    assert env["runtime"]["version"] == RELEASE and env["runtime"]["origin"] == "prefix-wheel"
+    assert env["runtime"]["path"] == str(prefix) and env["runtime"]["git_revision"]
+    assert env["qnn"]["qairt"]
+    html = (tmp_path / "prefix" / "report.html").read_text()
+    assert f"ExecuTorch QNN HIL report (executorch {RELEASE}" in html
+    suite = ET.parse(tmp_path / "prefix" / "junit.xml").getroot().find("testsuite")
+    facts = {p.get("name"): p.get("value") for p in suite.iterfind("properties/property")}
+    assert facts["hil.executorch"] == RELEASE and facts["hil.executorch_origin"] == "prefix-wheel"
+    assert facts["hil.executorch_path"] == str(prefix)
+
+
+
+def test_the_runner_built_for_a_prefix_loads_the_prefixs_libraries(monkeypatch, prefix):
+    from harness.runner.native_build import build_host_runner
+
+    monkeypatch.setenv("EXECUTORCH_HIL_EXECUTORCH_PREFIX", str(prefix))
+    runner = build_host_runner()  # the session's build (same key), cached
+    linked = subprocess.run(["ldd", str(runner)], capture_output=True, text=True).stdout
+    for lib in ("libexecutorch.so", "libexecutorch_backend_qnn.so"):
+        found = re.search(rf"{re.escape(lib)} => (\S+)", linked)
+        assert found and Path(found.group(1)).resolve().is_relative_to(prefix.resolve()), linked
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_a_prefix_that_is_not_an_executorch_build_is_one_usage_error(pytester, tmp_path, make):
+    path = tmp_path / "nothing"
+    if make == "empty":
+        path.mkdir()
+    result = pytester.runpytest_subprocess(str(ISOLATION), "--executorch-prefix", str(path),
+                                           "-p", "no:cacheprovider")
+    assert result.ret == 4
+    err = result.stderr.str()
+    assert "--executorch-prefix" in err and "Traceback" not in err
+    assert ("no such directory" if make == "missing" else "not an ExecuTorch build") in err
+
+
+def test_a_cmake_install_prefix_is_read_from_its_files(tmp_path):
+    cmake = tmp_path / "lib" / "cmake" / "ExecuTorch"
+    cmake.mkdir(parents=True)
+    (cmake / "executorch-config.cmake").write_text("# config\n")
+    (cmake / "executorch-config-version.cmake").write_text('set(PACKAGE_VERSION "1.6.0")\n')
+    (tmp_path / "git-revision").write_text("1a2b3c4d5e\n")
+    runtime = from_prefix(tmp_path)
+    assert (runtime.version, runtime.git_revision, runtime.origin) == \
+        ("1.6.0", "1a2b3c4d5e", "prefix-install")
+    assert runtime.cmake_prefix == tmp_path and runtime.python_path is None
+    assert "CMake install prefix" in runtime.describe()
