@@ -54,9 +54,9 @@ class SimulatorDevice(Device):
         self.abi_bridge = abi_bridge
         self.scenario_jobs = jobs or os.cpu_count() or 1
         self.isolation_notice = ""
-        if isolation == "fork" and (runner.kind != "native" or runner.argv):
-            self.isolation_notice = (f"--scenario-isolation=fork needs the native runner; the "
-                                     f"{runner.kind} runner starts a process per scenario")
+        if isolation == "fork" and runner.argv:
+            self.isolation_notice = ("--scenario-isolation=fork needs the harness's own runner; "
+                                     "a runner command starts a process per scenario")
             isolation = "process"
         self.isolation = isolation
         # The simulator has no DSP: asked anyway (--dsp-heap on), the trace says it refused.
@@ -159,7 +159,8 @@ class SimulatorDevice(Device):
                 return held[1]
             # The environment changed (a test set a variable): servers for the new one, and
             # the old ones stopped, so the device holds at most one pool per preload set.
-            pool = ForkServerPool(self.runner.binary, list(preload), base, self.scenario_jobs,
+            pool = ForkServerPool(self.runner.fork_server_command(), list(preload), base,
+                                  self.scenario_jobs,
                                   self.log)
             self._pools[preload] = (environment, pool)
         if held is not None:

@@ -47,7 +47,7 @@ class ForkServerError(HarnessError):
 class ForkServer:
     """One `harness-runner --serve` process; runs one scenario at a time."""
 
-    def __init__(self, binary: Path, preload: list[str], env: dict[str, str],
+    def __init__(self, binary: Path | tuple[str, ...], preload: list[str], env: dict[str, str],
                  log: logging.LoggerAdapter | logging.Logger = log) -> None:
         self._log = tempfile.NamedTemporaryFile(prefix="harness-fork-server-", suffix=".log")
         # Files of the run in progress: the fork's stdout and stderr (read back and removed
@@ -56,7 +56,8 @@ class ForkServer:
         shm = Path("/dev/shm")
         self.scratch = Path(tempfile.mkdtemp(prefix="harness-fork-",
                                              dir=shm if shm.is_dir() else None))
-        argv = [str(binary), "--serve"]
+        # The native runner's binary, or a command (the Python runner's server)
+        argv = [*(binary if isinstance(binary, tuple) else (str(binary),)), "--serve"]
         for lib in preload:
             argv += ["--preload", lib]
         self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -160,7 +161,8 @@ class ForkServerPool:
     """Up to `size` fork servers started on demand, each lent to one caller at a time, so up
     to `size` scenarios run at once (the ordering explorer's threads)."""
 
-    def __init__(self, binary: Path, preload: list[str], env: dict[str, str], size: int,
+    def __init__(self, binary: Path | tuple[str, ...], preload: list[str], env: dict[str, str],
+                 size: int,
                  log: logging.LoggerAdapter | logging.Logger = log) -> None:
         self.binary, self.preload, self.env, self.size = binary, preload, env, max(1, size)
         self.log = log

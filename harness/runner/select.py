@@ -34,14 +34,24 @@ class RunnerChoice:
             return [str(self.binary), scenario]
         return [sys.executable, "-m", "harness.runner.python_runner", scenario]
 
+    def fork_server_command(self) -> Path | tuple[str, ...]:
+        """What starts this runner's fork server: the native binary (`--serve`), or the
+        Python runner's server module."""
+        if self.kind == "native":
+            return self.binary
+        return (sys.executable, "-m", "harness.runner.python_fork_server")
+
     def environment(self) -> dict[str, str]:
         if self.kind == "python":
             from harness.runtime import current
 
+            from harness.runner.python_fork_server import SINGLE_THREAD_ENV
+
             own = current().python_path  # the runtime under test's package, before any other
             path = os.environ.get("PYTHONPATH", "")
             return {"PYTHONPATH": os.pathsep.join(
-                p for p in (str(REPO_ROOT), str(own) if own else "", path) if p)}
+                p for p in (str(REPO_ROOT), str(own) if own else "", path) if p),
+                **SINGLE_THREAD_ENV}
         return {}
 
 

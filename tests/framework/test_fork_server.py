@@ -116,8 +116,45 @@ def test_a_library_that_starts_a_thread_makes_the_server_refuse(native, server_e
         ForkServer(native.binary, [str(lib)], server_env)
 
 
-def test_the_python_runner_falls_back_to_a_process_and_says_so(hil_session):
+def test_the_python_runner_forks_too(hil_session, compiled_model, tmp_path):
+    """The pybindings runner has a fork server of its own (harness/runner/python_fork_server.py):
+    one thread once torch and the pybindings are loaded (OpenBLAS's server thread is not
+    started), and every scenario a fork with an empty delegate cache: S1's bug shows in each
+    fork exactly as in a process."""
+    model = compiled_model("linear_relu")
     device = SimulatorDevice(hil_session.sdk, hil_session.soc, choose_runner("python"),
                              isolation="fork")
-    assert device.isolation == "process"
-    assert "needs the native runner" in device.isolation_notice
+    try:
+        assert device.isolation == "fork" and not device.isolation_notice
+        driver = ScenarioDriver(device, tmp_path / "runs", 300)
+        runs = [driver.run(s1_two_modules(model, "A"), allow_crash=True) for _ in range(2)]
+        for result in runs:
+            assert result.completed, result.crash_report()
+            assert [s.status for s in result.steps][:6] == ["ok"] * 5 + ["error"]
+            assert "DelegateHandle has been deleted" in result.output.stderr
+            created = [r for r in result.trace if r.kind == "context_create"]
+            assert len(created) == 1  # its own context: the cache starts empty in each fork
+        [(_, pool)] = device._pools.values()
+        [server] = pool._all
+        assert server.threads == 1
+        pids = {json.loads(line.split(" ", 1)[1])["pid"] for r in runs
+                for line in r.output.stdout.splitlines() if '"start"' in line}
+        assert len(pids) == 2 and server.proc.pid not in pids  # a fork per scenario
+    finally:
+        device.close()
+
+
+def test_the_python_fork_server_refuses_to_fork_with_a_second_thread(tmp_path, hil_session):
+    source = tmp_path / "threaded.c"
+    source.write_text(
+        "#include <pthread.h>\n#include <unistd.h>\n"
+        "static void *idle(void *arg) { (void)arg; for (;;) pause(); return 0; }\n"
+        "__attribute__((constructor)) static void start(void) {\n"
+        "  pthread_t t; pthread_create(&t, 0, idle, 0); }\n")
+    lib = tmp_path / "libthreaded.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(source)],
+                   check=True)
+    runner = choose_runner("python")
+    env = {**os.environ, **runner.environment()}
+    with pytest.raises(ForkServerError, match=r"not safe to fork: 2 threads"):
+        ForkServer(runner.fork_server_command(), [str(lib)], env)
