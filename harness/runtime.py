@@ -44,6 +44,7 @@ class Runtime:
     cmake_prefix: Path | None  # CMAKE_PREFIX_PATH for a C++ runner; None: no CMake package
     lib_dir: Path | None  # its shared libraries (libexecutorch.so, the QNN backend)
     python_path: Path | None  # the directory to put first on PYTHONPATH; None: the installed one
+    machine: str | None = None  # what its libraries are built for: x86_64, aarch64, android-aarch64
 
     @property
     def has_native_libraries(self) -> bool:
@@ -109,19 +110,55 @@ def from_prefix(path: Path) -> Runtime:
     if (path / _WHEEL_CMAKE).is_file():
         version, git = _version_py(path / "version.py")
         dist = _dist_info_version(path.parent)
-        python = path.parent if (path / "exir").is_dir() else None
+        machine = library_machine(path / "lib")
+        # Its Python package compiles the models only where its extensions run (this host).
+        python = path.parent if (path / "exir").is_dir() and machine in (None, _host()) else None
         return Runtime(dist or version or "unknown", git, "prefix-wheel", path, path,
-                       path / "lib", python)
+                       path / "lib", python, machine)
     for cmake_dir in _INSTALL_CMAKE_DIRS:
         if (path / cmake_dir / "executorch-config.cmake").is_file():
             version = _cmake_package_version(path / cmake_dir / "executorch-config-version.cmake")
             git = _install_git_revision(path)
-            return Runtime(version or "unknown", git, "prefix-install", path, path,
-                           path / cmake_dir.parts[0], None)
+            lib = path / cmake_dir.parts[0]
+            return Runtime(version or "unknown", git, "prefix-install", path, path, lib, None,
+                           library_machine(lib))
     raise ConfigError(
         f"--executorch-prefix {path}: not an ExecuTorch build: expected an unpacked wheel's "
         f"executorch/ (with {_WHEEL_CMAKE}) or a CMake install prefix (with "
         f"{_INSTALL_CMAKE_DIRS[0]}/executorch-config.cmake, from `cmake --install`)")
+
+
+def _host() -> str:
+    import platform
+
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(),
+                                                        platform.machine().lower())
+
+
+_ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+
+
+def library_machine(lib_dir: Path) -> str | None:
+    """What the runtime's libraries in `lib_dir` are built for, from libexecutorch's ELF header
+    (e_machine), with "android-" before bionic builds (their `.note.android.ident` note names
+    "Android"); None when there is no such library."""
+    for pattern in ("libexecutorch.so*", "libexecutorch.a", "libexecutorch_core.a"):
+        for path in sorted(Path(lib_dir).glob(pattern)):
+            try:
+                with path.open("rb") as fh:
+                    head = fh.read(1 << 16)
+            except OSError:
+                continue
+            if head[:4] == b"\x7fELF":
+                machine = _ELF_MACHINES.get(int.from_bytes(head[18:20], "little"), "other")
+                return f"android-{machine}" if b"Android\0" in head else machine
+            if head[:8] == b"!<arch>\n":  # a static archive: the first member's ELF header
+                at = head.find(b"\x7fELF")
+                if at >= 0:
+                    machine = _ELF_MACHINES.get(int.from_bytes(head[at + 18:at + 20], "little"),
+                                                "other")
+                    return machine
+    return None
 
 
 def _installed() -> Runtime:
@@ -135,7 +172,7 @@ def _installed() -> Runtime:
     git = _version_py(package / "version.py")[1] if package else None
     cmake = package if package and (package / _WHEEL_CMAKE).is_file() else None
     return Runtime(version, git, "wheel", package, cmake,
-                   package / "lib" if package else None, None)
+                   package / "lib" if package else None, None, _host())
 
 
 def _version_py(path: Path) -> tuple[str | None, str | None]:

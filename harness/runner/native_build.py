@@ -442,6 +442,12 @@ def host_runner_available() -> tuple[bool, str]:
             "--executorch-prefix with the C++ libraries: executorch 1.4.x wheels ship only "
             "the Python pybindings)"
         )
+    from harness.runtime import _host, current
+
+    machine = current().machine
+    if machine not in (None, _host()):
+        return False, (f"the runtime at {pkg} is built for {machine}, not this host "
+                       f"({_host()}); a device of that kind runs it")
     problem = _cmake_ninja_problem()
     if problem:
         return False, problem
@@ -474,7 +480,10 @@ def _cmake_ninja_problem() -> str:
 def arm64_linux_available() -> tuple[bool, str]:
     """Whether an arm64-linux build is possible here (cross compilers, cmake, ninja, an
     installed executorch whose version names the aarch64 wheel), and if not, why."""
-    if _executorch_version() == "unknown":
+    from harness.runtime import current
+
+    own = current().from_prefix and current().machine == "aarch64"  # nothing to fetch
+    if _executorch_version() == "unknown" and not own:
         return False, (
             "executorch is not installed, so there is no version to fetch the aarch64 wheel "
             "of: pip install executorch"
@@ -644,6 +653,11 @@ def aarch64_executorch_dir(version: str | None = None, download: bool = True) ->
 
     from harness.cache import file_lock
 
+    from harness.runtime import current
+
+    runtime = current()
+    if version is None and runtime.from_prefix and runtime.machine == "aarch64":
+        return runtime.cmake_prefix  # an arm64 Linux build of one's own: built against as is
     version = version or _executorch_version()
     if version == "unknown":
         raise RunnerBuildError("executorch is not installed: pip install executorch")
@@ -700,6 +714,12 @@ def _arm64_build_key(src: Path) -> str:
     h = hashlib.sha256(_sources_digest(src).encode())
     h.update(interposer_source.read_bytes())
     h.update(f"executorch={_executorch_version()}:{AARCH64_WHEEL_PLATFORM}:{_python_tag()}".encode())
+    from harness.runtime import current
+
+    runtime = current()
+    if runtime.from_prefix and runtime.machine == "aarch64":
+        h.update(f"prefix={runtime.cmake_prefix}:{runtime_libraries_digest(runtime.lib_dir)}"
+                 .encode())
     for tool in ("gcc", "g++"):
         found = _cross_tool(tool)
         if found is not None:
@@ -882,7 +902,10 @@ def _parser() -> argparse.ArgumentParser:
         "--executorch-prefix",
         type=Path,
         default=None,
-        help="ExecuTorch install prefix built for Android arm64-v8a",
+        help="the ExecuTorch build to build against: for --android an install prefix built "
+             "for arm64-v8a; for --host and --arm64-linux an unpacked wheel's executorch/ or "
+             "a CMake install prefix (default: the installed wheel; for --arm64-linux the "
+             "aarch64 wheel of its release)",
     )
     p.add_argument("--platform", type=int, default=30, help="Android API level (default 30)")
     p.add_argument("--build-dir", type=Path, default=None, help="build directory")
@@ -900,6 +923,26 @@ def _parser() -> argparse.ArgumentParser:
 
 def _default_android_build_dir() -> Path:
     return default_cache_root() / "android-arm64-v8a"
+
+
+def android_prefix_build(prefix: Path, lib_dir: Path, ndk: Path, platform: int = 30) -> Path:
+    """The Android build against an --executorch-prefix built for Android, cached by the
+    runner's sources, the prefix's libraries' content and the NDK; returns its directory."""
+    h = hashlib.sha256(_sources_digest(runner_source_dir()).encode())
+    from harness.qnn.interposer_build import SOURCE as interposer_source
+
+    h.update(interposer_source.read_bytes())
+    h.update(f"prefix={prefix}:{runtime_libraries_digest(lib_dir)}:ndk={Path(ndk).resolve()}:"
+             f"{platform}".encode())
+    entry = default_cache_root() / "android-arm64-v8a" / h.hexdigest()[:16]
+    build_dir, marker = entry / "build", entry / "build.ok"
+    if marker.is_file() and (build_dir / RUNNER_NAME).is_file():
+        return build_dir
+    with _file_lock(entry.parent / f"{entry.name}.lock"):
+        if not (marker.is_file() and (build_dir / RUNNER_NAME).is_file()):
+            build_android_runner(build_dir, ndk, prefix, platform)
+            marker.write_text(f"prefix={prefix}\n")
+    return build_dir
 
 
 def arm64_linux_script(cache_dir: Path | None = None, build_dir: Path | None = None) -> list[str]:
@@ -951,6 +994,15 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code or 0)
 
+    if args.executorch_prefix is not None and not args.android:
+        from harness.errors import ConfigError
+        from harness.runtime import select
+
+        try:
+            select(args.executorch_prefix)
+        except ConfigError as exc:
+            print(f"build-runner: {exc}", file=sys.stderr)
+            return 2
     if args.arm64_linux:
         return _main_arm64_linux(args)
     if args.android:

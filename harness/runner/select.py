@@ -143,6 +143,21 @@ def device_build(abi: str) -> DeviceBuild:
     directory = os.environ.get(ANDROID_BUILD_ENV)
     if directory:
         return _android_build(abi, Path(directory).expanduser(), native_build)
+    from harness.runtime import current
+
+    runtime = current()
+    if runtime.from_prefix and runtime.machine == "android-aarch64":
+        # --executorch-prefix built for Android: the runner is built against it (cached).
+        ndk = os.environ.get("ANDROID_NDK")
+        if not ndk:
+            raise DeviceError(f"--executorch-prefix {runtime.path} is an Android build: set "
+                              "ANDROID_NDK to the NDK the runner is built with against it")
+        try:
+            built = native_build.android_prefix_build(runtime.cmake_prefix, runtime.lib_dir,
+                                                      Path(ndk))
+        except native_build.RunnerBuildError as exc:
+            raise DeviceError(f"the Android build against {runtime.path} failed: {exc}") from exc
+        return _android_build(abi, built, native_build)
     ok, why = native_build.arm64_linux_available()
     if not ok:
         raise DeviceError(

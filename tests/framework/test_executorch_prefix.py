@@ -112,3 +112,30 @@ def test_a_cmake_install_prefix_is_read_from_its_files(tmp_path):
         ("1.6.0", "1a2b3c4d5e", "prefix-install")
     assert runtime.cmake_prefix == tmp_path and runtime.python_path is None
     assert "CMake install prefix" in runtime.describe()
+
+
+def test_an_arm64_linux_prefix_is_what_an_arm64_device_runs(monkeypatch, tmp_path_factory):
+    """An arm64 Linux build of one's own (here: the aarch64 wheel of the installed release,
+    unpacked elsewhere) as --executorch-prefix: an arm64 device's runner is cross-built against
+    it, its libraries are the ones pushed, and the host runner is not built against it."""
+    import shutil
+
+    from harness.runner import native_build
+    from harness.runner.select import device_build
+
+    ok, why = native_build.arm64_linux_available()
+    if not ok:
+        pytest.fail(f"the arm64-linux build is not possible here: {why}")
+    wheel = native_build.aarch64_executorch_dir()  # the wheel's own, downloaded once
+    mine = tmp_path_factory.mktemp("arm64-prefix") / "executorch"
+    shutil.copytree(wheel, mine, symlinks=True)
+    monkeypatch.setenv("EXECUTORCH_HIL_EXECUTORCH_PREFIX", str(mine))
+    assert from_prefix(mine).machine == "aarch64" and from_prefix(mine).python_path is None
+    build = device_build("arm64-v8a")
+    assert build.kind == "arm64-linux" and build.lib_dirs == (mine / "lib",)
+    components = (build.runner.parent / native_build.COMPONENTS_FILE)
+    assert components.is_file()
+    cache = (build.runner.parent.parent / "aarch64-linux-gnu.toolchain.cmake").read_text()
+    assert f'set(CMAKE_PREFIX_PATH "{mine}")' in cache
+    ok, why = native_build.host_runner_available()
+    assert not ok and "built for aarch64, not this host" in why
