@@ -104,6 +104,9 @@ def run_column(column: Column, pytest_args: list[str], out: Path) -> None:
         column.status = f"cannot install: {exc}"
         return
     column.venv_seconds = venv.seconds
+    if venv.problem:
+        column.status = f"cannot run here: {venv.problem}"
+        return
     directory = (out / _slug(column.label)).resolve()
     report = directory / "report"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}

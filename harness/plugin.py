@@ -41,6 +41,7 @@ _ISSUES_KEY = pytest.StashKey[list]()  # every loaded KnownIssue
 _MET_KEY = pytest.StashKey[dict]()  # issue id -> node ids it applies to
 _FILES_KEY = pytest.StashKey[set]()  # paths of the collected test files
 _PATTERNS_KEY = pytest.StashKey[set]()  # (issue id, test pattern) pairs that matched a test
+_PREFIX_ENV_KEY = pytest.StashKey[str | None]()  # the runtime's variable before this session
 _SESSION_ID_ENV = "EXECUTORCH_HIL_SESSION_ID"
 # JUnit properties and --hil-report (HTML page, results.json): harness/hil_report.py.
 pytest_plugins = ["harness.hil_report"]
@@ -239,6 +240,7 @@ def _select_runtime(config: pytest.Config) -> None:
         prefix = str(base / config.getini("hil_executorch_prefix"))
     if prefix is None:
         prefix = os.environ.get(runtime.PREFIX_ENV) or None
+    config.stash[_PREFIX_ENV_KEY] = os.environ.get(runtime.PREFIX_ENV)
     runtime.select(prefix)
 
 
@@ -434,6 +436,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         import signal
 
         signal.signal(signal.SIGTERM, previous)
+    from harness.runtime import PREFIX_ENV
+
+    if _PREFIX_ENV_KEY in config.stash:  # a session in this process (pytester) leaves it as it was
+        before = config.stash[_PREFIX_ENV_KEY]
+        if before is None:
+            os.environ.pop(PREFIX_ENV, None)
+        else:
+            os.environ[PREFIX_ENV] = before
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
         try:

@@ -35,6 +35,24 @@ CUDA build, and a second torch next to the global one is what --system-site-pack
 
 PIP_TIMEOUT_S = 1800
 
+# Run in the new venv: the release's pybindings must import against the global torch, and
+# it must ship a QNN runtime library (0.4.0 and 0.5.0 ship none). Prints "" or why not.
+_PROBE = """
+import importlib.util, pathlib, sys
+try:
+    import torch
+    from executorch.extension.pybindings import _C
+except Exception as exc:
+    print(f"its pybindings do not import with torch {torch.__version__ if 'torch' in dir() else '?'}: "
+          f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    sys.exit(0)
+root = pathlib.Path(importlib.util.find_spec("executorch").submodule_search_locations[0])
+if not (list(root.glob("lib/libexecutorch_backend_qnn.so*")) or
+        list(root.glob("backends/qualcomm/**/*qnn_executorch_backend*.so"))):
+    print("it ships no QNN runtime library (no libexecutorch_backend_qnn.so or "
+          "libqnn_executorch_backend.so)")
+"""
+
 
 class RuntimeEnvError(HarnessError):
     """A runtime cannot be installed here; the message is pip's own reason."""
@@ -48,6 +66,7 @@ class RuntimeVenv:
     qnn: str | None  # "onnxruntime-qnn==2.3.0", or None for the global environment's
     path: Path
     seconds: float  # what building it cost (0 when it was cached)
+    problem: str = ""  # why it cannot run here although pip installed it ("" when it can)
 
     @property
     def python(self) -> Path:
@@ -96,7 +115,8 @@ def runtime_venv(executorch: str, qnn: str | None = None) -> RuntimeVenv:
     marker = path / "harness-runtime.json"
     with file_lock(path.with_name(path.name + ".lock")):
         if marker.is_file():
-            return RuntimeVenv(executorch, qnn, path, 0.0)
+            problem = json.loads(marker.read_text()).get("problem", "")
+            return RuntimeVenv(executorch, qnn, path, 0.0, problem)
         started = time.monotonic()
         shutil.rmtree(path, ignore_errors=True)
         log = path.with_name(path.name + ".log")
@@ -111,10 +131,15 @@ def runtime_venv(executorch: str, qnn: str | None = None) -> RuntimeVenv:
             shutil.rmtree(path, ignore_errors=True)
             raise RuntimeEnvError(f"pip install {' '.join(requirements)}: "
                                   f"{pip_reason(proc.stdout + proc.stderr)} (log: {log})")
+        probe = subprocess.run([str(path / "bin" / "python"), "-c", _PROBE], capture_output=True,
+                               text=True, timeout=600,
+                               env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        problem = probe.stdout.strip() or (f"probe failed: {probe.stderr.strip()[-300:]}"
+                                           if probe.returncode else "")
         seconds = time.monotonic() - started
         marker.write_text(json.dumps({"executorch": executorch, "qnn": qnn, "torch": TORCH_PIN,
-                                      "seconds": round(seconds, 1)}) + "\n")
-        return RuntimeVenv(executorch, qnn, path, seconds)
+                                      "seconds": round(seconds, 1), "problem": problem}) + "\n")
+        return RuntimeVenv(executorch, qnn, path, seconds, problem)
 
 
 def unpacked_wheel(executorch: str) -> Path:

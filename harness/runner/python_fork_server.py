@@ -48,6 +48,9 @@ def _reply(message: dict) -> None:
 def _child(request: dict) -> int:
     """In the fork: the scenario's own stdout, stderr, environment and process group."""
     os.setpgid(0, 0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(target, fd)
@@ -83,7 +86,7 @@ def serve(preload: list[str]) -> int:
         ready["error"] = (f"not safe to fork: {len(names)} threads after loading the libraries "
                           f"({', '.join(names)}); fork copies only one")
         _reply(ready)
-        return 1
+        return 2
     _reply(ready)
     stdin = sys.stdin.buffer
     while True:
