@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -99,10 +100,8 @@ def test_a_failed_preload_is_named(native, server_env):
         ForkServer(native.binary, ["libDoesNotExist.so"], server_env)
 
 
-def test_a_library_that_starts_a_thread_makes_the_server_refuse(native, server_env, tmp_path):
-    """fork() copies one thread: a library that starts one at load time would leave its forks
-    with a missing thread and possibly its locks held. The server counts its threads after
-    loading and refuses to serve, naming the count."""
+def threaded_library(tmp_path) -> Path:
+    """A shared library that starts a thread when it is loaded."""
     source = tmp_path / "threaded.c"
     source.write_text(
         "#include <pthread.h>\n#include <unistd.h>\n"
@@ -112,6 +111,14 @@ def test_a_library_that_starts_a_thread_makes_the_server_refuse(native, server_e
     lib = tmp_path / "libthreaded.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(source)],
                    check=True)
+    return lib
+
+
+def test_a_library_that_starts_a_thread_makes_the_server_refuse(native, server_env, tmp_path):
+    """fork() copies one thread: a library that starts one at load time would leave its forks
+    with a missing thread and possibly its locks held. The server counts its threads after
+    loading and refuses to serve, naming the count."""
+    lib = threaded_library(tmp_path)
     with pytest.raises(ForkServerError, match=r"not safe to fork: 2 threads"):
         ForkServer(native.binary, [str(lib)], server_env)
 
@@ -145,15 +152,7 @@ def test_the_python_runner_forks_too(hil_session, compiled_model, tmp_path):
 
 
 def test_the_python_fork_server_refuses_to_fork_with_a_second_thread(tmp_path, hil_session):
-    source = tmp_path / "threaded.c"
-    source.write_text(
-        "#include <pthread.h>\n#include <unistd.h>\n"
-        "static void *idle(void *arg) { (void)arg; for (;;) pause(); return 0; }\n"
-        "__attribute__((constructor)) static void start(void) {\n"
-        "  pthread_t t; pthread_create(&t, 0, idle, 0); }\n")
-    lib = tmp_path / "libthreaded.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(source)],
-                   check=True)
+    lib = threaded_library(tmp_path)
     runner = choose_runner("python")
     env = {**os.environ, **runner.environment()}
     with pytest.raises(ForkServerError, match=r"not safe to fork: 2 threads"):
