@@ -8,6 +8,7 @@
                      known issues (XPASS(strict)), load/execute time and peak memory beyond
                      thresholds; exit 1 on a regression
   doctor             check the QNN libraries, build the interposer and the runner, show the choice
+                     (of the runtime EXECUTORCH_HIL_EXECUTORCH_PREFIX names, else the installed one)
   env                shell `export` lines for the QNN libraries the harness found, so a script of
                      yours can lower to QNN: eval "$(python -m harness env)"
   inspect PTE... [--json]
@@ -38,12 +39,14 @@ import sys
 
 def doctor() -> int:
     from harness.errors import HarnessError
-    from harness.qnn.sdk import built_against_core_api, discover, executorch_version
+    from harness.qnn.sdk import built_against_core_api, discover
     from harness.runner.select import choose_runner
+    from harness.runtime import current
 
     try:
         sdk = discover()
-        print(f"executorch {executorch_version()} (built against QNN core API {built_against_core_api()})")
+        runtime = current()  # EXECUTORCH_HIL_EXECUTORCH_PREFIX, else the installed wheel
+        print(f"{runtime.describe()} (built against QNN core API {built_against_core_api()})")
         print(f"QNN libraries: {sdk.source} at {sdk.real_lib_dir}")
         print(f"QNN_SDK_ROOT for children: {sdk.root}")
         choice = choose_runner("auto")

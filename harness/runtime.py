@@ -112,7 +112,8 @@ def from_prefix(path: Path) -> Runtime:
         dist = _dist_info_version(path.parent)
         machine = library_machine(path / "lib")
         # Its Python package compiles the models only where its extensions run (this host).
-        python = path.parent if (path / "exir").is_dir() and machine in (None, _host()) else None
+        runs_here = machine in (None, host_machine())
+        python = path.parent if (path / "exir").is_dir() and runs_here else None
         return Runtime(dist or version or "unknown", git, "prefix-wheel", path, path,
                        path / "lib", python, machine)
     for cmake_dir in _INSTALL_CMAKE_DIRS:
@@ -128,7 +129,7 @@ def from_prefix(path: Path) -> Runtime:
         f"{_INSTALL_CMAKE_DIRS[0]}/executorch-config.cmake, from `cmake --install`)")
 
 
-def _host() -> str:
+def host_machine() -> str:
     import platform
 
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(),
@@ -172,7 +173,7 @@ def _installed() -> Runtime:
     git = _version_py(package / "version.py")[1] if package else None
     cmake = package if package and (package / _WHEEL_CMAKE).is_file() else None
     return Runtime(version, git, "wheel", package, cmake,
-                   package / "lib" if package else None, None, _host())
+                   package / "lib" if package else None, None, host_machine())
 
 
 def _version_py(path: Path) -> tuple[str | None, str | None]:

@@ -442,12 +442,12 @@ def host_runner_available() -> tuple[bool, str]:
             "--executorch-prefix with the C++ libraries: executorch 1.4.x wheels ship only "
             "the Python pybindings)"
         )
-    from harness.runtime import _host, current
+    from harness.runtime import current, host_machine
 
     machine = current().machine
-    if machine not in (None, _host()):
+    if machine not in (None, host_machine()):
         return False, (f"the runtime at {pkg} is built for {machine}, not this host "
-                       f"({_host()}); a device of that kind runs it")
+                       f"({host_machine()}); a device of that kind runs it")
     problem = _cmake_ninja_problem()
     if problem:
         return False, problem
