@@ -43,7 +43,7 @@ class Runtime:
     path: Path | None  # the package directory or the prefix
     cmake_prefix: Path | None  # CMAKE_PREFIX_PATH for a C++ runner; None: no CMake package
     lib_dir: Path | None  # its shared libraries (libexecutorch.so, the QNN backend)
-    python_path: Path | None  # the directory to put first on PYTHONPATH; None: the installed one
+    python_package: Path | None  # its Python package (with exir/) where it has one for this host
     machine: str | None = None  # what its libraries are built for: x86_64, aarch64, android-aarch64
 
     @property
@@ -67,12 +67,37 @@ class Runtime:
         return {"version": self.version, "git_revision": self.git_revision,
                 "origin": self.origin, "path": str(self.path) if self.path else None}
 
-    def python_environment(self) -> dict[str, str]:
-        """PYTHONPATH entries a child Python needs to import this runtime's package first."""
-        if self.python_path is None:
-            return {}
-        inherited = os.environ.get("PYTHONPATH", "")
-        return {"PYTHONPATH": os.pathsep.join(p for p in (str(self.python_path), inherited) if p)}
+    @property
+    def python_path(self) -> Path | None:
+        """The directory to put first on a child's PYTHONPATH so that `import executorch` is this
+        runtime's package and nothing else; None: the installed one."""
+        return None if self.python_package is None else package_overlay(self.python_package)
+
+
+def package_overlay(package: Path) -> Path:
+    """A directory holding `executorch/__init__.py` that sets the package's `__path__` to
+    `package` alone (and the wheel's dist-info beside it), made once in the harness cache.
+
+    executorch ships as a namespace package (no `__init__.py`), so with the prefix's parent on
+    PYTHONPATH Python merges it with the installed executorch: a module the prefix lacks
+    (1.4.x has no `pybindings/_C`) would be imported from the installed release. A regular
+    package with an explicit `__path__` confines every `executorch.*` import to the prefix."""
+    from harness.cache import cache_root, digest
+
+    root = cache_root() / "executorch-overlays" / digest([str(package)])[:16]
+    init = root / "executorch" / "__init__.py"
+    text = (f"# Made by the harness: this runtime's package only ({package}).\n"
+            f"__path__ = [{str(package)!r}]\n")
+    if not init.is_file() or init.read_text() != text:
+        init.parent.mkdir(parents=True, exist_ok=True)
+        for info in package.parent.glob("executorch-*.dist-info"):
+            link = root / info.name
+            if not link.exists():
+                link.symlink_to(info)
+        tmp = init.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(init)
+    return root
 
 
 def current() -> Runtime:
@@ -113,7 +138,7 @@ def from_prefix(path: Path) -> Runtime:
         machine = library_machine(path / "lib")
         # Its Python package compiles the models only where its extensions run (this host).
         runs_here = machine in (None, host_machine())
-        python = path.parent if (path / "exir").is_dir() and runs_here else None
+        python = path if (path / "exir").is_dir() and runs_here else None
         return Runtime(dist or version or "unknown", git, "prefix-wheel", path, path,
                        path / "lib", python, machine)
     for cmake_dir in _INSTALL_CMAKE_DIRS:

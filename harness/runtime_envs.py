@@ -35,23 +35,49 @@ CUDA build, and a second torch next to the global one is what --system-site-pack
 
 PIP_TIMEOUT_S = 1800
 
-# Run in the new venv: the release's pybindings must import against the global torch, and
-# it must ship a QNN runtime library (0.4.0 and 0.5.0 ship none). Prints "" or why not.
+# Run in the new venv: the release's pybindings must import against the global torch from the
+# venv's own package (not the global executorch's), and it must ship a QNN runtime library
+# (0.4.0 and 0.5.0 ship none). Prints "" or why not.
 _PROBE = """
-import importlib.util, pathlib, sys
+import pathlib, sys
+venv = pathlib.Path(sys.prefix).resolve()
 try:
-    import torch
-    from executorch.extension.pybindings import _C
+    from harness.runner.python_runner import pybindings
+    module = pybindings()
 except Exception as exc:
-    print(f"its pybindings do not import with torch {torch.__version__ if 'torch' in dir() else '?'}: "
+    import torch
+    print(f"its pybindings do not import with torch {torch.__version__}: "
           f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
     sys.exit(0)
-root = pathlib.Path(importlib.util.find_spec("executorch").submodule_search_locations[0])
+import executorch
+root = pathlib.Path(list(executorch.__path__)[0]).resolve()
+if not pathlib.Path(module.__file__).resolve().is_relative_to(root):
+    print(f"its pybindings came from {module.__file__}, outside its package {root}")
+    sys.exit(0)
 if not (list(root.glob("lib/libexecutorch_backend_qnn.so*")) or
         list(root.glob("backends/qualcomm/**/*qnn_executorch_backend*.so"))):
     print("it ships no QNN runtime library (no libexecutorch_backend_qnn.so or "
           "libqnn_executorch_backend.so)")
 """
+
+ISOLATED = "# Made by the harness: this venv's executorch only (see harness/runtime_envs.py).\n"
+
+
+def isolate_package(venv: Path) -> bool:
+    """Make the venv's own executorch (if pip installed one there) a regular package.
+
+    executorch is a namespace package (no `__init__.py`), and a venv with
+    --system-site-packages sees the global executorch too: Python merges both directories into
+    one package, so a module the release lacks is imported from the global 1.5.1 (1.4.x has no
+    `pybindings/_C`, and a runner asking for it got 1.5.1's). An `__init__.py` in the venv's copy
+    makes it a regular package, found first on sys.path, whose `__path__` is its own directory
+    alone. Returns whether the venv holds its own executorch."""
+    packages = list((venv / "lib").glob("python*/site-packages/executorch"))
+    for package in packages:
+        init = package / "__init__.py"
+        if not init.is_file():
+            init.write_text(ISOLATED)
+    return bool(packages)
 
 
 class RuntimeEnvError(HarnessError):
@@ -115,8 +141,14 @@ def runtime_venv(executorch: str, qnn: str | None = None) -> RuntimeVenv:
     marker = path / "harness-runtime.json"
     with file_lock(path.with_name(path.name + ".lock")):
         if marker.is_file():
-            problem = json.loads(marker.read_text()).get("problem", "")
-            return RuntimeVenv(executorch, qnn, path, 0.0, problem)
+            facts = json.loads(marker.read_text())
+            if facts.get("isolated"):
+                return RuntimeVenv(executorch, qnn, path, 0.0, facts.get("problem", ""))
+            # made before its package was isolated: isolate it and probe it again
+            isolate_package(path)
+            facts.update(problem=_probe(path), isolated=True)
+            marker.write_text(json.dumps(facts) + "\n")
+            return RuntimeVenv(executorch, qnn, path, 0.0, facts["problem"])
         started = time.monotonic()
         shutil.rmtree(path, ignore_errors=True)
         log = path.with_name(path.name + ".log")
@@ -131,15 +163,27 @@ def runtime_venv(executorch: str, qnn: str | None = None) -> RuntimeVenv:
             shutil.rmtree(path, ignore_errors=True)
             raise RuntimeEnvError(f"pip install {' '.join(requirements)}: "
                                   f"{pip_reason(proc.stdout + proc.stderr)} (log: {log})")
-        probe = subprocess.run([str(path / "bin" / "python"), "-c", _PROBE], capture_output=True,
-                               text=True, timeout=600,
-                               env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-        problem = probe.stdout.strip() or (f"probe failed: {probe.stderr.strip()[-300:]}"
-                                           if probe.returncode else "")
+        isolate_package(path)
+        problem = _probe(path)
         seconds = time.monotonic() - started
         marker.write_text(json.dumps({"executorch": executorch, "qnn": qnn, "torch": TORCH_PIN,
-                                      "seconds": round(seconds, 1), "problem": problem}) + "\n")
+                                      "seconds": round(seconds, 1), "problem": problem,
+                                      "isolated": True}) + "\n")
         return RuntimeVenv(executorch, qnn, path, seconds, problem)
+
+
+def _probe(venv: Path) -> str:
+    """"" when the venv's release can run here, else why not (the probe's words)."""
+    from harness.paths import DATA_ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "EXECUTORCH_HIL_EXECUTORCH_PREFIX"}
+    env["PYTHONPATH"] = str(DATA_ROOT)
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c", _PROBE], capture_output=True,
+                           text=True, timeout=600, env=env)
+    lines = probe.stdout.strip().splitlines()
+    if probe.returncode:
+        return f"probe failed: {probe.stderr.strip()[-300:]}"
+    return lines[-1] if lines else ""
 
 
 def unpacked_wheel(executorch: str) -> Path:

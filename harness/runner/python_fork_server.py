@@ -71,11 +71,10 @@ def serve(preload: list[str]) -> int:
     # kept for replies and fd 1 points at the log (stderr) until a child takes its own.
     _REPLIES[0] = os.dup(1)
     os.dup2(2, 1)
-    import torch  # noqa: F401  (what every scenario needs, loaded once)
-    from executorch.extension.pybindings import _C  # noqa: F401
-
-    import harness.runner.python_runner  # noqa: F401
     import harness.memory  # noqa: F401
+    from harness.runner.python_runner import pybindings
+
+    pybindings()  # torch and the runtime's extension: what every scenario needs, loaded once
 
     for lib in preload:
         ctypes.CDLL(lib, mode=os.RTLD_NOW | os.RTLD_GLOBAL)

@@ -1,6 +1,7 @@
 """The Python lifecycle runner: executes a scenario through ExecuTorch's pybindings.
 
-It imports `executorch.extension.pybindings._C` directly: the public `portable_lib` wrapper
+It imports `executorch.extension.pybindings._C` directly (`_portable_lib` in the 1.4 and older
+wheels, the same extension under its earlier name): the public `portable_lib` wrapper
 imports all of `exir` (seconds per process, and every scenario is a fresh process). Modules
 are `_load_program` objects and methods are the method objects the runner holds itself, because
 `executorch.runtime.Program.load_method` caches methods for the program's lifetime and so
@@ -26,6 +27,18 @@ from pathlib import Path
 from harness.protocol import (HARNESS_ERROR_CODE, TEARDOWN_INDEX, ExitCode, ScenarioError,
                               ScenarioFile, ScenarioStep, TensorSpec, format_event,
                               format_step_marker, load_scenario)
+
+
+def pybindings():
+    """The runtime's pybindings extension: `_C` (1.5 on), else `_portable_lib` (1.4 and older)."""
+    import importlib
+
+    import torch  # noqa: F401  (loads libtorch, which the extension links; tensors cross as torch's)
+
+    try:
+        return importlib.import_module("executorch.extension.pybindings._C")
+    except ModuleNotFoundError:
+        return importlib.import_module("executorch.extension.pybindings._portable_lib")
 
 
 def emit(event: dict) -> None:
@@ -58,10 +71,7 @@ def emit_step_marker(index: int) -> None:
 
 class Runner:
     def __init__(self, scenario: ScenarioFile) -> None:
-        import torch  # noqa: F401  (tensors cross the pybindings as torch tensors)
-        from executorch.extension.pybindings import _C
-
-        self.C = _C
+        self.C = pybindings()
         self.scenario = scenario
         self.modules: dict[str, object] = {}
         self.methods: dict[str, dict[str, object]] = {}

@@ -114,28 +114,50 @@ def test_a_cmake_install_prefix_is_read_from_its_files(tmp_path):
     assert "CMake install prefix" in runtime.describe()
 
 
-def test_an_arm64_linux_prefix_is_what_an_arm64_device_runs(monkeypatch, tmp_path_factory):
+def test_an_arm64_linux_prefix_is_what_an_arm64_device_is_built_against(monkeypatch, tmp_path):
     """An arm64 Linux build of one's own (here: the aarch64 wheel of the installed release,
-    unpacked elsewhere) as --executorch-prefix: an arm64 device's runner is cross-built against
-    it, its libraries are the ones pushed, and the host runner is not built against it."""
+    unpacked elsewhere) as --executorch-prefix: the arm64 runner's build is keyed by it and
+    cross-built against it (the build's commands name it; .ci/run step 4 runs such a build),
+    nothing is fetched for it, and the host runner is not built against it."""
     import shutil
 
     from harness.runner import native_build
-    from harness.runner.select import device_build
 
-    ok, why = native_build.arm64_linux_available()
-    if not ok:
-        pytest.fail(f"the arm64-linux build is not possible here: {why}")
-    wheel = native_build.aarch64_executorch_dir()  # the wheel's own, downloaded once
-    mine = tmp_path_factory.mktemp("arm64-prefix") / "executorch"
-    shutil.copytree(wheel, mine, symlinks=True)
+    default_key = native_build.arm64_linux_build_dir()
+    wheel = native_build.aarch64_executorch_dir()  # the release's own, downloaded once
+    mine = tmp_path / "executorch"
+    shutil.copytree(wheel / "lib", mine / "lib", symlinks=True)
+    shutil.copytree(wheel / "share", mine / "share", symlinks=True)
     monkeypatch.setenv("EXECUTORCH_HIL_EXECUTORCH_PREFIX", str(mine))
-    assert from_prefix(mine).machine == "aarch64" and from_prefix(mine).python_path is None
-    build = device_build("arm64-v8a")
-    assert build.kind == "arm64-linux" and build.lib_dirs == (mine / "lib",)
-    components = (build.runner.parent / native_build.COMPONENTS_FILE)
-    assert components.is_file()
-    cache = (build.runner.parent.parent / "aarch64-linux-gnu.toolchain.cmake").read_text()
-    assert f'set(CMAKE_PREFIX_PATH "{mine}")' in cache
+    runtime = from_prefix(mine)
+    assert runtime.machine == "aarch64" and runtime.python_path is None
+    assert native_build.aarch64_executorch_dir() == mine
+    assert native_build.arm64_linux_build_dir() != default_key  # its own cache entry
+    toolchain = native_build.arm64_linux_toolchain_text(native_build.aarch64_executorch_dir())
+    assert f'set(CMAKE_PREFIX_PATH "{mine}")' in toolchain
+    ok, why = native_build.arm64_linux_available()
+    assert ok, why
     ok, why = native_build.host_runner_available()
     assert not ok and "built for aarch64, not this host" in why
+
+
+def test_a_prefixs_package_is_not_merged_with_the_installed_one(tmp_path, monkeypatch):
+    """executorch is a namespace package: with a prefix's parent on PYTHONPATH, Python would
+    merge it with the installed executorch and take what the prefix lacks from the installed
+    release. The overlay the harness puts on PYTHONPATH confines executorch.* to the prefix."""
+    from harness.runtime import package_overlay
+
+    monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path / "cache"))
+    package = tmp_path / "site" / "executorch"
+    (package / "exir").mkdir(parents=True)
+    (package / "exir" / "__init__.py").write_text("MINE = True\n")
+    probe = ("import executorch.exir as e; print(e.MINE)\n"
+             "try:\n    import executorch.extension.pybindings\n    print('merged')\n"
+             "except ModuleNotFoundError:\n    print('confined')\n")
+    overlay = package_overlay(package)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(overlay), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.split() == ["True", "confined"], out.stderr
+    merged = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env={"PYTHONPATH": str(package.parent), "PATH": "/usr/bin:/bin"})
+    assert merged.stdout.split() == ["True", "merged"], merged.stderr  # what the overlay prevents
