@@ -39,7 +39,10 @@ class RunnerChoice:
         Python runner's server module."""
         if self.kind == "native":
             return self.binary
-        return (sys.executable, "-m", "harness.runner.python_fork_server")
+        # Not `-m`: that puts the working directory first on sys.path, so run from another
+        # checkout it would import that checkout's harness.
+        return (sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); "
+                "from harness.runner.python_fork_server import main; sys.exit(main(sys.argv[1:]))")
 
     def environment(self) -> dict[str, str]:
         if self.kind == "python":
