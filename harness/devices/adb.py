@@ -853,6 +853,10 @@ class AdbDevice(Device):
         kill the run's processes once the device is there (re-acquired if it went away)."""
         online = self._online()
         lost = None if online else self._offline(f"scenario {scenario.name}", None)
+        # A cut stream usually means the device's transport was cut, and every stream held
+        # over it with it (an idle fork server's too, its end maybe not through the adb server
+        # yet): start new servers on next use rather than find each one dead.
+        self._close_servers()
         if stdout_file is not None and not self.lost:
             stdout = self._read_back(stdout_file)
         (artifacts / "runner.stdout").write_text(stdout)
