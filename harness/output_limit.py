@@ -41,6 +41,12 @@ def note(what: str, total: int, limit: int) -> str:
             f"{limit // (1024 * 1024) or limit} {'MiB' if limit >= 1024 * 1024 else 'bytes'})")
 
 
+def notes_over(sizes: dict[str, int], limit: int) -> list[str]:
+    """The verdict's notes for the streams (what -> bytes written) that met the limit."""
+    return [note(what, size, limit) for what, size in sizes.items()
+            if isinstance(size, int) and size > limit]
+
+
 class CappedBuffer:
     """Bytes fed in order, of which the first `head` and the last `tail` are kept."""
 

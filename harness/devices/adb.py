@@ -567,9 +567,8 @@ class AdbDevice(Device):
         sizes = _output_sizes(text, nonce)
         after = text.find(f"\nHARNESS_STDERR_{nonce}\n")
         printed = stream_total - (len(text[after:].encode()) if after >= 0 else 0)
-        notes = [output_limit.note(what, size, limit) for what, size in (
-            ("stdout", printed), ("stderr", sizes[0]), ("the QNN trace", sizes[1]))
-            if size > limit]
+        notes = output_limit.notes_over(
+            {"stdout": printed, "stderr": sizes[0], "the QNN trace": sizes[1]}, limit)
         stdout = output_limit.trim(stdout, printed, limit)
         exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
         if timed_out:
@@ -691,11 +690,10 @@ class AdbDevice(Device):
         self.runs["fork"] += 1
         stdout = files.get(STDOUT_FILE, "")
         limit = request["read_limit"]
-        notes = [output_limit.note(what, size, limit) for what, size in (
-            ("stdout", done.get("sizes", {}).get(STDOUT_FILE, 0)),
-            ("stderr", done.get("sizes", {}).get(STDERR_FILE, 0)),
-            ("the QNN trace", done.get("sizes", {}).get(TRACE_FILE, 0)))
-            if isinstance(size, int) and size > limit]
+        sizes = done.get("sizes", {})
+        notes = output_limit.notes_over({"stdout": sizes.get(STDOUT_FILE, 0),
+                                         "stderr": sizes.get(STDERR_FILE, 0),
+                                         "the QNN trace": sizes.get(TRACE_FILE, 0)}, limit)
         return RunOutput(returncode, stdout, files.get(STDERR_FILE, ""),
                          files.get(TRACE_FILE, ""), timed_out, "native", logs,
                          self._pushes(before), notes + self._failed_run_notes(returncode, stdout))

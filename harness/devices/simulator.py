@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness import dsp_heap, storage
 from harness.compile import uses_qnn
-from harness.output_limit import limit_bytes, note, read_capped
+from harness.output_limit import limit_bytes, notes_over, read_capped
 from harness.protocol import read_events
 from harness.devices.base import Device, DeviceInfo
 from harness.errors import HarnessError
@@ -137,8 +137,7 @@ class SimulatorDevice(Device):
                                  ", ".join(map(str, escaped)))
         limit = limit_bytes()
         text, size = read_capped(trace, limit)
-        if size > limit:
-            proc.notes.append(note("the QNN trace", size, limit))
+        proc.notes += notes_over({"the QNN trace": size}, limit)
         return proc, text
 
     def _pool(self, base: dict[str, str], qnn: bool) -> ForkServerPool:

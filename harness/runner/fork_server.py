@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterator
 
 from harness.errors import HarnessError
-from harness.output_limit import limit_bytes, note, read_capped
+from harness.output_limit import limit_bytes, notes_over, read_capped
 from harness.process import ProcessOutput
 
 log = logging.getLogger(__name__)
@@ -105,8 +105,7 @@ class ForkServer:
             returncode = None
         limit = limit_bytes()
         (out, out_size), (err, err_size) = _take_text(stdout, limit), _take_text(stderr, limit)
-        notes = [note(name, size, limit) for name, size in (("stdout", out_size),
-                                                            ("stderr", err_size)) if size > limit]
+        notes = notes_over({"stdout": out_size, "stderr": err_size}, limit)
         return ProcessOutput(returncode, out, err, timed_out, notes)
 
     def _reply(self, timeout: float) -> dict | None:
