@@ -125,9 +125,7 @@ class HilReport:
             self.device = result
             self.facts = self._device_facts(result)
             if self.directory is not None:
-                from harness.device_state import read_state
-
-                self.facts["state"]["start"] = read_state(result)
+                self.facts["state"]["start"] = result.read_state()
         return result
 
     def _device_facts(self, device) -> dict:
@@ -154,14 +152,7 @@ class HilReport:
                                    "file": str(soc.path)}
         except HarnessError as exc:
             facts["soc_config"] = {"error": str(exc)}
-        if info.kind == "simulator":
-            from harness.config import simulator_config
-
-            sim = simulator_config()
-            facts["simulator_config"] = {"default_soc": sim.default_soc,
-                                         "rss_leak_kb": sim.rss_leak_kb,
-                                         "runner_timeout_s": sim.runner_timeout_s,
-                                         "file": str(sim.path)}
+        facts.update(device.report_facts())  # the kind's own (the simulator's config)
         facts["qnn"] = qnn_versions(session)
         return facts
 
@@ -235,7 +226,7 @@ class HilReport:
                     if load.scenario == name and last[name] == index]
             runs.append(run_entry(result, run_failures(result), nodeid=item.nodeid, index=index,
                                   occurrence=seen.get(name, 0), device=data["device"],
-                                  xnnpack=mine))
+                                  xnnpack=mine, replay_args=driver.device.replay_args()))
             seen[name] = seen.get(name, 0) + 1
             if self.facts is not None and "core_api" not in self.facts["qnn"]:
                 api = qnn_api(result)
@@ -301,9 +292,7 @@ class HilReport:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.device is not None and self.directory is not None and self.facts is not None:
-            from harness.device_state import read_state
-
-            self.facts["state"]["end"] = read_state(self.device)
+            self.facts["state"]["end"] = self.device.read_state()
         unmatched = [_issue_json(i) for i in _safe_unmatched(self.config)]
         if hasattr(self.config, "workerinput"):
             self.config.workeroutput["hil_report"] = {"device": self.facts, "unmatched": unmatched}

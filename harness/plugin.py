@@ -24,6 +24,7 @@ import pytest
 
 from harness.compile import CompiledModel
 from harness.config import load_farm
+from harness.devices.kinds import kind_for, session_kinds, session_targets
 from harness.driver import ScenarioDriver
 from harness.errors import HarnessError
 from harness.failures import failure_of, run_failures
@@ -210,11 +211,12 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         _select_runtime(config)
         opts = _options(config)
-        _check_start_up(config, opts)
+        session = HilSession(opts, config)
+        _check_start_up(config, session)
     except HarnessError as exc:
         # Bad input stops the session once, at start-up, with the line to act on.
         raise pytest.UsageError(str(exc)) from None
-    config.stash[_SESSION_KEY] = HilSession(opts)
+    config.stash[_SESSION_KEY] = session
     _handle_sigterm(config)
     if config.stash[_SESSION_KEY].uses_farm:
         config.pluginmanager.register(_FarmReports(config.stash[_SESSION_KEY]), "hil-farm-reports")
@@ -223,8 +225,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_KnownIssuesMet(config), "hil-known-issues-met")
     workers = xdist_workers(config, opts)
     if workers > 1:
-        adb = (bool(opts.devices) or bool(opts.lg_place_tags)) and not opts.simulator
-        config.pluginmanager.register(_XdistBalance(workers, adb), "hil-xdist-balance")
+        kind = session_kinds(opts)[0].name
+        config.pluginmanager.register(_XdistBalance(workers, kind), "hil-xdist-balance")
     if not opts.worker.startswith("gw"):
         _link_latest(opts.artifacts_dir)
 
@@ -318,26 +320,20 @@ def _env_seconds(name: str) -> float | None:
     return env_positive(name, "seconds")
 
 
-def _check_start_up(config: pytest.Config, opts: Options) -> None:
+def _check_start_up(config: pytest.Config, session: HilSession) -> None:
     """Every config the session will read, read now: a broken one is one usage error before
     any device is touched, not the same error once per test."""
     from harness.config import load_soc, simulator_config, soc_config
 
+    opts = session.options
     simulator_config()
     if opts.device_config is not None:
         load_soc(Path(opts.device_config))
-    on_simulator = opts.simulator or (not opts.devices and not opts.lg_place_tags)
-    if on_simulator:
-        soc_config(opts.soc or simulator_config().default_soc)
-    else:
-        from harness.devices.adb_address import adb_server_address
-
-        adb_server_address(opts.adb_server)
-        if opts.device_workspace is not None:
-            from harness.devices.lease import LEASE_DIR
-            from harness.devices.workspace import check_workspace
-
-            check_workspace(opts.device_workspace, reserved=[LEASE_DIR.rsplit("/", 1)[1]])
+    targets = session_targets(opts)
+    kinds = session_kinds(opts)
+    for kind in kinds:
+        kind.check_start_up([t for t in targets if kind_for(t) is kind], session.open_context())
+    if opts.devices and not opts.simulator:
         repeated = sorted({d for d in opts.devices if opts.devices.count(d) > 1})
         if repeated:
             raise HarnessError(
@@ -352,12 +348,11 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
                 "because each worker needs a device of its own (a device is leased to one "
                 f"session at a time); run with -n {len(opts.devices)} or fewer, or give one "
                 "--device per worker")
-        if opts.lease_wait < 0:
-            raise HarnessError(f"--lease-wait must be 0 or more seconds, got {opts.lease_wait:g}")
-        for soc in opts.device_socs.values():
-            soc_config(soc)
-        if opts.soc:
-            soc_config(opts.soc)
+    for soc in opts.device_socs.values():
+        soc_config(soc)
+    if opts.soc:
+        soc_config(opts.soc)
+    known_socs = {k.known_soc(opts): k for k in kinds if k.known_soc(opts)}
     if not config.getoption("ignore_known_issues"):
         config.stash[_ISSUES_KEY] = load_all([Path(p) for p in config.getoption("known_issues")])
     from harness.program import check_file
@@ -371,9 +366,10 @@ def _check_start_up(config: pytest.Config, opts: Options) -> None:
         for pte in opts.ptes:
             info = read_program(pte)
             input_arrays(info)  # an input the runners cannot feed, a bad .npy: once, now
-            if on_simulator:
-                # The simulator's SoC is known now: a program built for another is refused once.
-                check_soc(info, opts.soc or simulator_config().default_soc, "the HTP simulator")
+            for soc, kind in known_socs.items():
+                # A SoC known now (the simulated one): a program built for another is refused
+                # once, at start-up.
+                check_soc(info, soc, f"the {kind.title}")
     for directory in opts.models_dirs:
         if not directory.is_dir():
             raise HarnessError(f"--models-dir {directory}: no such directory")
@@ -496,9 +492,11 @@ class _XdistBalance:
     (harness/xdist_order.py). Without xdist the order is kept. Every worker arranges its own
     collection the same way, as xdist requires."""
 
-    def __init__(self, workers: int, adb: bool = False) -> None:
+    def __init__(self, workers: int, kind: str = "simulator") -> None:
         self.workers = workers
-        self.adb = adb  # the run's devices are adb devices: their costs (`adb=`) where marked
+        # The run's device kind: its own costs (`hil_cost(1.5, adb=2.4)`) where marked, else
+        # the first (the simulator's).
+        self.kind = kind
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -506,8 +504,7 @@ class _XdistBalance:
             marker = item.get_closest_marker("hil_cost")
             if not marker or not marker.args:
                 return None
-            return float(marker.kwargs.get("adb", marker.args[0]) if self.adb
-                         else marker.args[0])
+            return float(marker.kwargs.get(self.kind, marker.args[0]))
 
         items[:] = balanced_order(items, [cost(i) for i in items], self.workers)
 
@@ -569,7 +566,7 @@ def unmatched_issues(config: pytest.Config) -> list[KnownIssue]:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash[_SESSION_KEY]
     opts = session.options
-    target = ", ".join(opts.devices) if opts.devices and not opts.simulator else "HTP simulator"
+    target = ", ".join(kind_for(t).describe(t) for t in session_targets(opts))
     if session.uses_farm:
         target = (f"a labgrid place with {' '.join(f'{k}={v}' for k, v in opts.lg_place_tags.items())}"
                   f" (coordinator {opts.lg_coordinator}) per worker")
@@ -673,10 +670,7 @@ def _replay_command(item: pytest.Item, exc: BaseException) -> str:
     named = failure_of(exc).scenario
     chosen = ([r for r in results if r.scenario.name == named] or
               [r for r in results if run_failures(r)] or results)[-1]
-    device = driver.device
-    serial = device.info.serial if device.info.kind != "simulator" else None
-    options = item.config.stash[_SESSION_KEY].options
-    return command_line(chosen.artifacts, serial, options.adb_server, device.runner_kind)
+    return command_line(chosen.artifacts, driver.device.replay_args())
 
 
 class _KnownIssuesMet:

@@ -239,15 +239,14 @@ def runtime_lines(result: ScenarioResult, limit: int = 20) -> str:
     return "\n".join(out)
 
 
-def command_line(run_dir: Path, device: str | None = None, adb_server: str | None = None,
+def command_line(run_dir: Path, device_args: list[str] | None = None,
                  runner: str = "native") -> str:
     """The replay command for a run directory (ends every HIL failure message): on the same
-    target, with the Python runner when the run had it."""
+    target (`Device.replay_args`; the simulator without), with the Python runner when the run
+    had it."""
     argv = ["python", "-m", "harness", "replay", str(run_dir)]
-    argv += ["--device", device] if device else ["--simulator"]
-    if device and adb_server:
-        argv += ["--adb-server", adb_server]
-    if runner == "python" and not device:
+    argv += list(device_args or ["--simulator"])
+    if runner == "python" and "--runner" not in argv:
         argv += ["--runner", "python"]
     return shlex.join(argv)
 

@@ -81,9 +81,11 @@ def failure_entry(failure: Failure) -> dict:
 
 
 def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, index: int,
-              occurrence: int, device: str | None, xnnpack: list[dict] = ()) -> dict:
+              occurrence: int, device: str | None, xnnpack: list[dict] = (),
+              replay_args: list[str] | None = None) -> dict:
     """One scenario run of a test. `index`: its position among the test's runs (0-based);
-    `occurrence`: how many earlier runs of the test had the same scenario name."""
+    `occurrence`: how many earlier runs of the test had the same scenario name;
+    `replay_args`: the device's own (`Device.replay_args`), for the replay command."""
     out = result.output
     return {
         "nodeid": nodeid,
@@ -103,18 +105,18 @@ def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, i
         "failures": [failure_entry(f) for f in failures],
         "xnnpack": list(xnnpack),
         "artifacts": str(result.artifacts) if result.artifacts else None,
-        "replay": replay_command(result, failures, device),
+        "replay": replay_command(result, failures, replay_args),
     }
 
 
-def replay_command(result: ScenarioResult, failures: list[Failure], device: str | None) -> str | None:
+def replay_command(result: ScenarioResult, failures: list[Failure],
+                   device_args: list[str] | None) -> str | None:
     """`python -m harness replay ...` for a run with failures that kept its artifacts."""
     if not failures or result.artifacts is None:
         return None
     from harness.replay import command_line
 
-    return command_line(result.artifacts, device if device not in (None, "simulator") else None,
-                        runner=result.output.runner)
+    return command_line(result.artifacts, device_args, runner=result.output.runner)
 
 
 def xnnpack_entry(load, expected: str | None) -> dict:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.compile import CompiledModel, compile_model
-from harness.config import SocConfig, load_soc, resolve_soc_config, simulator_config, soc_config
+from harness.config import SocConfig
 from harness.devices.base import Device
+from harness.devices.kinds import OpenContext, kind_for, worker_target
 from harness.errors import DeviceError, HarnessError, ModelError
 from harness.models import get_model
 from harness.qnn.sdk import QnnSdk, discover, executorch_version
@@ -21,6 +22,8 @@ from harness.runner.select import RunnerChoice, choose_runner
 from harness.user_program import check_soc
 
 if TYPE_CHECKING:
+    import pytest
+
     from harness.farm import Lease
 
 
@@ -66,11 +69,11 @@ class Options:
 
 
 class HilSession:
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, config: "pytest.Config | None" = None) -> None:
         self.options = options
+        self.config = config  # for the device kinds' own options
         self._device: Device | None = None
         self._device_error: HarnessError | None = None
-        self._soc_config: SocConfig | None = None  # the device's, resolved when it is built
         self._sdk: QnnSdk | None = None
         self._simulator_runner: RunnerChoice | None = None
         self._models: dict[tuple[str, str, str], CompiledModel] = {}
@@ -118,16 +121,18 @@ class HilSession:
         return bool(self.options.lg_place_tags) and not self.options.simulator
 
     @property
-    def device_serial(self) -> str | None:
-        """The device of this worker: worker N of an xdist run takes the Nth --device; on a
-        labgrid farm, the phone of the place it holds (reserved on first use)."""
+    def target(self) -> str:
+        """This worker's target (`harness.devices.kinds`): worker N of an xdist run takes the
+        Nth --device, `SIMULATOR` without one; on a labgrid farm, the phone of the place it
+        holds (reserved on first use)."""
         if self.uses_farm:
             return self.device.info.serial
-        devices = self.options.devices
-        if not devices or self.options.simulator:
-            return None
-        index = int(self.options.worker[2:]) if self.options.worker.startswith("gw") else 0
-        return devices[index % len(devices)]
+        return worker_target(self.options)
+
+    def open_context(self, place: "Lease | None" = None) -> OpenContext:
+        """What a device kind opens a device with (harness.devices.kinds.OpenContext)."""
+        return OpenContext(self.options, self.notices.append, lambda: self.sdk,
+                           lambda: self.simulator_runner, self.config, place)
 
     @property
     def device(self) -> Device:
@@ -146,67 +151,12 @@ class HilSession:
         return self._device
 
     def _make_device(self) -> Device:
+        """The worker's target opened by its kind. Nothing here reads the half-built session:
+        a kind gets what it needs as arguments (`open_context`)."""
         if self.uses_farm:
             return FarmDevice(*self._lease_device())
-        serial = self.device_serial
-        if serial is None:
-            from harness.devices.simulator import SimulatorDevice
-
-            _ = self.soc_config  # resolve (and validate) the SoC before any work
-            device = SimulatorDevice(self.sdk, self._simulated_soc(), self.simulator_runner,
-                                     self.options.abi_bridge,
-                                     isolation=self.options.scenario_isolation,
-                                     jobs=self.options.scenario_jobs,
-                                     dsp_heap_setting=self.options.dsp_heap)
-            if device.isolation_notice:
-                self.notices.append(device.isolation_notice)
-            return device
-        return self._open_adb_device(serial)
-
-    def _open_adb_device(self, serial: str, adb_server: str | None = None,
-                         place: "Lease | None" = None) -> Device:
-        """An adb device in phases: identify it, resolve its SoC config, set it up with
-        explicit arguments. Nothing here reads the half-built session: the config is stored
-        only once the device works. A labgrid place's `adb_server` and `soc=` tag replace
-        --adb-server and the farm file's SoC."""
-        from pathlib import PurePosixPath
-
-        from harness.devices import adb
-
-        opts = self.options
-        client = adb.adb_client(adb_server or opts.adb_server)
-        adb.wait_online(client, serial, opts.connect_s or adb.CONNECT_S)
-        identity = adb.identify(client, serial)
-        config, source = resolve_soc_config(
-            serial, identity.soc, farm_soc=place.soc if place else opts.device_socs.get(serial),
-            farm_from=f"place {place.place} tag soc" if place else "farm file", soc=opts.soc,
-            device_config=opts.device_config, reported_from=identity.soc_source)
-        from harness.devices.lease import LEASE_DIR
-        from harness.devices.workspace import check_workspace
-
-        workspace = (check_workspace(opts.device_workspace,
-                                     reserved=[PurePosixPath(LEASE_DIR).name])
-                     if opts.device_workspace is not None else adb.new_workspace(opts.worker))
-        device = adb.AdbDevice(client, identity, config, workspace,
-                               artifacts_dir=opts.artifacts_dir,
-                               keep_workspace=opts.keep_workspace,
-                               reacquire_s=opts.reacquire_s or adb.REACQUIRE_S,
-                               soc_source=source, notice=self.notices.append,
-                               session_id=opts.session_id, worker=opts.worker,
-                               lease_wait=opts.lease_wait, isolation=opts.scenario_isolation)
-        if self.options.runner == "python":
-            self.notices.append("adb devices always use the native runner; "
-                                "--runner=python applies to the simulator only")
-        from harness.runner.select import device_build
-
-        payload = adb.device_payload(identity, device_build(identity.abi), config.htp_arch,
-                                     workspace, sdk_root=os.environ.get("QNN_SDK_ROOT"),
-                                     simulator_lib_dir=lambda: self.sdk.lib_dir,
-                                     dsp_heap_setting=opts.dsp_heap)
-        device.setup(payload.runner, payload.files, payload.env, payload.backends,
-                     payload.dsp_heap_note)
-        self._soc_config = config
-        return device
+        target = self.target
+        return kind_for(target).open(target, self.open_context())
 
     # Labgrid farm ---------------------------------------------------------------------------
     def _lease_device(self):
@@ -214,7 +164,6 @@ class HilSession:
         preflight. A place whose phone is not online or fails preflight is retired (tagged
         unhealthy, released) and the next one is reserved; an error of this host's own set-up
         (the phone is online, the set-up failed anyway) releases the place and is raised."""
-        from harness.devices import adb
         from harness.farm import LabgridFarm
 
         opts = self.options
@@ -223,13 +172,11 @@ class HilSession:
                                      notice=self.notices.append)
         while True:
             lease = self._farm.lease()
-            server = lease.adb or opts.adb_server
+            kind, context = kind_for(lease.serial), self.open_context(lease)
             try:
-                device = self._open_adb_device(lease.serial, server, lease)
+                device = kind.open(lease.serial, context)
             except HarnessError as exc:
-                try:
-                    adb.wait_online(adb.adb_client(server), lease.serial, 0)
-                except HarnessError:
+                if not kind.online(lease.serial, context):
                     self._farm.retire(lease, "unavailable", str(exc).splitlines()[0])
                     continue
                 self._farm.release(lease)
@@ -292,30 +239,20 @@ class HilSession:
         return lines + [f"farm: tests on {label}: {', '.join(tests)}"
                         for label, tests in self.farm_tests.items()]
 
-    def _simulated_soc(self) -> str:
-        return self.options.soc or simulator_config().default_soc
-
     @property
     def soc(self) -> str:
-        """The SoC scenarios are compiled for: the device's resolved one (the simulated one on
-        the simulator)."""
-        if self.device_serial is None:
-            return self._simulated_soc()
+        """The SoC scenarios are compiled for: the device's resolved one, or the one its kind
+        knows before the device opens (the simulated SoC)."""
+        if self._device is None and not self.uses_farm:
+            known = kind_for(self.target).known_soc(self.options)
+            if known is not None:
+                return known
         return self.device.info.soc
 
     @property
     def soc_config(self) -> SocConfig:
-        """The resolved config of the session's device (building the device if needed); on the
-        simulator, that of the simulated SoC, or --device-config's file."""
-        if self._soc_config is None:
-            if self.device_serial is None:
-                if self.options.device_config is not None:
-                    self._soc_config = load_soc(self.options.device_config)
-                else:
-                    self._soc_config = soc_config(self._simulated_soc())
-            else:
-                _ = self.device  # building it resolves and stores the config
-        return self._soc_config  # type: ignore[return-value]
+        """The resolved config of the session's device (building the device if needed)."""
+        return self.device.soc_config
 
     @property
     def device_runner(self) -> str:
@@ -324,33 +261,28 @@ class HilSession:
 
     @property
     def timeout(self) -> float:
-        """--runner-timeout, else the simulator's, else the device's resolved SoC config's."""
+        """--runner-timeout, else the device's limit (harness.devices.base.Limits)."""
         if self.options.runner_timeout:
             return self.options.runner_timeout
-        if self.device_serial is None:
-            return simulator_config().runner_timeout_s
-        return self.soc_config.runner_timeout_s
+        return self.device.limits.runner_timeout_s
 
     @property
     def rss_leak_kb(self) -> int:
-        """Rss growth tolerated over a reload cycle: the device's resolved SoC config's (the
-        simulator's own unless --device-config is given)."""
-        if self.device_serial is None and self.options.device_config is None:
-            return simulator_config().rss_leak_kb
-        return self.soc_config.rss_leak_kb
+        """Rss growth tolerated over a reload cycle: the device's limit."""
+        return self.device.limits.rss_leak_kb
 
     @property
     def dsp_heap(self) -> tuple[int, int, bool]:
         """(allowed kB per live context, kB allowed above the baseline with none live, whether
         the device gives the reading): the arguments of assertions.assert_dsp_heap_bounded."""
-        config = self.soc_config
-        return config.dsp_heap_context_kb, config.dsp_heap_leak_kb, self.device.dsp_heap
+        limits = self.device.limits
+        return limits.dsp_heap_context_kb, limits.dsp_heap_leak_kb, self.device.dsp_heap
 
     @property
     def htp_context_kb(self) -> int:
-        """dma-buf (HTP shared / spill-fill) memory allowed per live QNN context; the SoC's
-        config value (the SoC being simulated, on the simulator, which allocates none)."""
-        return self.soc_config.htp_context_kb
+        """dma-buf (HTP shared / spill-fill) memory allowed per live QNN context; the device's
+        limit (the simulated SoC's value on the simulator, which allocates none)."""
+        return self.device.limits.htp_context_kb
 
     def model(self, name: str, precision: str = "fp16",
               options: dict | None = None) -> CompiledModel:
@@ -384,7 +316,7 @@ class HilSession:
         if path not in self._programs:
             info = read_program(path)
             device = self.device
-            check_soc(info, device.info.soc, target_name(device.info))
+            check_soc(info, device.info.soc, device.title)
             work = self.options.artifacts_dir / "programs" / f"{path.stem}-{info.sha256[:12]}"
             model = program_model(info, device.info.soc, work)
             driver = ScenarioDriver(device, work / "solo", self.timeout)
@@ -467,6 +399,31 @@ class FarmDevice(Device):
     def dsp_heap_note(self) -> str:
         return self.current.dsp_heap_note
 
+    @property
+    def soc_config(self):
+        return self.current.soc_config
+
+    @property
+    def limits(self):
+        return self.current.limits
+
+    @property
+    def title(self) -> str:
+        return self.current.title
+
+    @property
+    def exploration_limit(self):
+        return self.current.exploration_limit
+
+    def replay_args(self) -> list[str]:
+        return self.current.replay_args()
+
+    def read_state(self) -> dict:
+        return self.current.read_state()
+
+    def report_facts(self) -> dict:
+        return self.current.report_facts()
+
     def runner_description(self) -> str:
         return self.current.runner_description()
 
@@ -494,10 +451,6 @@ class FarmDevice(Device):
         except KeyError:
             raise AttributeError(name) from None
         return getattr(current, name)
-
-
-def target_name(info) -> str:
-    return "the HTP simulator" if info.kind == "simulator" else f"device {info.serial}"
 
 
 def worker_info() -> tuple[str, int]:

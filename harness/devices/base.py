@@ -1,4 +1,10 @@
-"""The device interface every target implements."""
+"""The device interface every target implements.
+
+A device kind (`harness.devices.kinds`) opens a `Device`; from then on the session, the
+plugin and the reports use only what is here: run a scenario, run a command, read the device's
+state, its limits and SoC config, and how to name it again (replay, the header). What differs
+by kind lives in the kind's own module.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,31 @@ import functools
 import logging
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from harness.result import RunOutput
 from harness.scenario import Scenario
+
+if TYPE_CHECKING:
+    from harness.config import SocConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What the device's checks tolerate and how long a run may take: its SoC config's
+    values, unless its kind sets its own (the simulator's config file)."""
+
+    runner_timeout_s: float
+    rss_leak_kb: int  # Rss growth tolerated over a reload cycle
+    htp_context_kb: int  # dma-buf (HTP shared / spill-fill) memory per live QNN context
+    dsp_heap_context_kb: int  # DSP heap per live context
+    dsp_heap_leak_kb: int  # DSP heap above the baseline with no context live
+
+    @classmethod
+    def of(cls, config: "SocConfig", **overrides: float) -> "Limits":
+        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls)}
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,7 +46,7 @@ class DeviceInfo:
     """Identity of a device, shown in the session header and kept in artifacts."""
 
     serial: str
-    kind: str  # "simulator" or "adb"
+    kind: str  # the DeviceKind's name: "simulator", "adb", ...
     soc: str
     abi: str
     android: str = ""
@@ -44,6 +73,8 @@ class Device(abc.ABC):
     """A place to run scenarios. One instance per device per session."""
 
     info: DeviceInfo
+    # The resolved SoC config the device runs with (set by its kind when it opens).
+    soc_config: "SocConfig"
     # The backends the device's runtime registers; None when it has every backend the harness
     # drives (the simulator). A device without QnnBackend (an arm64 build of the XNNPACK-only
     # executorch wheel) skips QNN scenarios with that reason.
@@ -58,6 +89,34 @@ class Device(abc.ABC):
     # about them on this device.
     dsp_heap: bool = False
     dsp_heap_note: str = ""
+    # How many orderings a large exploration samples on this device (evenly spaced); None:
+    # all of them. A device with a round trip per scenario takes a sample.
+    exploration_limit: int | None = None
+
+    @property
+    def limits(self) -> Limits:
+        """Timeouts and leak tolerances (from the SoC config by default)."""
+        return Limits.of(self.soc_config)
+
+    @property
+    def title(self) -> str:
+        """The device as sentences name it ("device 1234abcd", "the HTP simulator")."""
+        return f"device {self.info.serial}"
+
+    def replay_args(self) -> list[str]:
+        """The `harness replay` arguments that select this device again."""
+        return ["--device", self.info.serial]
+
+    def read_state(self) -> dict:
+        """Governors, thermal zones and battery now, for reports (harness.device_state)."""
+        from harness.device_state import read_state
+
+        return read_state(self)
+
+    def report_facts(self) -> dict:
+        """Facts of the device's kind for results.json and the report (e.g. the simulator's
+        config); empty by default."""
+        return {}
 
     @abc.abstractmethod
     def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:

@@ -24,7 +24,9 @@ from harness import dsp_heap, storage
 from harness.compile import uses_qnn
 from harness.output_limit import limit_bytes, notes_over, read_capped
 from harness.protocol import read_events
-from harness.devices.base import Device, DeviceInfo
+from harness.config import load_soc, simulator_config, soc_config
+from harness.devices.base import Device, DeviceInfo, Limits
+from harness.devices.kinds import SIMULATOR, DeviceKind, OpenContext
 from harness.errors import HarnessError
 from harness.memory import ALLOCATOR_ENV
 from harness.process import ProcessOutput, kill_by_environment, run_process
@@ -42,7 +44,8 @@ HARNESS_ONLY_ENV = ("PYTEST_CURRENT_TEST",)
 
 class SimulatorDevice(Device):
     def __init__(self, sdk: QnnSdk, soc: str, runner: RunnerChoice, abi_bridge: str = "auto",
-                 isolation: str = "fork", jobs: int = 0, dsp_heap_setting: str = "auto") -> None:
+                 isolation: str = "fork", jobs: int = 0, dsp_heap_setting: str = "auto",
+                 device_config: Path | None = None) -> None:
         if isolation not in ISOLATIONS:
             raise HarnessError(f"--scenario-isolation must be one of {', '.join(ISOLATIONS)}, "
                                f"not {isolation!r}")
@@ -67,6 +70,38 @@ class SimulatorDevice(Device):
         self._pools_lock = threading.Lock()
         self.info = DeviceInfo("simulator", "simulator", soc, platform.machine(),
                                details={"qnn": sdk.source})
+        # The simulated SoC's config, or --device-config's file in its place.
+        self.device_config = device_config
+        self.soc_config = load_soc(device_config) if device_config else soc_config(soc)
+
+    @property
+    def title(self) -> str:
+        return "the HTP simulator"
+
+    @property
+    def limits(self) -> Limits:
+        """The simulator config's runner timeout, and its Rss tolerance unless --device-config
+        gives one (the host's allocator is not a phone's); the rest from the SoC config."""
+        sim = simulator_config()
+        own = {"runner_timeout_s": sim.runner_timeout_s}
+        if self.device_config is None:
+            own["rss_leak_kb"] = sim.rss_leak_kb
+        return Limits.of(self.soc_config, **own)
+
+    def replay_args(self) -> list[str]:
+        return ["--simulator"] + (["--runner", "python"] if self.runner_kind == "python" else [])
+
+    def read_state(self) -> dict:
+        from harness.device_state import SIMULATOR_REASON, unavailable
+
+        return unavailable(SIMULATOR_REASON)
+
+    def report_facts(self) -> dict:
+        sim = simulator_config()
+        return {"simulator_config": {"default_soc": sim.default_soc,
+                                     "rss_leak_kb": sim.rss_leak_kb,
+                                     "runner_timeout_s": sim.runner_timeout_s,
+                                     "file": str(sim.path)}}
 
     def runner_description(self) -> str:
         how = "a fork of a pre-loaded runner" if self.isolation == "fork" else "a new process"
@@ -165,3 +200,41 @@ class SimulatorDevice(Device):
         if held is not None:
             held[1].close()
         return pool
+
+
+class SimulatorKind(DeviceKind):
+    """The host's HTP simulator: the session's target without --device (or with --simulator).
+    It simulates `--soc` (default: device_configs/simulator.yaml's), known before it opens."""
+
+    name = "simulator"
+    title = "HTP simulator"
+
+    @classmethod
+    def claims(cls, target: str) -> bool:
+        return target == SIMULATOR
+
+    @classmethod
+    def describe(cls, target: str) -> str:
+        return cls.title
+
+    @classmethod
+    def known_soc(cls, options) -> str:
+        return options.soc or simulator_config().default_soc
+
+    @classmethod
+    def check_start_up(cls, targets: list[str], context: OpenContext) -> None:
+        soc_config(cls.known_soc(context.options))
+
+    @classmethod
+    def open(cls, target: str, context: OpenContext) -> SimulatorDevice:
+        opts = context.options
+        soc = cls.known_soc(opts)
+        config = load_soc(opts.device_config) if opts.device_config else soc_config(soc)
+        device = SimulatorDevice(context.sdk(), soc, context.simulator_runner(), opts.abi_bridge,
+                                 isolation=opts.scenario_isolation, jobs=opts.scenario_jobs,
+                                 dsp_heap_setting=opts.dsp_heap,
+                                 device_config=opts.device_config)
+        device.soc_config = config
+        if device.isolation_notice:
+            context.notice(device.isolation_notice)
+        return device

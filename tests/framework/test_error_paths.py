@@ -62,8 +62,8 @@ def test_a_runner_given_random_bytes_reports_a_step_error(compiled_model, hil_de
     from harness.qnn.trace import parse_trace
     from harness.result import ScenarioResult
 
-    if hil_device.info.kind != "simulator":
-        pytest.skip("runs a chosen runner on the host simulator; adb devices use the native one")
+    if not isinstance(hil_device, SimulatorDevice):
+        pytest.skip("runs a chosen runner on the host simulator; other devices use the native one")
     noise = random.Random(7)
     bad = tmp_path / "random.pte"
     bad.write_bytes(bytes(noise.randrange(256) for _ in range(4096)))

@@ -14,9 +14,8 @@ from harness.orderings import (ModulePlan, explore, interleavings, random_interl
 from harness.scenarios import first_method
 
 PYTHON_RUNNER_SAMPLE = 6
-# An adb device runs one scenario at a time with a few round trips each; the large
-# explorations take an evenly spaced sample there (the simulator runs them whole).
-ADB_DEVICE_SAMPLE = 300
+# A device with a round trip per scenario (an adb device) says how many of a large
+# exploration it samples, evenly spaced (`Device.exploration_limit`); the simulator runs it whole.
 # `hil_cost` markers: rough seconds on the reference 2-core host, on the simulator and (adb=) on
 # a loopback device (measured 2026-12-01, both forking a pre-loaded runner), only used to
 # balance pytest-xdist workers (harness/xdist_order.py).
@@ -25,7 +24,7 @@ ADB_DEVICE_SAMPLE = 300
 def sample(orderings, hil_session):
     orderings = list(orderings)
     limit = (PYTHON_RUNNER_SAMPLE if hil_session.device_runner == "python" else
-             ADB_DEVICE_SAMPLE if hil_session.device_serial is not None else len(orderings))
+             hil_session.device.exploration_limit or len(orderings))
     if len(orderings) > limit:
         step = len(orderings) / limit
         orderings = [orderings[int(i * step)] for i in range(limit)]
