@@ -24,7 +24,7 @@ import pytest
 
 from harness.compile import CompiledModel
 from harness.config import load_farm
-from harness.devices.kinds import kind_for, session_kinds, session_targets
+from harness.devices.kinds import kind_for, kinds, session_kinds, session_targets
 from harness.driver import ScenarioDriver
 from harness.errors import HarnessError
 from harness.failures import failure_of, run_failures
@@ -51,11 +51,13 @@ pytest_plugins = ["harness.hil_report"]
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     _keep_labgrid_plugin_out(parser, pluginmanager)
     group = parser.getgroup("hil", "ExecuTorch QNN hardware-in-the-loop")
-    group.addoption("--device", action="append", default=[], metavar="SERIAL",
-                    help="Android device serial (USB id or host:port); repeat for several "
-                         "devices, one per pytest-xdist worker. Default: the HTP simulator.")
-    group.addoption("--simulator", action="store_true",
-                    help="run on the host HTP simulator (the default when no --device is given)")
+    group.addoption("--device", action="append", default=[], metavar="TARGET",
+                    help="a device: an Android serial (USB id or host:port, or adb://SERIAL) "
+                         "or another kind's form (harness/devices/kinds.py); repeat for "
+                         "several devices, one per pytest-xdist worker. Default: the HTP "
+                         "simulator.")
+    for kind in kinds():
+        kind.add_options(group)  # each device kind's own options
     group.addoption("--soc", default=None,
                     help="SoC to compile for on the simulator (default from "
                          "device_configs/simulator.yaml: SM8650); devices report their own")
@@ -84,9 +86,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                          "`harness-runner --serve` held open in its workspace) or in a new "
                          "runner process (process); both start with no backend, program or "
                          "context")
-    group.addoption("--scenario-jobs", type=_scenario_jobs, default=0, metavar="N",
-                    help="simulator: run up to N independent scenarios at once where a test "
-                         "has several (the ordering explorer); default: one per CPU")
     group.addoption("--runner-timeout", type=float, default=None, metavar="SECONDS",
                     help="kill a runner after this long (default from the device config)")
     group.addoption("--qnn-abi-bridge", choices=("auto", "on", "off"), default="auto",
@@ -96,9 +95,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                     help="read DSP heap usage through QNN DSP memory profiling at every context "
                          "create and free, and check it against the SoC config (auto: on "
                          "Android devices with QNN; the HTP simulator has no DSP)")
-    group.addoption("--adb-server", default=None, metavar="HOST:PORT",
-                    help="adb server to use (default: ANDROID_ADB_SERVER_ADDRESS/PORT or "
-                         "127.0.0.1:5037)")
     group.addoption("--farm", type=Path, default=None, metavar="YAML",
                     help="a device farm file (device_configs/farms/): its devices and adb server; "
                          "use with -n <number of devices>")
@@ -139,17 +135,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                   help="programs the HIL suites run on (like --pte), relative to the ini file")
     parser.addini("hil_models_dirs", type="paths", default=[],
                   help="model directories (like --models-dir), relative to the ini file")
-    group.addoption("--keep-workspace", action="store_true",
-                    help="leave the on-device workspace in place at the end of the session")
-    group.addoption("--device-workspace", default=None, metavar="PATH",
-                    help="on-device workspace directory, an absolute path below "
-                         "/data/local/tmp/ (default: a new one per session and worker there); "
-                         "reuse one to skip pushes across runs. Only what the harness created "
-                         "in it is ever removed")
-    group.addoption("--lease-wait", type=float, default=0.0, metavar="SECONDS",
-                    help="how long to wait for an adb device another session holds (its lease, "
-                         "/data/local/tmp/.executorch-hil-lease on the device); default 0: fail "
-                         "at once, naming the holder")
 
 
 def _keep_labgrid_plugin_out(parser: pytest.Parser, pluginmanager) -> None:
@@ -301,17 +286,6 @@ def _resolved(path: str | Path) -> Path:
         return Path(path).resolve()
     except (RuntimeError, OSError):
         return Path(os.path.abspath(path))
-
-
-def _scenario_jobs(value: str) -> int:
-    try:
-        jobs = int(value)
-    except ValueError:
-        jobs = -1
-    if jobs < 1:
-        raise argparse.ArgumentTypeError(f"--scenario-jobs takes a whole number of 1 or more, "
-                                         f"not {value!r}")
-    return jobs
 
 
 def _env_seconds(name: str) -> float | None:

@@ -68,8 +68,7 @@ from harness.compile import uses_qnn
 from harness.devices import adb_wire
 from harness.devices.adb_fork import REPLY_TIMEOUT_S, DeviceForkServer
 from harness.devices.base import Device, DeviceInfo
-from harness.devices.kinds import DeviceKind, OpenContext
-from harness.devices.lease import LEASE_DIR, DeviceLease, LeaseBusy
+from harness.devices.lease import DeviceLease, LeaseBusy
 from harness.devices import workspace as ws_rules
 from harness.errors import ConfigError, DeviceError
 from harness.memory import ALLOCATOR_ENV
@@ -1117,84 +1116,3 @@ def _tail(text: str, lines: int) -> str:
 def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
 
-
-# The kind ------------------------------------------------------------------------------------
-
-class AdbKind(DeviceKind):
-    """Android devices through an adb server: `--device SERIAL` (a USB id or host:port) or
-    `adb://SERIAL`, and the phones of labgrid places (harness/farm.py)."""
-
-    name = "adb"
-    title = "adb device"
-    SCHEME = "adb://"
-
-    @classmethod
-    def claims(cls, target: str) -> bool:
-        return bool(target) and "://" not in target.removeprefix(cls.SCHEME)
-
-    @classmethod
-    def serial(cls, target: str) -> str:
-        return target.removeprefix(cls.SCHEME)
-
-    @classmethod
-    def check_start_up(cls, targets: list[str], context: OpenContext) -> None:
-        opts = context.options
-        adb_server_address(opts.adb_server)
-        if opts.device_workspace is not None:
-            ws_rules.check_workspace(opts.device_workspace,
-                                     reserved=[PurePosixPath(LEASE_DIR).name])
-        if opts.lease_wait < 0:
-            raise ConfigError(f"--lease-wait must be 0 or more seconds, got {opts.lease_wait:g}")
-        empty = [t for t in targets if not cls.serial(t)]
-        if empty:
-            raise ConfigError(f"--device {empty[0]!r}: no serial after {cls.SCHEME}")
-
-    @classmethod
-    def _server(cls, context: OpenContext) -> str | None:
-        place = context.place
-        return (place.adb if place is not None else None) or context.options.adb_server
-
-    @classmethod
-    def online(cls, target: str, context: OpenContext) -> bool:
-        try:
-            wait_online(adb_client(cls._server(context)), cls.serial(target), 0)
-        except DeviceError:
-            return False
-        return True
-
-    @classmethod
-    def open(cls, target: str, context: OpenContext) -> AdbDevice:
-        """An adb device in phases: identify it, resolve its SoC config, set it up with
-        explicit arguments. A labgrid place's `adb` and `soc=` tags replace --adb-server and
-        the farm file's SoC."""
-        from harness.config import resolve_soc_config
-        from harness.runner.select import device_build
-
-        opts, place, serial = context.options, context.place, cls.serial(target)
-        client = adb_client(cls._server(context))
-        wait_online(client, serial, opts.connect_s or CONNECT_S)
-        identity = identify(client, serial)
-        config, source = resolve_soc_config(
-            serial, identity.soc, farm_soc=place.soc if place else opts.device_socs.get(serial),
-            farm_from=f"place {place.place} tag soc" if place else "farm file", soc=opts.soc,
-            device_config=opts.device_config, reported_from=identity.soc_source)
-        workspace = (ws_rules.check_workspace(opts.device_workspace,
-                                              reserved=[PurePosixPath(LEASE_DIR).name])
-                     if opts.device_workspace is not None else new_workspace(opts.worker))
-        device = AdbDevice(client, identity, config, workspace,
-                           artifacts_dir=opts.artifacts_dir, keep_workspace=opts.keep_workspace,
-                           reacquire_s=opts.reacquire_s or REACQUIRE_S, soc_source=source,
-                           notice=context.notice, session_id=opts.session_id,
-                           worker=opts.worker, lease_wait=opts.lease_wait,
-                           isolation=opts.scenario_isolation)
-        device.adb_server = cls._server(context)
-        if opts.runner == "python":
-            context.notice("adb devices always use the native runner; "
-                           "--runner=python applies to the simulator only")
-        payload = device_payload(identity, device_build(identity.abi), config.htp_arch,
-                                 workspace, sdk_root=os.environ.get("QNN_SDK_ROOT"),
-                                 simulator_lib_dir=lambda: context.sdk().lib_dir,
-                                 dsp_heap_setting=opts.dsp_heap)
-        device.setup(payload.runner, payload.files, payload.env, payload.backends,
-                     payload.dsp_heap_note)
-        return device

@@ -92,6 +92,9 @@ class Device(abc.ABC):
     # How many orderings a large exploration samples on this device (evenly spaced); None:
     # all of them. A device with a round trip per scenario takes a sample.
     exploration_limit: int | None = None
+    # Why the device is gone for good (it did not come back within its re-acquire window);
+    # None while it is usable. A farm retires its place and goes on with another.
+    lost: str | None = None
 
     @property
     def limits(self) -> Limits:

@@ -36,7 +36,7 @@ SIMULATOR = "simulator"
 # The registry: "module:Class", tried in order; the first kind that claims a value opens it.
 KINDS: tuple[str, ...] = (
     "harness.devices.simulator:SimulatorKind",
-    "harness.devices.adb:AdbKind",  # last: a plain SERIAL (or adb://SERIAL)
+    "harness.devices.adb_kind:AdbKind",  # last: a plain SERIAL (or adb://SERIAL)
 )
 
 
@@ -148,7 +148,7 @@ def session_kinds(options: "Options") -> list[type[DeviceKind]]:
     """The kinds of this session's targets, each once (the adb kind for a labgrid farm)."""
     found = [kind_for(t) for t in session_targets(options)]
     if options.lg_place_tags and not options.simulator:
-        from harness.devices.adb import AdbKind
+        from harness.devices.adb_kind import AdbKind
 
         found.append(AdbKind)
     return list(dict.fromkeys(found))

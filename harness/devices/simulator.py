@@ -12,6 +12,7 @@ no backend, program or context; the fork skips loading the libraries again.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import subprocess
@@ -218,6 +219,15 @@ class SimulatorKind(DeviceKind):
         return cls.title
 
     @classmethod
+    def add_options(cls, group) -> None:
+        group.addoption("--simulator", action="store_true",
+                        help="run on the host HTP simulator (the default when no --device is "
+                             "given)")
+        group.addoption("--scenario-jobs", type=_scenario_jobs, default=0, metavar="N",
+                        help="simulator: run up to N independent scenarios at once where a "
+                             "test has several (the ordering explorer); default: one per CPU")
+
+    @classmethod
     def known_soc(cls, options) -> str:
         return options.soc or simulator_config().default_soc
 
@@ -238,3 +248,14 @@ class SimulatorKind(DeviceKind):
         if device.isolation_notice:
             context.notice(device.isolation_notice)
         return device
+
+
+def _scenario_jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = -1
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"--scenario-jobs takes a whole number of 1 or more, "
+                                         f"not {value!r}")
+    return jobs
