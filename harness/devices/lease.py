@@ -1,7 +1,12 @@
-"""A lease on an adb device, so that two sessions never use one phone at once.
+"""A lease on a device, so that two sessions never use one phone or board at once.
 
-Where: a directory on the device, `/data/local/tmp/.executorch-hil-lease` (`LEASE_DIR`), per
-device and not per workspace, so two sessions given the same `--device-workspace` are kept
+It talks to the device only through a shell callback (`Run`: a POSIX shell command in, exit
+code and output back) and needs nothing but `mkdir`, `mv`, `sed`, `stat`, `/proc/uptime` and
+the boot id there, so every device kind with a shell uses it: an adb phone, a Linux board over
+ssh. `key` names the device across this process (the adb server and serial, the ssh target).
+
+Where: a directory on the device, by default `/data/local/tmp/.executorch-hil-lease`
+(`LEASE_DIR`, Android's; a kind passes its own `lease_dir`), per device and not per workspace, so two sessions given the same `--device-workspace` are kept
 apart too. Taking it is one `mkdir`, which is atomic on the device's filesystem: of two sessions
 racing for a free device exactly one gets it.
 
@@ -65,8 +70,9 @@ POLL_S = 1.0
 TAKEOVER_LOCK_STALE_S = 60  # a takeover lock this old was left by a session that died in it
 q = shlex.quote
 
-# A shell on the device: run(command, timeout) -> (exit code, output); raises on adb errors
-# (adbutils.AdbError / OSError).
+# A shell on the device: run(command, timeout) -> (exit code, output); raises on transport
+# errors (adbutils.AdbError / OSError over adb, DeviceError over ssh), which the lease turns
+# into a DeviceError (taking it) or ignores (the heartbeat: the session's own calls re-acquire).
 Run = Callable[[str, float], tuple[int, str]]
 _TOKEN: tuple[int, str] = (0, "")
 
@@ -168,7 +174,7 @@ class _Held:
     thread: threading.Thread | None = None
 
 
-_HELD: dict[tuple[str, str, str], _Held] = {}  # (adb server, serial, token) -> its hold
+_HELD: dict[tuple[str, str, str], _Held] = {}  # (device key, serial, token) -> its hold
 _LOCK = threading.Lock()
 
 
@@ -179,7 +185,8 @@ class DeviceLease:
                  notice: Callable[[str], None] | None = None, stale_s: int | None = None,
                  heartbeat_s: float | None = None, lease_dir: str = LEASE_DIR,
                  token: str | None = None) -> None:
-        """`key` names the device across the process (adb server and serial); `run` runs a
+        """`key` names the device across the process (adb server and serial, or the ssh
+        target); `run` runs a
         shell command on it without any re-acquire logic (the heartbeat thread uses it too);
         `token` is the holder's identity (default: this process's)."""
         self.serial = serial
@@ -304,7 +311,7 @@ class DeviceLease:
     def _try(self, dead: str = "") -> tuple[str, Holder, Holder]:
         try:
             _, out = self.run(self._acquire_script(dead), 30.0)
-        except Exception as exc:  # adbutils.AdbError, OSError
+        except Exception as exc:  # the transport's: adbutils.AdbError, OSError, DeviceError
             raise DeviceError(f"{self.serial}: cannot take the device lease: {exc}") from exc
         status, holder, old = "", {}, {}
         for line in out.splitlines():
