@@ -69,6 +69,12 @@ from harness.devices import adb_wire
 from harness.devices.adb_fork import REPLY_TIMEOUT_S, DeviceForkServer
 from harness.devices.base import Device, DeviceInfo
 from harness.devices.lease import DeviceLease, LeaseBusy
+from harness.devices.payload import Payload, PushStats, qnn_simulator_libraries  # noqa: F401
+from harness.devices.remote_run import (  # noqa: F401  (their names here before the move)
+    kill_in_directory as _kill_in_directory, kill_tree as _kill_tree, marker as _marker,
+    output_sizes as _output_sizes, print_outputs as _print_outputs, running_step,
+    safe_name as _safe, scenario_line as _scenario_line, split_outputs, tail as _tail,
+    to_int as _int)
 from harness.devices import workspace as ws_rules
 from harness.errors import ConfigError, DeviceError
 from harness.memory import ALLOCATOR_ENV
@@ -177,11 +183,6 @@ def qnn_device_libraries(sdk_root: Path, htp_arch: int,
     return files
 
 
-def qnn_simulator_libraries(lib_dir: Path, workspace: PurePosixPath) -> dict[Path, PurePosixPath]:
-    """The host's simulator libraries, for an x86_64 device (the loopback stand-in)."""
-    return {lib_dir / n: workspace / n for n in ("libQnnHtp.so", "libQnnSystem.so")}
-
-
 def qnn_libraries(abi: str, htp_arch: int, workspace: PurePosixPath, *, sdk_root: str | None,
                   simulator_lib_dir: Callable[[], Path]) -> dict[Path, PurePosixPath]:
     """The QNN libraries a device of `abi` gets: the simulator's on x86_64 (`simulator_lib_dir`
@@ -192,24 +193,6 @@ def qnn_libraries(abi: str, htp_arch: int, workspace: PurePosixPath, *, sdk_root
         raise DeviceError("set QNN_SDK_ROOT to a QAIRT SDK: its lib/aarch64-android and "
                           "lib/hexagon-v<arch> libraries are pushed to the device")
     return qnn_device_libraries(Path(sdk_root), htp_arch, workspace)
-
-
-@dataclasses.dataclass(frozen=True)
-class Payload:
-    """What a device gets for its build: the runner, the runtime's shared libraries, the QNN
-    libraries (none when the device's runtime has no QNN backend) and the variables its runs
-    need (the interposer's, on a phone)."""
-
-    runner: Path
-    files: dict[Path, PurePosixPath]
-    env: dict[str, str]
-    backends: tuple[str, ...]
-    dsp_heap_note: str = ""
-
-    @property
-    def dsp_heap(self) -> bool:
-        """Runs ask QNN for DSP heap readings (the interposer's setting)."""
-        return dsp_heap.requested(self.env)
 
 
 def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
@@ -245,31 +228,6 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
     files.update(qnn)
     return Payload(build.runner, files, env, build.backends,
                    dsp_heap.note(on, android_htp=android_htp))
-
-
-@dataclasses.dataclass
-class PushStats:
-    pushed: int = 0
-    skipped: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {"pushed": self.pushed, "skipped": self.skipped}
-
-
-def _kill_tree(pid: str) -> str:
-    """Shell code that kills process group `pid` (a runner leads its own) and then the pid
-    itself, in case it did not; `pid` is digits or a shell variable (`$p`)."""
-    return f"kill -9 -{pid} 2>/dev/null; kill -9 {pid} 2>/dev/null"
-
-
-def _kill_in_directory(directory: PurePosixPath, below: bool = False) -> str:
-    """Shell code that kills (group, then pid) every process whose working directory is
-    `directory` (with `below`, any directory under it): one `ls` of the cwd links."""
-    pattern = '*" -> $d/"*' if below else '*" -> $d"'
-    return (f"d={q(str(directory))}; ls -l /proc/[0-9]*/cwd 2>/dev/null | "
-            f"while read -r line; do case \"$line\" in {pattern}) "
-            "p=${line%/cwd -> *}; p=${p##*/proc/}; "
-            f"{_kill_tree('$p')};; esac; done")
 
 
 class _ServerEndedBeforeForking(Exception):
@@ -974,18 +932,6 @@ class AdbDevice(Device):
             self.device_lease.release()
 
 
-def running_step(scenario: Scenario, stdout: str) -> str:
-    """The step a run was in when its output stopped: the first one without a step event."""
-    done = {e.get("index") for e in read_events(stdout) if e.get("event") == "step"}
-    for i, step in enumerate(scenario.steps):
-        if i not in done:
-            last = max((j for j in done if isinstance(j, int)), default=None)
-            after = (f" (last completed: step {last} {scenario.steps[last].describe()})"
-                     if last is not None and last < len(scenario.steps) else " (no step completed)")
-            return f"step {i} {step.describe()}{after}"
-    return "teardown (every step had completed)"
-
-
 # Waiting for a device ---------------------------------------------------------------------------
 
 def _state(client: adbutils.AdbClient, serial: str) -> str:
@@ -1044,75 +990,4 @@ def wait_online(client: adbutils.AdbClient, serial: str, window: float,
     raise DeviceError(f"device {serial} is not online after waiting {waited:.1f} s "
                       f"(window {window:g} s){said}; last state: {state}; check `adb devices` "
                       f"(adb server {client.host}:{client.port})")
-
-
-def _print_outputs(stderr_file: str, trace_file: str, nonce: str) -> str:
-    """Shell code (to append to a command) printing the runner's stderr and the QNN trace after
-    markers carrying `nonce` (hex), each preceded by a newline of its own, each within the
-    output limit (head and tail around the line that says what was left out), and after the
-    end marker both files' sizes (`_output_sizes`)."""
-    limit = output_limit.limit_bytes()
-    head, tail = limit // 2, limit - limit // 2
-
-    def capped(path: str) -> str:
-        return (f"s=$(wc -c < {path} 2>/dev/null || echo 0); s=${{s##* }}; sizes=\"$sizes $s\"; "
-                f"if [ \"${{s:-0}}\" -gt {limit} ] 2>/dev/null; then head -c {head} {path}; "
-                "printf '\\n[harness: output limit reached: %s bytes were written, the middle "
-                f"%s bytes are omitted here]\\n' \"$s\" $((s - {limit})); tail -c {tail} {path}; "
-                f"else cat {path} 2>/dev/null; fi")
-
-    return (f"; sizes=; echo; echo HARNESS_STDERR_{nonce}; {capped(stderr_file)}; "
-            f"echo; echo HARNESS_TRACE_{nonce}; {capped(trace_file)}; "
-            f"echo; echo HARNESS_END_{nonce}; echo HARNESS_SIZES_{nonce} $sizes")
-
-
-def _output_sizes(text: str, nonce: str) -> tuple[int, int]:
-    """The sizes of the runner's stderr and the QNN trace on the device (0, 0 when unknown)."""
-    marker = f"\nHARNESS_SIZES_{nonce}"
-    i = text.rfind(marker)
-    if i < 0:
-        return 0, 0
-    numbers = [int(t) for t in text[i + len(marker):].split()[:2] if t.isdigit()]
-    return (numbers + [0, 0])[0], (numbers + [0, 0])[1]
-
-
-def split_outputs(text: str, nonce: str) -> tuple[str, tuple[str, str] | None]:
-    """(what came before the markers, (stderr, trace) between them); None for the second when
-    the markers are not all there (the stream was cut, or the command printed none)."""
-    begin, middle, end = (f"\nHARNESS_{m}_{nonce}\n" for m in ("STDERR", "TRACE", "END"))
-    i = text.find(begin)
-    if i < 0:
-        return text, None
-    j = text.find(middle, i + len(begin))
-    k = text.find(end, j + len(middle)) if j >= 0 else -1
-    if k < 0:
-        return text[:i], None
-    return text[:i], (text[i + len(begin):j], text[j + len(middle):k])
-
-
-def _scenario_line(text: str) -> tuple[str, str]:
-    """The run's output without its leading `HARNESS_SCENARIO <written|kept>` line, and that
-    word ("" when the line is not there)."""
-    head, newline, rest = text.partition("\n")
-    if head.startswith("HARNESS_SCENARIO "):
-        return rest, head.split()[1] if len(head.split()) > 1 else ""
-    return text, ""
-
-
-def _marker(text: str, name: str) -> str:
-    """The value after the first `<name> ` line of the run's own output, or ""."""
-    return next((l.split()[1] for l in text.splitlines()
-                 if l.startswith(name + " ") and len(l.split()) > 1), "")
-
-
-def _int(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
-
-
-def _tail(text: str, lines: int) -> str:
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
 
