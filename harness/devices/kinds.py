@@ -36,6 +36,7 @@ SIMULATOR = "simulator"
 # The registry: "module:Class", tried in order; the first kind that claims a value opens it.
 KINDS: tuple[str, ...] = (
     "harness.devices.simulator:SimulatorKind",
+    "harness.devices.ssh:SshKind",
     "harness.devices.adb_kind:AdbKind",  # last: a plain SERIAL (or adb://SERIAL)
 )
 

@@ -1,0 +1,672 @@
+"""A Qualcomm Linux board over ssh (`SshDevice`), with the adb kind's guarantees.
+
+- Pushes skip by sha256: every file the session has not seen is checked in one command
+  (`sha256sum` of all of them), the missing ones go in one tar stream (`SshTransport.push`).
+- A lease per board (`harness.devices.lease`) in `LEASE_DIR`, below /tmp so that every user
+  of the board sees it; `--lease-wait` waits for a busy board.
+- The workspace follows `harness.devices.workspace`'s rules below `<board $HOME>/.executorch-hil`
+  (`workspace_root`): a marker file, a non-empty unmarked directory refused, only the harness's
+  own entries removed. Below the home rather than /tmp: it survives reboots (a kept workspace
+  still skips its pushes) and no tmp cleaner ages files out of a long session.
+- Scenarios are forks of one `harness-runner --serve` per library set, its protocol on one
+  multiplexed ssh session held for the session (`fork.BoardForkServer`); `--scenario-isolation
+  process` starts a runner per scenario (one ssh session each). Either way the runner leads its
+  own process group, so a timeout kills the group and every process left in its run directory.
+- A crash gets its signal and what the board has of it from the run's window: `journalctl`,
+  `dmesg`, core files in the run directory; each is optional and the evidence says which
+  were unavailable and why.
+- A dropped connection is re-acquired (a new ControlMaster within `reacquire_s`, the lease
+  checked, the workspace re-installed); otherwise every later call fails at once with why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import select
+import subprocess
+import time
+import uuid
+from pathlib import Path, PurePosixPath
+from typing import Callable
+
+from harness import output_limit, storage
+from harness.cache import file_sha256
+from harness.compile import uses_qnn
+from harness.config import SocConfig
+from harness.devices import workspace as ws_rules
+from harness.devices.base import Device, DeviceInfo
+from harness.devices.lease import DeviceLease, LeaseBusy
+from harness.devices.payload import Payload, PushStats
+from harness.devices.remote_run import (kill_in_directory, kill_tree, marker, output_sizes,
+                                        print_outputs, running_step, safe_name, scenario_line,
+                                        split_outputs, tail, to_int)
+from harness.devices.ssh.fork import REPLY_TIMEOUT_S, BoardForkServer
+from harness.devices.ssh.identify import BoardIdentity
+from harness.devices.ssh.payload import QNN_DIR
+from harness.devices.ssh.transport import SshError, SshTransport, q
+from harness.errors import DeviceError
+from harness.memory import ALLOCATOR_ENV
+from harness.protocol import read_events
+from harness.qnn.sdk import TRACE_ENV
+from harness.result import RunOutput
+from harness.runner.fork_server import ForkServerError
+from harness.scenario import Scenario
+
+RUNNER_NAME = "executorch_hil_runner"
+PID_FILE = "runner.pid"
+SCENARIO_FILE, STDOUT_FILE, STDERR_FILE, TRACE_FILE = (
+    "scenario.json", "stdout.txt", "stderr.txt", "qnn_trace.txt")
+ROOT_NAME = ".executorch-hil"  # below the board user's home: the only place workspaces go
+LEASE_DIR = "/tmp/.executorch-hil-lease"
+CONNECT_S = 10.0
+REACQUIRE_S = 30.0
+LOG_LINES = 300
+EXPLORATION_LIMIT = 300  # orderings a big exploration samples on a board (each over ssh)
+
+
+def workspace_root(identity: BoardIdentity) -> PurePosixPath:
+    """Where workspaces may be on this board: `<$HOME>/.executorch-hil`."""
+    if not identity.home.startswith("/"):
+        raise DeviceError(f"{identity.name}: the board's user has no home directory ($HOME "
+                          f"is {identity.home!r}); the workspace root is $HOME/{ROOT_NAME}")
+    return PurePosixPath(identity.home) / ROOT_NAME
+
+
+def new_workspace(root: PurePosixPath, worker: str) -> PurePosixPath:
+    return root / f"ws-{uuid.uuid4().hex[:8]}-{worker}"
+
+
+class RunInterrupted(DeviceError):
+    """The connection ended before the runner's exit was reported; keeps what the run wrote."""
+
+    def __init__(self, message: str, output: RunOutput, step: str) -> None:
+        super().__init__(message)
+        self.output = output
+        self.step = step
+
+
+class SshDevice(Device):
+    exploration_limit: int | None = EXPLORATION_LIMIT
+
+    def __init__(self, transport: SshTransport, identity: BoardIdentity, soc_config: SocConfig,
+                 workspace: PurePosixPath, root: PurePosixPath, *, artifacts_dir: Path,
+                 keep_workspace: bool = False, reacquire_s: float = REACQUIRE_S,
+                 soc_source: str = "", notice: Callable[[str], None] | None = None,
+                 session_id: str = "", worker: str = "master", lease_wait: float = 0.0,
+                 isolation: str = "fork", machine: str | None = None,
+                 machine_source: str = "uname -m", lease_dir: str = LEASE_DIR) -> None:
+        """No I/O: `setup` takes the lease, creates the workspace and pushes."""
+        self.transport = transport
+        self.identity = identity
+        self.serial = transport.target.text
+        self.soc_config = soc_config
+        self.workspace = workspace
+        self.root = root
+        self.artifacts_dir = artifacts_dir
+        self.keep_workspace = keep_workspace
+        self.reacquire_s = reacquire_s
+        self.notice = notice or (lambda line: None)
+        self.isolation = isolation
+        self.machine = machine or identity.machine
+        self.lost: str | None = None
+        self.stats = PushStats()
+        self._remote_sha: dict[str, str] = {}
+        self._reacquiring = False
+        self._scratch_made = False
+        self.lease_wait = lease_wait
+        self.device_lease = DeviceLease(f"ssh:{self.serial}", self.serial, self.transport.run,
+                                        session=session_id, worker=worker, notice=self.notice,
+                                        lease_dir=lease_dir)
+        details = {"host": identity.hostname or "?", "user": identity.user or "?",
+                   "kernel": identity.kernel.replace(" ", "_") or "?"}
+        if identity.model:
+            details["model"] = identity.model.replace(" ", "_")
+        if identity.soc_id:
+            details["soc_id"] = identity.soc_id
+        if soc_source:
+            details["soc_from"] = soc_source.replace(" ", "_")
+        if identity.soc and identity.soc != soc_config.soc:
+            details["reported_soc"] = identity.soc
+        if self.machine != identity.machine:
+            details["arch_from"] = f"{machine_source}(uname_-m:{identity.machine})"
+        self.info = DeviceInfo(self.serial, "ssh", soc_config.soc, self.machine, "", details)
+        self.runner_path = workspace / RUNNER_NAME
+        self.payload: Payload | None = None
+        self.run_env: dict[str, str] = {}
+        self.backends: tuple[str, ...] | None = None
+        self.fork_refused = ""
+        self.runs = {"fork": 0, "process": 0}
+        self._servers: dict[bool, BoardForkServer] = {}
+        self.evidence_unavailable: dict[str, str] = {}
+
+    # The contract's small parts ------------------------------------------------------------
+    def replay_args(self) -> list[str]:
+        return ["--device", self.serial]
+
+    def runner_description(self) -> str:
+        how = ("a fork of harness-runner --serve on the board, over the session's ssh "
+               "connection" if self.isolation == "fork" else "a new process")
+        return f"{self.runner_kind}; each scenario {how}"
+
+    # Shell ---------------------------------------------------------------------------------
+    def sh(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
+        """A command on the board (already quoted); a dropped connection is re-acquired."""
+        self._check_not_lost()
+        try:
+            return self.transport.run(command, timeout)
+        except SshError as exc:
+            raise self._offline(f"`{command[:80]}`", exc) from exc
+
+    def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
+        """Run in a directory at a run's depth, so `scratch_dir()` resolves alike."""
+        cwd = self.workspace / "runs" / ".command"
+        return self.sh(f"mkdir -p {q(str(cwd))} && cd {q(str(cwd))} && "
+                       + " ".join(q(a) for a in argv), timeout)
+
+    def scratch_dir(self) -> str:
+        if not self._scratch_made:
+            self.sh(f"mkdir -p {q(str(self.workspace / 'scratch'))}")
+            self._scratch_made = True
+        return "../../scratch"
+
+    # Set-up --------------------------------------------------------------------------------
+    def setup(self, payload: Payload) -> None:
+        """Take the lease, then the workspace, then push what the board lacks."""
+        self.payload = payload
+        self.run_env = dict(payload.env)
+        self.dsp_heap = payload.dsp_heap
+        self.dsp_heap_note = payload.dsp_heap_note
+        self.backends = payload.backends
+        self.info.details["backends"] = ",".join(payload.backends) or "none"
+        self.device_lease.acquire(self.lease_wait)
+        try:
+            self._install()
+            if self.machine != self.identity.machine:
+                self._check_runs_here()
+        except BaseException:
+            self.device_lease.release()
+            raise
+
+    def _install(self) -> None:
+        self._scratch_made = False
+        ws = self.workspace
+        dirs = " ".join(q(str(ws / d)) for d in ("files", "runs"))
+        code, out = self.sh(f"mkdir -p {q(str(self.root))} && {{ {ws_rules.take_script(ws)}; }} "
+                            f"&& mkdir -p {dirs} && {{ {self._leftover_script()}; }}")
+        refused = ws_rules.refusal(ws, out)
+        if refused:
+            raise DeviceError(f"{self.serial}: " + refused.replace(
+                "`adb shell rm -r", f"`ssh {self.transport.target.ssh_host} rm -r"))
+        if code != 0:
+            raise DeviceError(f"{self.serial}: cannot create workspace {ws}: {out.strip()}")
+        killed = [l.split()[1] for l in out.splitlines()
+                  if l.startswith("HARNESS_KILLED ") and len(l.split()) > 1]
+        if killed:
+            self.notice(f"{self.serial}: killed {len(killed)} runner(s) left running in "
+                        f"workspace {ws} (pid {', '.join(killed)})")
+        payload = self.payload
+        entries = [(payload.runner, self.runner_path, 0o755)] if payload else []
+        entries += [(p, r, 0o644) for p, r in (payload.files.items() if payload else ())]
+        before = dataclasses.replace(self.stats)
+        self._push(entries)
+        self.log.info("workspace %s ready: %d file(s) pushed, %d already there", ws,
+                      self.stats.pushed - before.pushed, self.stats.skipped - before.skipped)
+
+    def _check_runs_here(self) -> None:
+        """A board presented as another architecture (--ssh-arch) must run the runner: say so
+        at start-up rather than with every scenario's exec error."""
+        code, out = self.sh(f"cd {q(str(self.workspace))} && {self._runner_variables()} "
+                            f"{q(str(self.runner_path))} --list-backends 2>&1", timeout=120)
+        if code != 0:
+            raise DeviceError(f"{self.serial}: the board cannot run the {self.machine} runner "
+                              f"(uname -m says {self.identity.machine}; exit {code}: "
+                              f"{out.strip()[-300:]}); for an x86_64 host standing in for an "
+                              "aarch64 board register qemu-aarch64 with binfmt_misc")
+
+    def _leftover_script(self) -> str:
+        runs = q(str(self.workspace / "runs"))
+        return (f"for f in {runs}/*/{q(PID_FILE)}; do [ -f \"$f\" ] || continue; "
+                "p=$(cat \"$f\"); d=${f%/*}; rm -f \"$f\"; "
+                "case \"$p\" in ''|*[!0-9]*) continue;; esac; "
+                "if [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = \"$d\" ]; then "
+                f"{kill_tree('$p')}; echo HARNESS_KILLED $p; fi; done; true")
+
+    def _push(self, entries: list[tuple[Path, PurePosixPath, int]]) -> PushStats:
+        """sha256 of every file not known from this session in one command, then the
+        missing ones in one tar stream."""
+        stats = PushStats()
+        local = {str(r): file_sha256(p.resolve()) for p, r, _ in entries}
+        unknown = [r for r, sha in local.items() if self._remote_sha.get(r) != sha]
+        if unknown:
+            self._remote_sha.update(self._board_sha256(unknown))
+        missing = [(p.resolve(), r, m) for p, r, m in entries
+                   if self._remote_sha.get(str(r)) != local[str(r)]]
+        stats.skipped = len(entries) - len(missing)
+        if missing:
+            self._check_not_lost()
+            try:
+                self.transport.push(self.workspace, missing)
+            except SshError as exc:
+                names = ", ".join(p.name for p, _, _ in missing[:4])
+                raise self._offline(f"push of {names}", exc) from exc
+            for _, remote, _ in missing:
+                self._remote_sha[str(remote)] = local[str(remote)]
+            stats.pushed = len(missing)
+        self.stats.pushed += stats.pushed
+        self.stats.skipped += stats.skipped
+        return stats
+
+    def push_files(self, files: dict[Path, PurePosixPath], mode: int = 0o644) -> PushStats:
+        return self._push([(p, r, mode) for p, r in files.items()])
+
+    def _board_sha256(self, remotes: list[str]) -> dict[str, str]:
+        """sha256 of each remote file the board has, matched by order."""
+        _, out = self.sh("; ".join(f"sha256sum {q(r)} 2>/dev/null; echo @" for r in remotes),
+                         timeout=300)
+        found = {}
+        for remote, chunk in zip(remotes, out.split("@\n")):
+            sha = chunk.strip().split(" ")[0] if chunk.strip() else ""
+            if len(sha) == 64:
+                found[remote] = sha
+        return found
+
+    # Preflight -----------------------------------------------------------------------------
+    def preflight(self) -> list[str]:
+        problems: list[str] = []
+        report: dict = {"target": self.serial, "soc": self.info.soc, "machine": self.machine,
+                        "uname_m": self.identity.machine, "htp_arch": self.soc_config.htp_arch,
+                        "workspace": str(self.workspace), "pushes": self.stats.as_dict()}
+        files = dict(self.payload.files) if self.payload else {}
+        shas = self._board_sha256([str(r) for r in files.values()])
+        for path, remote in files.items():
+            if shas.get(str(remote)) != file_sha256(path.resolve()):
+                problems.append(f"{remote} on the board does not match {path}")
+        if self.machine != "x86_64" and self.backends and "QnnBackend" in self.backends:
+            _, out = self.sh("ls /dev/fastrpc-cdsp /dev/fastrpc-cdsp-secure 2>/dev/null")
+            report["fastrpc"] = out.split()
+            if not out.split():
+                problems.append("no /dev/fastrpc-cdsp node: the HTP cannot be reached")
+        _, out = self.sh("grep MemAvailable /proc/meminfo")
+        report["mem_available_kb"] = int(out.split()[1]) if len(out.split()) > 1 else None
+        report["problems"] = problems
+        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        (self.artifacts_dir / f"preflight-{safe_name(self.serial)}.json").write_text(
+            json.dumps(report, indent=1))
+        self.info.details.update({"mem_available_kb": report["mem_available_kb"],
+                                  "workspace": str(self.workspace)})
+        return problems
+
+    # Running -------------------------------------------------------------------------------
+    def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
+        self._check_not_lost()
+        files = {p: self.workspace / "files" / f"{file_sha256(p)[:16]}-{p.name}"
+                 for p in scenario.files()}
+        before = dataclasses.replace(self.stats)
+        self.push_files(files)
+        artifacts.mkdir(parents=True, exist_ok=True)
+        local = scenario.write(artifacts / "scenario.json",
+                               lambda p: str(PurePosixPath("../..") / "files" / files[p].name))
+        content = local.read_bytes()
+        sha = hashlib.sha256(content).hexdigest()
+        run_dir = self.workspace / "runs" / f"{sha[:16]}-{scenario.name}"
+        server = self._fork_server(scenario)
+        if server is not None:
+            return self._run_forked(server, scenario, artifacts, run_dir, content, before,
+                                    timeout)
+        return self._run_process(scenario, artifacts, run_dir, content, before, timeout)
+
+    def _pushes(self, before: PushStats) -> dict[str, int]:
+        return {"pushed": self.stats.pushed - before.pushed,
+                "skipped": self.stats.skipped - before.skipped,
+                "session_pushed": self.stats.pushed, "session_skipped": self.stats.skipped}
+
+    def _runner_variables(self) -> str:
+        ws = str(self.workspace)
+        adsp = ";".join([ws, str(self.workspace / QNN_DIR), "/usr/lib/rfsa/adsp", "/dsp"])
+        env = (f"LD_LIBRARY_PATH={q(ws)}:{q(str(self.workspace / QNN_DIR))}:\"$LD_LIBRARY_PATH\" "
+               f"ADSP_LIBRARY_PATH={q(adsp)}")
+        return env + "".join(f" {k}={q(v)}"
+                             for k, v in sorted({**ALLOCATOR_ENV, **self.run_env}.items()))
+
+    # Forks ---------------------------------------------------------------------------------
+    def _fork_server(self, scenario: Scenario) -> BoardForkServer | None:
+        if (self.isolation != "fork" or self.fork_refused
+                or self.runner_path != self.workspace / RUNNER_NAME or self.payload is None):
+            return None
+        qnn = any(uses_qnn(m.backend) for m in scenario.models.values()) and bool(
+            self.backends and "QnnBackend" in self.backends)
+        server = self._servers.get(qnn)
+        if server is not None and server.alive:
+            return server
+        if server is not None:
+            server.close()
+            self._servers.pop(qnn, None)
+        preload = (' --preload libQnnHtp.so --preload "$HARNESS_QNN_REAL_HTP" '
+                   '--preload libQnnSystem.so') if qnn else ""
+        command = (f"cd {q(str(self.workspace / 'runs'))} && ulimit -c unlimited 2>/dev/null; "
+                   f"export {self._runner_variables()} && "
+                   f"exec {q(str(self.runner_path))} --serve{preload}")
+        self._check_not_lost()
+        try:
+            server = BoardForkServer(self.transport.popen(command), self.log)
+        except (ForkServerError, SshError) as exc:
+            if not self.transport.check():
+                return None  # the process path meets the drop and re-acquires the board
+            self.fork_refused = str(exc)
+            self.notice(f"{self.serial}: each scenario starts a new runner process, since the "
+                        f"runner's fork server could not serve there: {exc}")
+            return None
+        self._servers[qnn] = server
+        return server
+
+    def _close_servers(self) -> None:
+        for server in self._servers.values():
+            server.close()
+        self._servers = {}
+
+    def _run_forked(self, server: BoardForkServer, scenario: Scenario, artifacts: Path,
+                    run_dir: PurePosixPath, content: bytes, before: PushStats,
+                    timeout: float) -> RunOutput:
+        limit = output_limit.limit_bytes()
+        request = {"dir": run_dir.name, "scenario": SCENARIO_FILE, "stdout": STDOUT_FILE,
+                   "stderr": STDERR_FILE, "inherit_env": True, "env": {TRACE_ENV: TRACE_FILE},
+                   "write": {SCENARIO_FILE: content.decode("utf-8")},
+                   "truncate": [TRACE_FILE], "pid_file": PID_FILE,
+                   "read": [STDOUT_FILE, STDERR_FILE, TRACE_FILE], "read_limit": limit}
+        pid = ""
+        try:
+            server.send(request)
+            started = server.reply(REPLY_TIMEOUT_S)
+            if started is None or "child" not in started:
+                raise ForkServerError(f"the board's fork server did not fork the scenario "
+                                      f"({started}); its log: {server.log_tail()}")
+            pid = str(started["child"])
+            self.stats.pushed += len(started.get("written", []))
+            self.stats.skipped += len(started.get("kept", []))
+            done = server.reply(timeout)
+            timed_out = done is None
+            if timed_out:
+                self._kill_run(pid, run_dir)
+                done = server.reply(REPLY_TIMEOUT_S)
+                if done is None:
+                    raise ForkServerError(f"the fork server did not report the end of its "
+                                          f"killed child {pid}")
+        except ForkServerError as exc:
+            server.close()
+            self._servers = {k: v for k, v in self._servers.items() if v is not server}
+            raise self._interrupted(scenario, artifacts, pid, run_dir, str(exc))
+        files = done.get("files", {})
+        returncode = None if timed_out else (done["exit"] if "exit" in done
+                                             else -int(done.get("signal", 0)))
+        logs = (self._crash_logs(started.get("time"), run_dir)
+                if returncode is None or returncode < 0 else {})
+        self.runs["fork"] += 1
+        stdout = files.get(STDOUT_FILE, "")
+        sizes = done.get("sizes", {})
+        notes = output_limit.notes_over({"stdout": sizes.get(STDOUT_FILE, 0),
+                                         "stderr": sizes.get(STDERR_FILE, 0),
+                                         "the QNN trace": sizes.get(TRACE_FILE, 0)}, limit)
+        return RunOutput(returncode, stdout, files.get(STDERR_FILE, ""),
+                         files.get(TRACE_FILE, ""), timed_out, "native", logs,
+                         self._pushes(before), notes + self._failed_run_notes(returncode, stdout))
+
+    # Processes -----------------------------------------------------------------------------
+    def _run_command(self, run_dir: PurePosixPath, nonce: str) -> str:
+        """The run directory and scenario file (from stdin, kept when there), the runner in
+        its own process group with a pid file, the start time, and after the exit line the
+        runner's stderr and the QNN trace (`print_outputs`)."""
+        directory = q(str(run_dir))
+        stderr_file, trace_file = q(str(run_dir / STDERR_FILE)), q(str(run_dir / TRACE_FILE))
+        env = f"{self._runner_variables()} {TRACE_ENV}={trace_file}"
+        return (f"mkdir -p {directory} && cd {directory} && "
+                "if [ -f scenario.json ]; then cat >/dev/null; echo HARNESS_SCENARIO kept; "
+                "else cat > .scenario.json.tmp && mv -f .scenario.json.tmp scenario.json && "
+                "echo HARNESS_SCENARIO written; fi && : > " + trace_file + " && "
+                "{ ulimit -c unlimited 2>/dev/null; echo HARNESS_START $(date +%s); "
+                f"{env} setsid {q(str(self.runner_path))} scenario.json </dev/null "
+                f"2>{stderr_file} & pid=$!; echo $pid > {q(PID_FILE)}; echo HARNESS_PID $pid; "
+                f"wait $pid; c=$?; echo; echo HARNESS_EXIT $c; rm -f {q(PID_FILE)}"
+                f"{print_outputs(stderr_file, trace_file, nonce)}; }}")
+
+    def _run_process(self, scenario: Scenario, artifacts: Path, run_dir: PurePosixPath,
+                     content: bytes, before: PushStats, timeout: float) -> RunOutput:
+        nonce = uuid.uuid4().hex[:16]
+        self._check_not_lost()
+        try:
+            proc = self.transport.popen(self._run_command(run_dir, nonce))
+        except SshError as exc:
+            raise self._offline("starting the runner", exc) from exc
+        limit = output_limit.limit_bytes()
+        chunks = output_limit.CappedBuffer(limit, tail=limit - limit // 2 + 2 * limit + 65536)
+        errors = output_limit.CappedBuffer(65536)
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        try:
+            proc.stdin.write(content)
+            proc.stdin.close()
+        except OSError:
+            pass
+        open_streams = [proc.stdout, proc.stderr]
+        while open_streams:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select(open_streams, [], [], min(left, 5.0))
+            for stream in ready:
+                chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+                if not chunk:
+                    open_streams.remove(stream)
+                else:
+                    (chunks if stream is proc.stdout else errors).feed(chunk)
+        text = chunks.text()
+        pid = marker(text, "HARNESS_PID")
+        if timed_out:
+            proc.kill()
+        proc.wait()
+        text, sent = scenario_line(text)
+        if sent == "written":
+            self.stats.pushed += 1
+        elif sent == "kept":
+            self.stats.skipped += 1
+        stdout, outputs = split_outputs(text, nonce)
+        sizes = output_sizes(text, nonce)
+        after = text.find(f"\nHARNESS_STDERR_{nonce}\n")
+        printed = chunks.total - (len(text[after:].encode()) if after >= 0 else 0)
+        notes = output_limit.notes_over(
+            {"stdout": printed, "stderr": sizes[0], "the QNN trace": sizes[1]}, limit)
+        stdout = output_limit.trim(stdout, printed, limit)
+        exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
+        start = to_int(marker(stdout, "HARNESS_START"))
+        if timed_out:
+            self._kill_run(pid, run_dir)
+            returncode = None
+        elif not exit_line:
+            cut = errors.text().strip()[-300:] or f"ssh exit {proc.returncode}"
+            raise self._interrupted(scenario, artifacts, pid, run_dir, cut, stdout)
+        else:
+            code = int(exit_line[-1].split()[1])
+            returncode = -(code - 128) if code > 128 else code
+        stderr, trace = outputs if outputs is not None else self._fetch_outputs(run_dir)
+        logs = self._crash_logs(start, run_dir) if returncode is None or returncode < 0 else {}
+        self.runs["process"] += 1
+        return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs,
+                         self._pushes(before), notes + self._failed_run_notes(returncode, stdout))
+
+    def _fetch_outputs(self, run_dir: PurePosixPath) -> tuple[str, str]:
+        nonce = uuid.uuid4().hex[:16]
+        _, text = self.sh("true" + print_outputs(q(str(run_dir / STDERR_FILE)),
+                                                 q(str(run_dir / TRACE_FILE)), nonce))
+        _, outputs = split_outputs(text, nonce)
+        return outputs if outputs is not None else ("", "")
+
+    def _kill_run(self, pid: str, run_dir: PurePosixPath) -> None:
+        """The run's process group (its pid leads one) and every process still in its run
+        directory (a child that left the group, a run whose pid never reached the host)."""
+        known = f"{kill_tree(pid)}; " if pid.isdigit() else ""
+        self.sh(f"{known}{kill_in_directory(run_dir)}; rm -f {q(str(run_dir / PID_FILE))}; true")
+
+    def _failed_run_notes(self, returncode: int | None, stdout: str) -> list[str]:
+        ended = any(e.get("event") == "end" for e in read_events(stdout))
+        if ended and returncode is not None and returncode >= 0:
+            return []
+        try:
+            code, out = self.sh(f"df -k {q(str(self.workspace / 'runs'))} 2>/dev/null", 15)
+        except DeviceError:
+            return []
+        reading = storage.parse_df(out) if code == 0 else None
+        note = storage.full_note(f"{self.serial}:{self.workspace / 'runs'}", *reading) \
+            if reading else ""
+        return [note] if note else []
+
+    def _interrupted(self, scenario: Scenario, artifacts: Path, pid: str,
+                     run_dir: PurePosixPath, cut: str, stdout: str = "") -> RunInterrupted:
+        """The connection ended without the runner's exit: wait for the board (re-acquire),
+        keep what the run wrote, kill what is left of it, and name the step."""
+        there = self.transport.check()
+        lost = None if there else self._offline(f"scenario {scenario.name}", SshError(cut))
+        self._close_servers()
+        if not self.lost:
+            try:
+                if not stdout:
+                    stdout = self.transport.run(
+                        f"cat {q(str(run_dir / STDOUT_FILE))} 2>/dev/null", 30)[1]
+                self._kill_run(pid, run_dir)
+            except DeviceError:
+                pass
+        (artifacts / "runner.stdout").write_text(stdout)
+        step = running_step(scenario, stdout)
+        output = RunOutput(None, stdout, "", runner="native")
+        kept = (f"the run of scenario {scenario.name} was interrupted during {step}; the "
+                f"{len(stdout.splitlines())} lines it streamed are kept in "
+                f"{artifacts / 'runner.stdout'}")
+        if lost is None:
+            return RunInterrupted(f"{self.serial}: the runner's exit status never reached the "
+                                  f"host ({cut}); {kept}", output, step)
+        return RunInterrupted(f"{lost}\n{kept}", output, step)
+
+    # Crash evidence ------------------------------------------------------------------------
+    def _crash_logs(self, start: int | None, run_dir: PurePosixPath) -> dict[str, str]:
+        """The run's window of `journalctl` and `dmesg`, and core files in its directory;
+        `evidence` says what was unavailable and why (each is optional on a board)."""
+        since = f"@{start}" if start else "-5min"
+        script = (
+            f"echo @@journal; journalctl --no-pager -q -o short-precise --since {q(since)} "
+            f"-n {LOG_LINES} 2>&1; echo \"@@rc $?\"; "
+            f"echo @@dmesg; dmesg 2>&1 | tail -n {LOG_LINES}; echo \"@@rc $?\"; "
+            f"echo @@cores; cd {q(str(run_dir))} 2>/dev/null && "
+            f"for c in core core.*; do [ -f \"$c\" ] || continue; "
+            f"[ \"$(stat -c %Y \"$c\")\" -ge {int(start or 0)} ] && "
+            f"echo \"$PWD/$c $(stat -c %s \"$c\") bytes\"; done; "
+            "echo @@pattern; cat /proc/sys/kernel/core_pattern 2>&1; echo @@end")
+        try:
+            _, out = self.sh(script, timeout=60)
+        except DeviceError as exc:
+            return {"evidence": f"unavailable: the board could not be asked ({exc})"}
+        parts = {}
+        for chunk in out.split("@@")[1:]:
+            name, _, body = chunk.partition("\n")
+            parts[name.strip()] = body
+        logs, missing = {}, {}
+        journal = parts.get("journal", "")
+        rc_journal = parts.get("rc", "")
+        if journal.strip() and "No journal files" not in journal and \
+                "not found" not in journal and "-- No entries --" not in journal:
+            logs["journalctl"] = tail(journal, LOG_LINES)
+        else:
+            missing["journalctl"] = journal.strip().splitlines()[0] if journal.strip() else \
+                f"no output ({rc_journal.strip()})"
+        dmesg = parts.get("dmesg", "")
+        if dmesg.strip() and "Operation not permitted" not in dmesg and "not found" not in dmesg:
+            logs["dmesg"] = tail(dmesg, LOG_LINES)
+        else:
+            missing["dmesg"] = dmesg.strip().splitlines()[0] if dmesg.strip() else "no output"
+        cores = [l for l in parts.get("cores", "").splitlines() if l.strip()]
+        pattern = parts.get("pattern", "").strip()
+        if cores:
+            logs["core"] = "\n".join(cores) + f"\n(core_pattern: {pattern})"
+        else:
+            missing["core"] = (f"no core file in {run_dir} (core_pattern {pattern!r}; a pipe "
+                               "sends cores elsewhere, e.g. systemd-coredump)")
+        logs["evidence"] = ("collected: " + (", ".join(k for k in logs) or "nothing") +
+                            "; unavailable: " + ("; ".join(f"{k}: {v}" for k, v in
+                                                           missing.items()) or "none"))
+        self.evidence_unavailable = missing
+        return logs
+
+    # Dropped connections -------------------------------------------------------------------
+    def _offline(self, what: str, exc: Exception | None) -> DeviceError:
+        """The connection dropped: a new one within the window (lease kept, workspace
+        re-installed), and this call fails either way; after the window, every later one."""
+        why = f" ({exc})" if exc else ""
+        if self._reacquiring or self.transport.check():
+            return DeviceError(f"{self.serial}: {what} failed{why}")
+        self._reacquiring = True
+        self.log.warning("connection lost during %s%s; waiting up to %.0f s", what, why,
+                         self.reacquire_s)
+        try:
+            self._close_servers()
+            self.transport.reconnect(self.reacquire_s)
+            self._remote_sha.clear()
+            self.device_lease.acquire(0)
+            self._install()
+        except LeaseBusy as taken:
+            self.lost = (f"{self.serial}: the connection dropped during {what}{why}; the "
+                         f"board came back, but another session holds it now: {taken}")
+            return DeviceError(self.lost)
+        except DeviceError as gone:
+            self.lost = (f"{self.serial}: the connection dropped during {what}{why} and the "
+                         f"board did not answer again within the {self.reacquire_s:.0f} s "
+                         f"re-acquire window: {gone}")
+            return DeviceError(self.lost)
+        finally:
+            self._reacquiring = False
+        self.notice(f"{self.serial}: the ssh connection dropped during {what} and was "
+                    "re-established; the session went on")
+        return DeviceError(f"{self.serial}: the connection dropped during {what}{why}; it is "
+                           "back, the session goes on")
+
+    def _check_not_lost(self) -> None:
+        if not self.lost and self.device_lease.lost:
+            self.lost = self.device_lease.lost
+        if self.lost:
+            raise DeviceError(self.lost)
+
+    # End -----------------------------------------------------------------------------------
+    def summary(self) -> list[str]:
+        return [f"{self.serial}: pushes this session: {self.stats.pushed} pushed, "
+                f"{self.stats.skipped} skipped (sha256 already on the board); workspace "
+                f"{self.workspace}" + (" (kept)" if self.keep_workspace else ""),
+                f"{self.serial}: scenarios: {self.runs['fork']} as forks of the board's "
+                f"harness-runner --serve, {self.runs['process']} as new runner processes"
+                + (f" (the fork server could not serve: {self.fork_refused})"
+                   if self.fork_refused else "")]
+
+    def _remove_workspace(self) -> None:
+        pushed = [self.runner_path, *(self.payload.files.values() if self.payload else ())]
+        entries = ws_rules.top_entries(self.workspace, pushed) | {RUNNER_NAME}
+        out = self.sh(ws_rules.remove_script(self.workspace, entries), timeout=60)[1]
+        for line in out.splitlines():
+            if line.startswith("HARNESS_WS kept"):
+                self.notice(f"{self.serial}: workspace {self.workspace} kept: it holds files "
+                            f"the harness did not write ({line[15:].strip() or 'entries'})")
+            elif line.startswith("HARNESS_WS nomarker"):
+                self.notice(f"{self.serial}: workspace {self.workspace} kept: its "
+                            f"{ws_rules.MARKER} marker is gone, so nothing in it is removed")
+
+    def close(self) -> None:
+        """Stop the fork servers, kill runners left running, remove the workspace (unless
+        kept or the board is lost), release the lease, close the connection."""
+        self._close_servers()
+        try:
+            if not self.lost:
+                self.sh(f"{kill_in_directory(self.workspace / 'runs', below=True)}; true", 30)
+                if not self.keep_workspace:
+                    self._remove_workspace()
+        except DeviceError:
+            pass
+        finally:
+            self.device_lease.release()
+            self.transport.close()

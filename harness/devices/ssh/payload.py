@@ -1,0 +1,95 @@
+"""What a Linux board gets for its runner build (the adb kind's `device_payload`, for glibc
+boards): the runner, the runtime's libraries, the QNN libraries and the interposer.
+
+- x86_64 board (CI's localhost sshd): the host build, run on the board as the board's user.
+  Its RUNPATH names the host's executorch wheel, which a board (or another user of this host)
+  does not have, so the runtime's libraries go next to the runner (`$ORIGIN` comes first).
+  QNN is the HTP simulator's: the interposer as `libQnnHtp.so` in the workspace, the real
+  simulator libraries and their private libc++ in `qnn/` (HARNESS_QNN_REAL_HTP), as the
+  simulator device lays them out on the host.
+- aarch64 board: the arm64-linux build (`build-runner --arm64-linux`) and, when that build has
+  the QNN backend, the SDK's Linux libraries (`$QNN_SDK_ROOT/lib/<aarch64 Linux target>`,
+  default the first `aarch64-oe-linux-gcc*` or `aarch64-ubuntu-gcc*` there) with the Skel of
+  the SoC's HTP arch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+from harness import dsp_heap
+from harness.devices.payload import Payload
+from harness.errors import DeviceError
+from harness.qnn.sdk import QnnSdk
+from harness.runner.select import DeviceBuild
+
+LINUX_TARGET_ENV = "EXECUTORCH_HIL_QNN_LINUX_TARGET"  # e.g. aarch64-oe-linux-gcc11.2
+SIMULATOR_LIBS = ("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpPrepare.so")
+QNN_DIR = "qnn"
+
+
+def board_payload(machine: str, build: DeviceBuild, htp_arch: int, workspace: PurePosixPath,
+                  *, sdk: "callable[[], QnnSdk]", sdk_root: str | None,
+                  dsp_heap_setting: str = "auto") -> Payload:
+    """The files (local -> board path) and run variables of `build` on a board of `machine`."""
+    files = {lib: workspace / lib.name for lib in build.libraries()}
+    if build.kind == "host":
+        from harness.runtime import current
+
+        lib_dir = current().lib_dir
+        if lib_dir is not None:
+            files.update({p: workspace / p.name for p in sorted(lib_dir.glob("*.so*"))
+                          if p.is_file()})
+    if not build.has_backend("QnnBackend"):
+        return Payload(build.runner, files, {}, build.backends, dsp_heap.NO_QNN_NOTE)
+    qnn = workspace / QNN_DIR
+    if machine == "x86_64":
+        host = sdk()
+        for name in SIMULATOR_LIBS:
+            source = (host.real_lib_dir / name if name == "libQnnHtp.so"
+                      else (host.lib_dir / name).resolve())
+            if source.is_file():
+                files[source] = qnn / name
+        for extra in host.extra_lib_dirs:
+            files.update({p: qnn / p.name for p in sorted(extra.glob("*.so*")) if p.is_file()})
+        if build.interposer is not None:
+            files[build.interposer] = workspace / "libQnnHtp.so"
+    else:
+        files.update(linux_qnn_libraries(sdk_root, htp_arch, qnn))
+        if build.interposer is not None:
+            files[build.interposer] = workspace / "libQnnHtp.so"
+    from harness.qnn.sdk import built_against_core_api
+
+    env = {"HARNESS_QNN_REAL_HTP": str(qnn / "libQnnHtp.so"), "HARNESS_QNN_ABI_BRIDGE": "auto",
+           "HARNESS_QNN_BRIDGE_ABOVE": built_against_core_api()}
+    on = dsp_heap.wanted(dsp_heap_setting, android_htp=False)
+    env[dsp_heap.ENV] = "1" if on else "0"
+    return Payload(build.runner, files, env, build.backends,
+                   dsp_heap.note(on, android_htp=False))
+
+
+def linux_qnn_libraries(sdk_root: str | None, htp_arch: int,
+                        qnn: PurePosixPath) -> dict[Path, PurePosixPath]:
+    """The QAIRT SDK's aarch64 Linux libraries for HTP v`htp_arch`; DeviceError naming what
+    is missing (a board without its Skel fails only at the first load)."""
+    if not sdk_root:
+        raise DeviceError("set QNN_SDK_ROOT to a QAIRT SDK: its aarch64 Linux libraries "
+                          "(lib/aarch64-oe-linux-gcc*) and hexagon-v<arch> Skel are pushed")
+    root = Path(sdk_root)
+    target = os.environ.get(LINUX_TARGET_ENV) or next(
+        (p.name for pattern in ("aarch64-oe-linux-gcc*", "aarch64-ubuntu-gcc*")
+         for p in sorted((root / "lib").glob(pattern))), "")
+    if not target:
+        raise DeviceError(f"QNN SDK at {root} has no lib/aarch64-oe-linux-gcc* or "
+                          f"lib/aarch64-ubuntu-gcc*; set {LINUX_TARGET_ENV} to its directory")
+    linux = root / "lib" / target
+    files = {linux / "libQnnHtp.so": qnn / "libQnnHtp.so",
+             linux / "libQnnSystem.so": qnn / "libQnnSystem.so",
+             linux / f"libQnnHtpV{htp_arch}Stub.so": qnn / f"libQnnHtpV{htp_arch}Stub.so",
+             root / "lib" / f"hexagon-v{htp_arch}" / "unsigned" / f"libQnnHtpV{htp_arch}Skel.so":
+                 qnn / f"libQnnHtpV{htp_arch}Skel.so"}
+    missing = [str(p) for p in files if not p.is_file()]
+    if missing:
+        raise DeviceError(f"QNN SDK at {root} lacks {', '.join(missing)} (HTP v{htp_arch})")
+    return files
