@@ -3,7 +3,8 @@
 - `unit`: nothing beyond Python (`pytest -m unit` runs in seconds);
 - `compiler`: gcc/cmake builds (the interposer, the native runner, cross builds);
 - `simulator`: the QNN HTP simulator (compiled models, runner processes, pytest sessions);
-- `adb`: the adb server (Debian `adb`) and the loopback device.
+- `adb`: the adb server (Debian `adb`) and the loopback device;
+- `ssh`: Debian's OpenSSH server on 127.0.0.1 (tests/framework/sshd_board.py; root).
 
 Each file is listed once below; a file missing here is a collection error, so a new test file
 says what it needs.
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-KINDS = ("unit", "compiler", "simulator", "adb")
+KINDS = ("unit", "compiler", "simulator", "adb", "ssh")
 FILE_KIND = {
     "test_config.py": "unit",
     "test_known_issues.py": "unit",
@@ -58,6 +59,7 @@ FILE_KIND = {
     "test_adb_robustness.py": "adb",
     "test_lease.py": "adb",
     "test_workspace.py": "adb",
+    "test_ssh_device.py": "ssh",
     "test_replay_adb.py": "adb",
     "test_farm.py": "adb",  # and labgrid (coordinator, exporter)
 }

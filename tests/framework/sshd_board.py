@@ -49,7 +49,8 @@ def ensure_user(user: str = USER) -> pwd.struct_passwd:
         pass
     if os.geteuid() != 0:
         raise BoardUnavailable(f"user {user} does not exist and only root can create it")
-    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user], check=True,
+    # "*": no password, but not locked ("!"), which sshd refuses without PAM
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "-p", "*", user], check=True,
                    capture_output=True)
     return pwd.getpwnam(user)
 
@@ -77,7 +78,11 @@ class SshdBoard:
             if not key.exists():
                 subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
                                check=True)
-        self.authorized = self.dir / "authorized_keys"
+        # sshd reads it as the user, who may not reach self.dir (a pytest tmp dir is 0700):
+        # a directory of its own in the system's temporary directory, world-traversable.
+        self.auth_dir = Path(tempfile.mkdtemp(prefix="hil-sshd-auth-"))
+        self.auth_dir.chmod(0o755)
+        self.authorized = self.auth_dir / "authorized_keys"
         shutil.copyfile(f"{self.client_key}.pub", self.authorized)
         self.authorized.chmod(0o644)
         self.sshd_config = self.dir / "sshd_config"
@@ -107,6 +112,10 @@ class SshdBoard:
         return f"ssh://{self.alias}"
 
     def start(self, timeout: float = 20.0) -> "SshdBoard":
+        if not self.authorized.exists():  # a restart after stop()
+            self.auth_dir.mkdir(mode=0o755, exist_ok=True)
+            shutil.copyfile(f"{self.client_key}.pub", self.authorized)
+            self.authorized.chmod(0o644)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
         self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.sshd_config)],
                                      stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
@@ -149,6 +158,7 @@ class SshdBoard:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+        shutil.rmtree(self.auth_dir, ignore_errors=True)
 
     def __enter__(self) -> "SshdBoard":
         return self.start()

@@ -69,6 +69,9 @@ class SshTransport:
         """Start the ControlMaster and wait until it answers (`-O check`); DeviceError with
         ssh's own words when it cannot connect within `timeout` (default connect_s)."""
         self.stop_master()
+        # A killed master leaves its socket behind, and a new master would not replace it
+        # ("already exists, disabling multiplexing"); the directory is this session's own.
+        self.socket.unlink(missing_ok=True)
         window = self.connect_s if timeout is None else timeout
         argv = [*self._base(), "-M", "-N", "-o", "ControlPersist=no",
                 "-o", f"ConnectTimeout={max(1, int(window))}",

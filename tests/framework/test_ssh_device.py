@@ -1,0 +1,212 @@
+"""The ssh device kind against a real OpenSSH server: Debian's sshd on 127.0.0.1 with a sandbox
+user (`sshd_board.SshdBoard`), the harness's OpenSSH client, its ControlMaster, tar pushes and
+the host's runner on the board's side. Skipped only when sshd cannot be started here.
+
+Hang and crash cases push a small shell script as the runner, so everything around it (push,
+launch, process group, pid file, kill, exit signal, evidence) is the code boards get.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.devices.kinds import kind_for
+from harness.devices.ssh import SshKind
+from harness.devices.ssh.board import open_board
+from harness.devices.ssh.target import parse_target
+from harness.driver import ScenarioDriver
+from harness.errors import ConfigError, DeviceError
+from harness.qnn.sdk import discover
+from harness.scenario import Scenario
+from harness.session import Options
+
+from sshd_board import BoardUnavailable, SshdBoard
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    try:
+        sshd = SshdBoard(tmp_path_factory.mktemp("sshd")).start()
+    except BoardUnavailable as exc:
+        pytest.skip(f"no sshd board here: {exc}")
+    yield sshd
+    sshd.stop()
+
+
+def options(tmp_path: Path, **changes) -> Options:
+    base = Options(devices=[], simulator=False, soc=None, device_config=None,
+                   artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
+                   runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
+                   keep_workspace=False, device_workspace=None, worker="master",
+                   worker_count=1, reacquire_s=20.0)
+    return dataclasses.replace(base, **changes)
+
+
+def open_(board, tmp_path, target=None, **changes):
+    notices: list[str] = []
+    device = open_board(target or board.target, options(tmp_path, **changes),
+                        notice=notices.append, sdk=discover, ssh_config=board.client_config)
+    device.notices = notices
+    return device
+
+
+@pytest.fixture
+def device(board, tmp_path):
+    dev = open_(board, tmp_path)
+    yield dev
+    dev.close()
+
+
+def simple(model, name="ssh") -> Scenario:
+    return Scenario(name).load_module("A", model).execute("A", "forward").destroy_module("A")
+
+
+def script_runner(device, tmp_path, text) -> None:
+    script = tmp_path / "runner.sh"
+    script.write_text(text)
+    device.runner_path = device.workspace / "runner.sh"
+    device.push_files({script: device.runner_path}, mode=0o755)
+
+
+# The registry and the target forms ------------------------------------------------------------
+
+def test_targets_are_claimed_and_bad_ones_refused():
+    assert kind_for("ssh://board") is SshKind and kind_for("ssh://u@h:22").name == "ssh"
+    assert parse_target("ssh://u@[::1]:2222").ssh_host == "::1"
+    assert parse_target("ssh://alias").ssh_args() == []
+    for bad in ("ssh://", "ssh://-oProxyCommand=x", "ssh://h:0", "ssh://h:port", "ssh://a b",
+                "ssh://h;rm", "ssh://-l@h"):
+        with pytest.raises(ConfigError):
+            parse_target(bad)
+
+
+def test_unreachable_host_is_one_clear_device_error(board, tmp_path):
+    free = board.port + 1 if board.port < 65535 else board.port - 1
+    started = time.monotonic()
+    with pytest.raises(DeviceError, match="ssh could not connect|no ssh connection"):
+        open_(board, tmp_path, target=f"ssh://{board.user}@127.0.0.1:{free}", connect_s=3)
+    assert time.monotonic() - started < 30
+
+
+# Pushes, workspace ----------------------------------------------------------------------------
+
+def test_second_session_skips_every_push_and_the_alias_form_works(board, tmp_path):
+    first = open_(board, tmp_path, keep_workspace=True)
+    workspace = str(first.workspace)
+    pushed = first.stats.pushed
+    first.close()
+    assert pushed > 3 and first.stats.skipped == 0
+    second = open_(board, tmp_path, target=board.alias_target, keep_workspace=False,
+                   device_workspace=workspace)
+    try:
+        assert second.stats.pushed == 0 and second.stats.skipped == pushed
+        assert second.info.kind == "ssh" and second.info.abi == "x86_64"
+        assert second.replay_args() == ["--device", board.alias_target]
+    finally:
+        second.close()
+
+
+def test_workspace_rules_never_delete_a_users_files(board, tmp_path, device):
+    root = device.root
+    mine = root / "users-own"
+    device.sh(f"mkdir -p {mine} && echo precious > {mine}/notes.txt")
+    with pytest.raises(DeviceError, match="already holds files the harness did not create"):
+        open_(board, tmp_path, device_workspace=str(mine))
+    assert device.sh(f"cat {mine}/notes.txt")[1].strip() == "precious"
+    for outside in ("/tmp/x", "/home", str(root), f"{root}/../x"):
+        with pytest.raises(ConfigError):
+            open_(board, tmp_path, device_workspace=outside)
+    # An adopted empty directory: the harness removes its own entries, never the directory.
+    empty = root / "adopted"
+    device.sh(f"mkdir -p {empty}")
+    adopted = open_(board, tmp_path, device_workspace=str(empty))
+    adopted.sh(f"echo mine > {empty}/user-file")
+    adopted.close()
+    _, out = device.sh(f"ls -A {empty}")
+    assert out.split() == ["user-file"], out
+    device.sh(f"rm -rf {mine} {empty}")
+
+
+# Runs -----------------------------------------------------------------------------------------
+
+def test_scenarios_run_as_forks_over_the_session_connection(device, compiled_model, tmp_path):
+    result = ScenarioDriver(device, tmp_path / "a", 120).run(simple(compiled_model("linear_relu")))
+    assert result.output.returncode == 0, result.output.stderr[-2000:]
+    assert device.runs["fork"] == 1
+    before = device.stats.pushed
+    ScenarioDriver(device, tmp_path / "b", 120).run(simple(compiled_model("linear_relu")))
+    assert device.stats.pushed == before  # the .pte and tensors were pushed once
+
+
+SLEEPER = ("#!/bin/sh\necho 'HARNESS_EVENT {\"event\": \"start\"}'\nsleep 300 &\n"
+           "echo child $! > child.pid\nwait\n")
+CRASHER = """#!/bin/sh
+echo 'HARNESS_EVENT {"event": "step", "index": 0, "op": "load_module", "status": "ok", "trace_offset": 0}'
+kill -SEGV $$
+"""
+
+
+def test_timeout_kills_the_runners_whole_group(device, compiled_model, tmp_path):
+    script_runner(device, tmp_path, SLEEPER)
+    out = device.run(simple(compiled_model("linear_relu"), "hang"), tmp_path / "a", 3)
+    assert out.timed_out and out.returncode is None
+    _, text = device.sh(f"cat {device.workspace}/runs/*-hang/child.pid")
+    child = text.split()[1]
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        _, stat = device.sh(f"cat /proc/{child}/stat 2>/dev/null")
+        if not stat.strip() or stat.split(") ")[1][0] == "Z":
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"the runner's child {child} still runs")
+
+
+def test_crash_gives_its_signal_and_evidence(device, compiled_model, tmp_path):
+    script_runner(device, tmp_path, CRASHER)
+    out = device.run(simple(compiled_model("linear_relu"), "crash"), tmp_path / "a", 60)
+    assert out.returncode == -11
+    evidence = out.logs["evidence"]
+    assert evidence.startswith("collected: ") and "unavailable: " in evidence
+    # each source is either collected or named unavailable with its reason
+    for source in ("journalctl", "dmesg", "core"):
+        assert source in out.logs or f"{source}:" in evidence, evidence
+
+
+# Dropped connections --------------------------------------------------------------------------
+
+def test_a_killed_control_master_is_reacquired(device, compiled_model, tmp_path):
+    device.transport.master.kill()
+    device.transport.master.wait()
+    with pytest.raises(DeviceError, match="it is back, the session goes on"):
+        device.sh("true")
+    assert device.transport.check() and not device.lost
+    result = ScenarioDriver(device, tmp_path / "a", 120).run(simple(compiled_model("linear_relu")))
+    assert result.output.returncode == 0
+    assert any("re-established" in n for n in device.notices)
+
+
+def test_a_board_that_stays_away_fails_later_calls_at_once(tmp_path, compiled_model):
+    try:
+        sshd = SshdBoard(tmp_path / "sshd").start()
+    except BoardUnavailable as exc:
+        pytest.skip(f"no sshd board here: {exc}")
+    try:
+        dev = open_(sshd, tmp_path, reacquire_s=3)
+        sshd.stop()  # sshd and its sessions: the master's connection goes with them
+        end = time.monotonic() + 10
+        while dev.transport.check() and time.monotonic() < end:
+            time.sleep(0.1)
+        with pytest.raises(DeviceError, match="did not answer again within the 3 s"):
+            dev.sh("true")
+        started = time.monotonic()
+        with pytest.raises(DeviceError, match="re-acquire window"):
+            dev.run(simple(compiled_model("linear_relu")), tmp_path / "a", 60)
+        assert time.monotonic() - started < 1
+        dev.close()
+    finally:
+        sshd.stop()
