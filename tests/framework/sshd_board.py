@@ -59,7 +59,7 @@ class SshdBoard:
     """One sshd on 127.0.0.1:`port` that lets `user` in with a fresh ed25519 key."""
 
     def __init__(self, directory: Path | None = None, user: str = USER, alias: str = ALIAS,
-                 port: int | None = None) -> None:
+                 port: int | None = None, setenv: list[str] | None = None) -> None:
         if not os.access(SSHD, os.X_OK):
             raise BoardUnavailable(f"{SSHD} is missing (apt-get install {PACKAGE})")
         if os.geteuid() != 0:
@@ -92,7 +92,9 @@ class SshdBoard:
             "StrictModes no", "UsePAM no", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "PermitRootLogin no", f"AllowUsers {user}",
             "MaxSessions 64", "MaxStartups 64:30:128", "LogLevel INFO",
-            "Subsystem sftp internal-sftp", ""]))
+            "Subsystem sftp internal-sftp",
+            # what the board gives its sessions (e.g. QEMU_LD_PREFIX for an aarch64 stand-in)
+            *([f"SetEnv {' '.join(setenv)}"] if setenv else []), ""]))
         self.known_hosts = self.dir / "known_hosts"
         self.client_config = self.dir / "ssh_config"
         common = [f"  User {user}", f"  Port {self.port}", f"  IdentityFile {self.client_key}",
@@ -172,9 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="its directory (default: a new temporary one)")
     parser.add_argument("--port", type=int, help="the port (default: a free one)")
     parser.add_argument("--user", default=USER)
+    parser.add_argument("--setenv", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable every session gets (sshd_config SetEnv; repeatable)")
     args = parser.parse_args(argv)
     try:
-        board = SshdBoard(args.dir, user=args.user, port=args.port).start()
+        board = SshdBoard(args.dir, user=args.user, port=args.port,
+                          setenv=args.setenv).start()
     except BoardUnavailable as exc:
         print(f"sshd board unavailable: {exc}", file=sys.stderr)
         return 2
