@@ -2,7 +2,7 @@
 loopback device (the real adb server, adbutils, the harness's adb device code, a Python adbd)
 next to the same scenario on the host HTP simulator, and what a second device buys a suite.
 
-1. Per scenario: S1 and S4 (harness.scenarios, as tests/hil/test_isolation.py runs them) on
+1. Per scenario: S1 and S4 (harness.scenario.library, as tests/hil/test_isolation.py runs them) on
    linear_relu fp16, `--repeats` rounds after one uncounted warm-up round (which pushes the
    program and its tensors and starts the device's fork server), each round running every
    scenario on every target with the order alternating per round. Each run is
@@ -103,8 +103,8 @@ def stats(values: list[float]) -> str:
 
 def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
     from harness.devices import adb_fork
-    from harness.driver import ScenarioDriver
-    from harness.scenarios import s1_two_modules, s4_cleanup_reload
+    from harness.scenario.driver import ScenarioDriver
+    from harness.scenario.library import s1_two_modules, s4_cleanup_reload
     from harness.session import HilSession
 
     sim = HilSession(options(work / "sim", []))

@@ -12,7 +12,7 @@ measured rates and what they make of the full exploration's wall time.
 `--shrinking` instead compares the two random searches on a real bug, the QNN delegate-cache
 bug of executorch 1.5.1 (three modules: two of linear_relu, one of mlp_tanh; load, execute,
 destroy): the hand-written sampler (`random_interleavings` + `explore`'s greedy shrink, as
-tests/hil/test_orderings.py used it) and Hypothesis (`harness.ordering_search.search`, no
+tests/hil/test_orderings.py used it) and Hypothesis (`harness.scenario.search.search`, no
 database), each with the same seeds. Per search: orderings run until the first failure, runs
 in all (search + shrink), the minimal ordering's length, wall time.
 """
@@ -29,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.compile import compile_model  # noqa: E402
+from harness.programs.compile import compile_model  # noqa: E402
 from harness.devices.simulator import SimulatorDevice  # noqa: E402
-from harness.driver import ScenarioDriver  # noqa: E402
-from harness.models import get_model  # noqa: E402
-from harness.orderings import ModulePlan, explore, interleavings, pruning_factor  # noqa: E402
+from harness.scenario.driver import ScenarioDriver  # noqa: E402
+from harness.programs.models import get_model  # noqa: E402
+from harness.scenario.orderings import ModulePlan, explore, interleavings, pruning_factor  # noqa: E402
 from harness.qnn.sdk import discover  # noqa: E402
 from harness.runner.select import choose_runner  # noqa: E402
 
@@ -96,7 +96,7 @@ class Counting:
         self.driver, self.runs, self.first_failure = driver, 0, None
 
     def run(self, scenario):
-        from harness.orderings import check
+        from harness.scenario.orderings import check
 
         self.runs += 1
         result = self.driver.run(scenario, allow_crash=True)
@@ -112,8 +112,8 @@ class Counting:
 
 
 def shrinking(seeds: int) -> int:
-    from harness.ordering_search import search
-    from harness.orderings import random_interleavings
+    from harness.scenario.search import search
+    from harness.scenario.orderings import random_interleavings
 
     sdk = discover()
     shared = compile_model(get_model("linear_relu"), "SM8650", "fp16", sdk)

@@ -3,7 +3,7 @@ runner as forks of its fork server) against the native runner's forks on 1.5.1.
 
     python benchmarks/python_fork.py [--repeats N] [--python-release 1.4.1]
 
-The 1.4.1 side runs in the cached venv of `python -m harness matrix` (harness/runtime_envs.py):
+The 1.4.1 side runs in the cached venv of `python -m harness matrix` (harness/runtime/envs.py):
 this script starts itself there with `--side python`, and on the global environment (1.5.1)
 with `--side native`. Each side compiles linear_relu for SM8650 fp16 with its own runtime, runs
 one uncounted warm-up round and `--repeats` rounds of s1 and s4 (the shapes of
@@ -30,12 +30,12 @@ sys.path.insert(0, str(REPO_ROOT))
 
 def side(kind: str, repeats: int) -> dict:
     """Median seconds per scenario (and variant) on this interpreter's runtime."""
-    from harness.compile import compile_model
+    from harness.programs.compile import compile_model
     from harness.devices.simulator import SimulatorDevice
-    from harness.models import get_model
+    from harness.programs.models import get_model
     from harness.qnn.sdk import discover, executorch_version
     from harness.runner.select import choose_runner
-    from harness.scenarios import s1_two_modules, s4_cleanup_reload
+    from harness.scenario.library import s1_two_modules, s4_cleanup_reload
 
     sdk = discover()
     model = compile_model(get_model("linear_relu"), "SM8650", "fp16", sdk)
@@ -76,7 +76,7 @@ def main() -> int:
     if args.side:
         print(json.dumps(side(args.side, args.repeats)))
         return 0
-    from harness.runtime_envs import runtime_venv
+    from harness.runtime.envs import runtime_venv
 
     venv = runtime_venv(args.python_release)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

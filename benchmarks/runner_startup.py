@@ -11,7 +11,7 @@ Variants, each a fresh process per run, all with the HTP simulator environment o
   bare-portable  the same script importing the public `executorch.extension.pybindings.portable_lib`
                  (which imports all of exir)
 
-Scenarios from harness.scenarios (the ones tests/hil/test_isolation.py runs), model linear_relu
+Scenarios from harness.scenario.library (the ones tests/hil/test_isolation.py runs), model linear_relu
 compiled for SM8650 fp16:
 
   s1  two modules of one .pte, both execute, destroy A, execute B, destroy B
@@ -106,7 +106,7 @@ class Case:
     path: Path  # scenario.json
     nodeid: str  # the test it mirrors, for the known-issues lookup
     expected_failed_steps: frozenset[int] = frozenset()  # what the known bug breaks
-    known_issue: object = None  # harness.known_issues.KnownIssue when it applies here
+    known_issue: object = None  # harness.results.known_issues.KnownIssue when it applies here
 
 
 @dataclass
@@ -131,11 +131,11 @@ class Series:
 
 
 def build_cases(which: str, work: Path):
-    from harness.compile import compile_model
-    from harness.known_issues import issue_for, load_known_issues
-    from harness.models import get_model
+    from harness.programs.compile import compile_model
+    from harness.results.known_issues import issue_for, load_known_issues
+    from harness.programs.models import get_model
     from harness.qnn.sdk import discover, executorch_version
-    from harness.scenarios import s1_two_modules, s4_cleanup_reload
+    from harness.scenario.library import s1_two_modules, s4_cleanup_reload
 
     sdk = discover()
     model = compile_model(get_model("linear_relu"), "SM8650", "fp16", sdk)

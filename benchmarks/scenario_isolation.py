@@ -38,15 +38,15 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from harness.compile import compile_model  # noqa: E402
+from harness.programs.compile import compile_model  # noqa: E402
 from harness.devices.simulator import SimulatorDevice  # noqa: E402
-from harness.memory import ALLOCATOR_ENV  # noqa: E402
-from harness.models import get_model  # noqa: E402
-from harness.orderings import ModulePlan, interleavings, to_scenario  # noqa: E402
+from harness.protocol.memory import ALLOCATOR_ENV  # noqa: E402
+from harness.programs.models import get_model  # noqa: E402
+from harness.scenario.orderings import ModulePlan, interleavings, to_scenario  # noqa: E402
 from harness.qnn.sdk import discover  # noqa: E402
 from harness.runner.select import choose_runner  # noqa: E402
 from harness.scenario import Scenario  # noqa: E402
-from harness.scenarios import s1_two_modules, s4_cleanup_reload  # noqa: E402
+from harness.scenario.library import s1_two_modules, s4_cleanup_reload  # noqa: E402
 
 VARIANTS = ("fork", "process", "bare")
 

@@ -25,7 +25,7 @@
   matrix --executorch V [--executorch V ...] [--qnn onnxruntime-qnn==X ...] [--out DIR] [pytest args]
                      the pytest args on each runtime, each in its own cached venv from the
                      registry; prints a known issue / test x runtime table, writes matrix.json
-                     and matrix.html (harness/matrix.py)
+                     and matrix.html (harness/runtime/matrix.py)
   validate-configs [FILE...] [--kind soc|simulator|farm|labgrid|known-issues]
                      load every file under device_configs/ and report every error; with
                      FILEs, validate those (kind told by place and keys, or --kind), stopping
@@ -82,7 +82,7 @@ def validate_configs(args: list[str]) -> int:
 
     from harness.config import CONFIG_KINDS, detect_kind, validate_all, validate_file
     from harness.errors import ConfigError
-    from harness.known_issues import load_known_issues
+    from harness.results.known_issues import load_known_issues
 
     parser = argparse.ArgumentParser(prog="python -m harness validate-configs",
                                      description="Validate config files (default: the project's).")
@@ -120,8 +120,8 @@ def inspect(args: list[str]) -> int:
     import json
 
     from harness.errors import ModelError
-    from harness.program import read_program
-    from harness.user_program import describe_inputs
+    from harness.programs.pte import read_program
+    from harness.programs.user import describe_inputs
 
     as_json = "--json" in args
     paths = [a for a in args if a != "--json"]
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return build_main(rest)
     if command == "compare":
-        from harness.compare import main as compare_main
+        from harness.results.compare import main as compare_main
 
         return compare_main(rest)
     if command == "doctor":
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return export_main(rest)
     if command == "matrix":
-        from harness.matrix import main as matrix_main
+        from harness.runtime.matrix import main as matrix_main
 
         return matrix_main(rest)
     if command == "validate-configs":

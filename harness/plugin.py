@@ -22,15 +22,15 @@ from typing import Callable
 
 import pytest
 
-from harness.compile import CompiledModel
+from harness.programs.compile import CompiledModel
 from harness.config import load_farm
 from harness.devices.kinds import kind_for, kinds, session_kinds, session_targets
-from harness.driver import ScenarioDriver
+from harness.scenario.driver import ScenarioDriver
 from harness.errors import HarnessError
-from harness.failures import failure_of, run_failures
-from harness.known_issues import DEFAULT_PATH, KnownIssue, issue_for, load_all, uncovered
-from harness.paths import IN_CHECKOUT
-from harness.program_params import MARKER, params_for, unique_ids, unmet_needs
+from harness.results.failures import failure_of, run_failures
+from harness.results.known_issues import DEFAULT_PATH, KnownIssue, issue_for, load_all, uncovered
+from harness.config.paths import IN_CHECKOUT
+from harness.programs.params import MARKER, params_for, unique_ids, unmet_needs
 from harness.qnn.sdk import executorch_version
 from harness.session import HilSession, Options, worker_info
 from harness.xdist_order import balanced_order
@@ -44,8 +44,8 @@ _FILES_KEY = pytest.StashKey[set]()  # paths of the collected test files
 _PATTERNS_KEY = pytest.StashKey[set]()  # (issue id, test pattern) pairs that matched a test
 _PREFIX_ENV_KEY = pytest.StashKey[str | None]()  # the runtime's variable before this session
 _SESSION_ID_ENV = "EXECUTORCH_HIL_SESSION_ID"
-# JUnit properties and --hil-report (HTML page, results.json): harness/hil_report.py.
-pytest_plugins = ["harness.hil_report"]
+# JUnit properties and --hil-report (HTML page, results.json): harness/report/plugin.py.
+pytest_plugins = ["harness.report.plugin"]
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -138,7 +138,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 
 
 def _keep_labgrid_plugin_out(parser: pytest.Parser, pluginmanager) -> None:
-    """labgrid is a dependency for its client (harness/farm.py), and pip registers its pytest
+    """labgrid is a dependency for its client (harness/devices/farm.py), and pip registers its pytest
     plugin for every pytest run. That plugin is not used here, and it would change plain runs:
     its own --lg-coordinator, pytest's log format and -vv live logging, and a StepLogger that
     fails nested (pytester) sessions. It is blocked before it loads, or taken out again if it
@@ -160,7 +160,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     """--hil-suites: collect the suites shipped with the package, as if their directory had
     been given on the command line (before collection arguments are resolved)."""
     if "--hil-suites" in args:
-        from harness.paths import SUITES_DIR
+        from harness.config.paths import SUITES_DIR
 
         known = early_config.known_args_namespace.file_or_dir
         extra = [] if known else ["."]  # keep the user's own tests, which a path would replace
@@ -240,7 +240,7 @@ def _options(config: pytest.Config) -> Options:
         devices = devices or [e["serial"] for e in entries]
         adb_server = adb_server or farm_server
         device_socs = {e["serial"]: e["soc"] for e in entries if "soc" in e}
-    from harness.farm import coordinator_address, parse_tags
+    from harness.devices.farm import coordinator_address, parse_tags
 
     lg_tags = parse_tags(config.getoption("lg_place_tags"))
     lg_coordinator = coordinator_address(config.getoption("lg_coordinator", None))
@@ -329,13 +329,13 @@ def _check_start_up(config: pytest.Config, session: HilSession) -> None:
     known_socs = {k.known_soc(opts): k for k in kinds if k.known_soc(opts)}
     if not config.getoption("ignore_known_issues"):
         config.stash[_ISSUES_KEY] = load_all([Path(p) for p in config.getoption("known_issues")])
-    from harness.program import check_file
+    from harness.programs.pte import check_file
 
     for pte in opts.ptes:
         check_file(pte)  # a wrong path or a file that is not a program: now, not per test
     if opts.ptes:
-        from harness.program import read_program
-        from harness.user_program import check_soc, input_arrays
+        from harness.programs.pte import read_program
+        from harness.programs.user import check_soc, input_arrays
 
         for pte in opts.ptes:
             info = read_program(pte)
@@ -500,7 +500,7 @@ def _skip_builtin_only_suites(config: pytest.Config, items: list[pytest.Item]) -
     parametrized by hil_program) are skipped with the reason; a user's own tests are not."""
     if not config.stash[_SESSION_KEY].options.ptes:
         return
-    from harness.paths import SUITES_DIR
+    from harness.config.paths import SUITES_DIR
 
     suites = SUITES_DIR.resolve()
     reason = ("runs on the built-in models only; with --pte the suites that take a program run "
@@ -777,7 +777,7 @@ def hil_pte(hil_session: HilSession, hil_device) -> Callable[[str | Path], Compi
     inputs read from it, its reference outputs from a solo run on the session's device, and
     refused if it was compiled for another SoC than the device's."""
     def factory(path: str | Path) -> CompiledModel:
-        from harness.program import check_file
+        from harness.programs.pte import check_file
 
         try:
             check_file(Path(path))

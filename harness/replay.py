@@ -3,9 +3,9 @@
 A failing ordering is worth something upstream only when it can be seen again without the
 test (an explorer runs thousands of orderings before its failing one). A run directory (the
 `--artifacts-dir` of a failed or xfailed test: `DIR/<session>/<test>/<scenario>/`) holds the
-scenario file with its programs and inputs, and `replay.json` (harness/driver.py) with each
+scenario file with its programs and inputs, and `replay.json` (harness/scenario/driver.py) with each
 module's model; replay rebuilds the `Scenario` from them, runs it on the target with the
-harness's own device and checks (harness/assertions.py), prints the step table and the
+harness's own device and checks (harness/results/assertions.py), prints the step table and the
 runtime's lines, and exits 1 when a check fails again, 0 when every check holds.
 """
 
@@ -20,17 +20,17 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from harness.compile import CompiledModel, MethodReference, uses_qnn
-from harness.driver import RUN_RECORD
+from harness.programs.compile import CompiledModel, MethodReference, uses_qnn
+from harness.scenario.driver import RUN_RECORD
 from harness.errors import HarnessError
-from harness.failures import HilFailure, run_failures
+from harness.results.failures import HilFailure, run_failures
 from harness.protocol import check_scenario, load_scenario
-from harness.result import ScenarioResult
+from harness.results.run import ScenarioResult
 from harness.scenario import Scenario, parse_scenario
-from harness.tensors import TensorFile
+from harness.protocol.tensors import TensorFile
 
 SCENARIO_FILE = "scenario.json"
-# Delegate ids as the runtime names them -> the harness's BACKEND words (harness/models.py).
+# Delegate ids as the runtime names them -> the harness's BACKEND words (harness/programs/models.py).
 BACKEND_WORDS = {"QnnBackend": "qnn", "XnnpackBackend": "xnnpack"}
 
 
@@ -162,7 +162,7 @@ def _flat(raws: list, steps) -> list:
 
 
 def _backend_of(pte: Path) -> str:
-    from harness.program import read_program
+    from harness.programs.pte import read_program
 
     backends = [BACKEND_WORDS.get(b, b.lower()) for b in read_program(pte).backends]
     return "+".join(backends) or "portable"
@@ -183,7 +183,7 @@ def gone_paths(scenario: Scenario) -> list[str]:
 def checks_for(scenario: Scenario) -> list[tuple[str, Callable[[ScenarioResult], None]]]:
     """The checks a HIL test makes of every run (steps, outputs, and for QNN programs the
     trace-based isolation and live counts), by name."""
-    from harness.assertions import (assert_isolation, assert_live_counts,
+    from harness.results.assertions import (assert_isolation, assert_live_counts,
                                     assert_outputs_consistent, assert_steps_ok)
 
     checks = [("steps", assert_steps_ok), ("outputs", assert_outputs_consistent)]
@@ -301,7 +301,7 @@ def open_session(args: argparse.Namespace, soc: str | None, artifacts: Path):
 
 
 def main(argv: list[str]) -> int:
-    from harness.driver import ScenarioDriver
+    from harness.scenario.driver import ScenarioDriver
 
     parser = _parser()
     try:

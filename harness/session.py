@@ -11,21 +11,21 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.compile import CompiledModel, compile_model
+from harness.programs.compile import CompiledModel, compile_model
 from harness.config import SocConfig
 from harness.devices.base import Device
 from harness.devices.farm_device import FarmDevice
 from harness.devices.kinds import OpenContext, kind_for, worker_target
 from harness.errors import DeviceError, HarnessError, ModelError
-from harness.models import get_model
+from harness.programs.models import get_model
 from harness.qnn.sdk import QnnSdk, discover, executorch_version
 from harness.runner.select import RunnerChoice, choose_runner
-from harness.user_program import check_soc
+from harness.programs.user import check_soc
 
 if TYPE_CHECKING:
     import pytest
 
-    from harness.farm import Lease
+    from harness.devices.farm import Lease
 
 
 @dataclasses.dataclass
@@ -56,7 +56,7 @@ class Options:
     # also from EXECUTORCH_HIL_REACQUIRE_S, e.g. for a farm run in a test).
     connect_s: float | None = None
     reacquire_s: float | None = None
-    # A labgrid farm (harness/farm.py): with place tags, each worker reserves a place with
+    # A labgrid farm (harness/devices/farm.py): with place tags, each worker reserves a place with
     # those tags on the coordinator (HOST:PORT) instead of taking a --device.
     lg_coordinator: str | None = None
     lg_place_tags: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -81,7 +81,7 @@ class HilSession:
         self._programs: dict[Path, CompiledModel] = {}
         self._program_errors: dict[Path, ModelError] = {}
         self.notices: list[str] = []
-        self._farm = None  # harness.farm.LabgridFarm, on a labgrid farm
+        self._farm = None  # harness.devices.farm.LabgridFarm, on a labgrid farm
         self._failover_error: HarnessError | None = None
         self._events_sent = 0  # farm events already handed to a test report
         self.farm_tests: dict[str, list[str]] = {}  # device label -> "nodeid outcome", in order
@@ -165,7 +165,7 @@ class HilSession:
         preflight. A place whose phone is not online or fails preflight is retired (tagged
         unhealthy, released) and the next one is reserved; an error of this host's own set-up
         (the phone is online, the set-up failed anyway) releases the place and is raised."""
-        from harness.farm import LabgridFarm
+        from harness.devices.farm import LabgridFarm
 
         opts = self.options
         if self._farm is None:
@@ -288,10 +288,10 @@ class HilSession:
     def model(self, name: str, precision: str = "fp16",
               options: dict | None = None) -> CompiledModel:
         """The registry model `name` compiled for this session's SoC; `options` are QNN compile
-        options (harness.compile.COMPILE_OPTIONS), e.g. {"multi_contexts": True}."""
+        options (harness.programs.compile.COMPILE_OPTIONS), e.g. {"multi_contexts": True}."""
         import json
 
-        from harness.compile import normalize_options
+        from harness.programs.compile import normalize_options
 
         normalized = normalize_options(options)
         key = (name, precision, json.dumps(normalized, sort_keys=True))
@@ -303,12 +303,12 @@ class HilSession:
         return self._models[key]
 
     def program(self, path: Path) -> CompiledModel:
-        """A user's own `.pte` (harness.user_program): read, checked against the device's SoC,
+        """A user's own `.pte` (harness.programs.user): read, checked against the device's SoC,
         given inputs, and its reference taken from a solo run on this session's device."""
-        from harness.driver import ScenarioDriver
-        from harness.failures import run_failures
-        from harness.program import read_program
-        from harness.user_program import (program_model, solo_failure_text, solo_scenario,
+        from harness.scenario.driver import ScenarioDriver
+        from harness.results.failures import run_failures
+        from harness.programs.pte import read_program
+        from harness.programs.user import (program_model, solo_failure_text, solo_scenario,
                                           with_reference)
 
         path = Path(path).resolve()

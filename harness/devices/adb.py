@@ -61,10 +61,12 @@ from harness.devices.adb_address import adb_server_address, check_environment
 check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
 import adbutils  # noqa: E402
 
-from harness import dsp_heap, output_limit, storage
+from harness import output_limit, storage
+
+from harness.qnn import dsp_heap
 from harness.cache import file_sha256
 from harness.config import SocConfig, soc_for_board_platform
-from harness.compile import uses_qnn
+from harness.programs.compile import uses_qnn
 from harness.devices import adb_wire
 from harness.devices.adb_fork import REPLY_TIMEOUT_S, DeviceForkServer
 from harness.devices.base import Device, DeviceInfo
@@ -77,10 +79,10 @@ from harness.devices.remote_run import (  # noqa: F401  (their names here before
     to_int as _int)
 from harness.devices import workspace as ws_rules
 from harness.errors import ConfigError, DeviceError
-from harness.memory import ALLOCATOR_ENV
+from harness.protocol.memory import ALLOCATOR_ENV
 from harness.protocol import read_events
 from harness.qnn.sdk import TRACE_ENV
-from harness.result import RunOutput
+from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
@@ -201,7 +203,7 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
     """The files and run variables for `build` on this device. On an arm64 phone the harness's
     interposer takes the name libQnnHtp.so in the workspace (first on LD_LIBRARY_PATH) and the
     SDK's real library goes to `qnn/`, so the QNN call trace works there as on the simulator,
-    and the interposer reads the DSP heap (`dsp_heap_setting`, harness.dsp_heap.wanted)."""
+    and the interposer reads the DSP heap (`dsp_heap_setting`, harness.qnn.dsp_heap.wanted)."""
     if build.kind == "arm64-linux" and identity.product != LOOPBACK_PRODUCT:
         raise DeviceError(
             f"{identity.serial} is an arm64 Android device, and the only arm64 runner here is the "

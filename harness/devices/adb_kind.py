@@ -1,5 +1,5 @@
 """The adb device kind: Android devices through an adb server, named `--device SERIAL` (a USB
-id or host:port) or `adb://SERIAL`, and the phones of labgrid places (harness/farm.py).
+id or host:port) or `adb://SERIAL`, and the phones of labgrid places (harness/devices/farm.py).
 
 Kept apart from `harness.devices.adb` (the device), which imports adbutils, and adbutils reads
 the adb environment when imported: the kind's options and start-up checks come first.
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 class AdbKind(DeviceKind):
     """Android devices through an adb server: `--device SERIAL` (a USB id or host:port) or
-    `adb://SERIAL`, and the phones of labgrid places (harness/farm.py)."""
+    `adb://SERIAL`, and the phones of labgrid places (harness/devices/farm.py)."""
 
     name = "adb"
     title = "adb device"

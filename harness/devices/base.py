@@ -16,7 +16,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from harness.result import RunOutput
+from harness.results.run import RunOutput
 from harness.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class Device(abc.ABC):
     # How many independent scenarios may run on the device at once (the ordering explorer's
     # pool); 1 where runs share per-device state (an adb device's run directory and pushes).
     scenario_jobs: int = 1
-    # Whether runs ask QNN for DSP heap readings (harness.dsp_heap), and what the report says
+    # Whether runs ask QNN for DSP heap readings (harness.qnn.dsp_heap), and what the report says
     # about them on this device.
     dsp_heap: bool = False
     dsp_heap_note: str = ""
@@ -111,8 +111,8 @@ class Device(abc.ABC):
         return ["--device", self.info.serial]
 
     def read_state(self) -> dict:
-        """Governors, thermal zones and battery now, for reports (harness.device_state)."""
-        from harness.device_state import read_state
+        """Governors, thermal zones and battery now, for reports (harness.devices.state)."""
+        from harness.devices.state import read_state
 
         return read_state(self)
 

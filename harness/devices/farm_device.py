@@ -1,4 +1,4 @@
-"""The session's device on a labgrid farm (harness/farm.py): whichever phone the place held now
+"""The session's device on a labgrid farm (harness/devices/farm.py): whichever phone the place held now
 has. A failover switches the phone underneath, so the session-scoped fixtures that hold this
 object go on with the new one; everything else is the phone's own.
 """

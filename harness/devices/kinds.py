@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pytest
 
     from harness.devices.base import Device
-    from harness.farm import Lease
+    from harness.devices.farm import Lease
     from harness.qnn.sdk import QnnSdk
     from harness.runner.select import RunnerChoice
     from harness.session import Options
@@ -53,7 +53,7 @@ class OpenContext:
     sdk: Callable[[], "QnnSdk"]
     simulator_runner: Callable[[], "RunnerChoice"]
     config: "pytest.Config | None" = None
-    # A labgrid place the device comes from (harness/farm.py): its adb server and SoC tag.
+    # A labgrid place the device comes from (harness/devices/farm.py): its adb server and SoC tag.
     place: "Lease | None" = None
 
     def option(self, name: str, default: Any = None) -> Any:

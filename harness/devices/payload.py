@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path, PurePosixPath
 
-from harness import dsp_heap
+from harness.qnn import dsp_heap
 
 
 def qnn_simulator_libraries(lib_dir: Path, workspace: PurePosixPath) -> dict[Path, PurePosixPath]:

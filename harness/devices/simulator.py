@@ -21,18 +21,20 @@ import threading
 import time
 from pathlib import Path
 
-from harness import dsp_heap, storage
-from harness.compile import uses_qnn
+from harness import storage
+
+from harness.qnn import dsp_heap
+from harness.programs.compile import uses_qnn
 from harness.output_limit import limit_bytes, notes_over, read_capped
 from harness.protocol import read_events
 from harness.config import load_soc, simulator_config, soc_config
 from harness.devices.base import Device, DeviceInfo, Limits
 from harness.devices.kinds import SIMULATOR, DeviceKind, OpenContext
 from harness.errors import HarnessError
-from harness.memory import ALLOCATOR_ENV
+from harness.protocol.memory import ALLOCATOR_ENV
 from harness.process import ProcessOutput, kill_by_environment, run_process
 from harness.qnn.sdk import TRACE_ENV, QnnSdk
-from harness.result import RunOutput
+from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerPool
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
@@ -93,7 +95,7 @@ class SimulatorDevice(Device):
         return ["--simulator"] + (["--runner", "python"] if self.runner_kind == "python" else [])
 
     def read_state(self) -> dict:
-        from harness.device_state import SIMULATOR_REASON, unavailable
+        from harness.devices.state import SIMULATOR_REASON, unavailable
 
         return unavailable(SIMULATOR_REASON)
 

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from harness.cache import file_sha256
-from harness.driver import RUN_RECORD
+from harness.scenario.driver import RUN_RECORD
 from harness.export.cpp import export_cpp
 from harness.export.plan import Plan
 from harness.export.python import export_python
@@ -149,7 +149,7 @@ def _readme(run: RunRecord, plan: Plan, name: str, referenced: list) -> str:
 
 def _failing_step_log(run: RunRecord, step: int, limit: int = 20) -> str:
     """The runtime's stderr lines of `step` in the recorded run (the runners mark steps)."""
-    from harness.result import split_log_by_step
+    from harness.results.run import split_log_by_step
 
     lines = split_log_by_step(_text(run.stderr_file)).get(step, "").strip().splitlines()
     return "\n".join(lines[-limit:])

@@ -2,7 +2,7 @@
 
 Built from a recorded run (harness/replay.py): each step with the files it reads (renamed
 into the export's `data/` directory), whether its error is allowed, and the live QNN context
-count the reference model (harness/reference.py) predicts after it, which is what the
+count the reference model (harness/scenario/reference.py) predicts after it, which is what the
 framework's live-count and isolation checks compare the trace with.
 """
 
@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 
 from harness.cache import file_sha256
-from harness.compile import uses_qnn
+from harness.programs.compile import uses_qnn
 from harness.errors import HarnessError
-from harness.reference import predict
+from harness.scenario.reference import predict
 from harness.replay import RunRecord
 
 # `parallel` sub-steps run on one thread each, released together (runner-protocol.md).

@@ -71,7 +71,7 @@ def serve(preload: list[str]) -> int:
     # kept for replies and fd 1 points at the log (stderr) until a child takes its own.
     _REPLIES[0] = os.dup(1)
     os.dup2(2, 1)
-    import harness.memory  # noqa: F401
+    import harness.protocol.memory  # noqa: F401
     from harness.runner.python_runner import pybindings
 
     pybindings()  # torch and the runtime's extension: what every scenario needs, loaded once

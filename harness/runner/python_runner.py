@@ -5,7 +5,7 @@ wheels, the same extension under its earlier name): the public `portable_lib` wr
 imports all of `exir` (seconds per process, and every scenario is a fresh process). Modules
 are `_load_program` objects and methods are the method objects the runner holds itself, because
 `executorch.runtime.Program.load_method` caches methods for the program's lifetime and so
-cannot unload one. Contract: harness/protocol.py (docs/runner-protocol.md explains it).
+cannot unload one. Contract: harness/protocol/__init__.py (docs/runner-protocol.md explains it).
 
 A `parallel` step runs each sub-step on its own `threading.Thread`, released together by a
 `threading.Barrier`. The threads really are concurrent only where the pybindings drop the GIL;
@@ -82,13 +82,13 @@ class Runner:
     def array(self, spec: TensorSpec):
         import numpy as np
 
-        from harness.tensors import numpy_dtype
+        from harness.protocol.tensors import numpy_dtype
 
         dtype = numpy_dtype(spec.dtype)
         return np.fromfile(self.scenario.path(spec.file), dtype=dtype).reshape(spec.shape)
 
     def tensor(self, spec: TensorSpec):
-        from harness.tensors import numpy_to_torch
+        from harness.protocol.tensors import numpy_to_torch
 
         return numpy_to_torch(self.array(spec))
 
@@ -135,7 +135,7 @@ class Runner:
     def execute(self, step: ScenarioStep) -> dict:
         import numpy as np
 
-        from harness.tensors import dtype_name, is_float, torch_to_numpy
+        from harness.protocol.tensors import dtype_name, is_float, torch_to_numpy
 
         module = self._module(step)
         loaded = self.methods[step.module]
@@ -259,7 +259,7 @@ class Runner:
         return event
 
     def run(self) -> int:
-        from harness.memory import read_self
+        from harness.protocol.memory import read_self
 
         emit({"event": "start", "runner": "python", "pid": os.getpid(),
               "scenario": self.scenario.name})

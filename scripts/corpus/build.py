@@ -36,7 +36,7 @@ def _eager_accepts(methods: dict, arrays: dict) -> str:
     import torch
     from torch.utils._pytree import tree_flatten, tree_unflatten
 
-    from harness.tensors import numpy_to_torch
+    from harness.protocol.tensors import numpy_to_torch
 
     for name, (module, example) in methods.items():
         flat, structure = tree_flatten(example)
@@ -54,8 +54,8 @@ def _eager_accepts(methods: dict, arrays: dict) -> str:
 def _given_inputs(pte: Path, methods: dict) -> None:
     import numpy as np
 
-    from harness.tensors import torch_to_numpy
-    from harness.user_program import inputs_dir
+    from harness.protocol.tensors import torch_to_numpy
+    from harness.programs.user import inputs_dir
 
     for name, (_, inputs) in methods.items():
         directory = inputs_dir(pte) / name
@@ -66,8 +66,8 @@ def _given_inputs(pte: Path, methods: dict) -> None:
 
 def build_one(name: str, precision: str, kind: str, methods: dict, lower, out: Path,
               soc: str, given: bool) -> dict:
-    from harness.program import read_program
-    from harness.user_program import input_arrays
+    from harness.programs.pte import read_program
+    from harness.programs.user import input_arrays
 
     started = time.monotonic()
     pte = out / f"{name}.pte"

@@ -9,7 +9,7 @@ session with `--pte`, prints program x outcome, and exits 1 on any of:
 
 - an ERROR or a FAIL (a setup error, an unexpected failure, an XPASS(strict));
 - a QNN program whose S1 is not an XFAIL of the known delegate-cache bug (an xfail needs the
-  runtime's own words, see harness.known_issues) or whose S4 does not pass;
+  runtime's own words, see harness.results.known_issues) or whose S4 does not pass;
 - a program with two delegated methods whose S2 does not pass or whose S3 is not an XFAIL;
 - a skip other than S2/S3 of a program with fewer than two delegated methods;
 - a program whose inputs, as the suites feed them, eager PyTorch refuses.
@@ -147,7 +147,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="where the JUnit XML and the table go (default: a temp dir)")
     args = parser.parse_args(argv)
-    from harness.paths import SUITES_DIR
+    from harness.config.paths import SUITES_DIR
 
     corpus = corpus_dir(args.soc)
     build(corpus, args.soc)

@@ -100,7 +100,7 @@ def lower(methods: dict, soc: str, precision: str) -> bytes:
         to_edge_transform_and_lower_to_qnn,
     )
 
-    from harness.compile_worker import _quantize as quantize  # the built-in int8 builds' own
+    from harness.programs.compile_worker import _quantize as quantize  # the built-in int8 builds' own
 
     specs = generate_qnn_executorch_compiler_spec(
         soc_model=get_soc_to_chipset_map()[soc],

@@ -3,7 +3,7 @@ give the same verdict: statuses, error codes, live QNN counts and output hashes,
 
 from __future__ import annotations
 
-from harness.result import ScenarioResult
+from harness.results.run import ScenarioResult
 
 
 def same_steps(fork: ScenarioResult, process: ScenarioResult) -> None:

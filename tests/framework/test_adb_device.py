@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness.cache import cache_root
-from harness.driver import ScenarioDriver
+from harness.scenario.driver import ScenarioDriver
 from harness.errors import ConfigError, DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
 from harness.qnn.sdk import discover
@@ -274,10 +274,10 @@ def test_dsp_heap_readings_come_back_over_adb(tmp_path_factory, tmp_path, sdk, c
     """The phone path of the DSP heap reading: the payload's variable, the interposer on the
     device, the trace pulled back with the run's output, the check. The device's libQnnHtp.so
     is the DSP emulation of test_dsp_heap_chain.py (a phone's answers over the simulator)."""
-    from harness import dsp_heap
-    from harness.assertions import assert_dsp_heap_bounded, assert_steps_ok
+    from harness.qnn import dsp_heap
+    from harness.results.assertions import assert_dsp_heap_bounded, assert_steps_ok
     from harness.qnn.trace import replay
-    from harness.scenarios import s4_cleanup_reload
+    from harness.scenario.library import s4_cleanup_reload
 
     emulation = build_emulation(tmp_path_factory.mktemp("dsp"))
     env = {**sdk.device_environment(), "HARNESS_QNN_REAL_HTP": str(emulation),

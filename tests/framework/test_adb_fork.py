@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from harness.devices.adb import RUNNER_NAME, STDOUT_FILE, RunInterrupted
-from harness.driver import ScenarioDriver
+from harness.scenario.driver import ScenarioDriver
 from harness.scenario import Scenario
-from harness.scenarios import s1_two_modules, s4_cleanup_reload
+from harness.scenario.library import s1_two_modules, s4_cleanup_reload
 from harness.session import HilSession
-from harness.xnnpack import cache_options
+from harness.results.xnnpack import cache_options
 
 from adb_options import adb_options
 from phones import phone  # noqa: F401 -- the module's loopback phone fixture

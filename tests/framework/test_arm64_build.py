@@ -264,8 +264,8 @@ def _aarch64_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def xnn_case(tmp_path_factory):
     """The XNNPACK linear stack (.pte is architecture independent) and a scenario over it."""
-    from harness.compile import compile_model
-    from harness.models import get_model
+    from harness.programs.compile import compile_model
+    from harness.programs.models import get_model
     from harness.qnn.sdk import discover
     from harness.scenario import Scenario
 

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from harness import compile as hc
-from harness.compile import (CompiledModel, cache_dir_name, cache_key, compile_model,
+from harness.programs import compile as hc
+from harness.programs.compile import (CompiledModel, cache_dir_name, cache_key, compile_model,
                              normalize_options)
 from harness.errors import ModelError
-from harness.models import get_model
+from harness.programs.models import get_model
 from harness.session import HilSession
 
 

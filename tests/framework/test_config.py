@@ -214,7 +214,7 @@ def test_farm_entries_keep_soc_only_when_set(tmp_path):
 
 
 def test_validate_data_formats_without_lines():
-    from harness.schema import validate_data
+    from harness.config.schema import validate_data
 
     with pytest.raises(ConfigError) as exc:
         validate_data({"devices": [{"serial": "a", "sco": "x"}]}, FarmFile, source="--farm",

@@ -1,4 +1,4 @@
-"""DSP heap readings (harness/dsp_heap.py, the interposer's `dsp_heap` trace lines): replay per
+"""DSP heap readings (harness/qnn/dsp_heap.py, the interposer's `dsp_heap` trace lines): replay per
 step, the bounds check and what a missing reading means, and which devices ask for them.
 
 The readings themselves come from a phone's HTP; test_dsp_heap_chain.py runs the interposer
@@ -9,12 +9,12 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from harness import dsp_heap
-from harness.assertions import assert_dsp_heap_bounded
-from harness.compile import CompiledModel, MethodReference
+from harness.qnn import dsp_heap
+from harness.results.assertions import assert_dsp_heap_bounded
+from harness.programs.compile import CompiledModel, MethodReference
 from harness.devices import adb
 from harness.qnn.trace import parse_trace, replay
-from harness.result import RunOutput, ScenarioResult
+from harness.results.run import RunOutput, ScenarioResult
 from harness.results import step_memory
 from harness.runner.select import DeviceBuild
 from harness.scenario import Scenario

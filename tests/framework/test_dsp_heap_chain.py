@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import dsp_heap
-from harness.assertions import assert_dsp_heap_bounded, assert_live_counts, assert_steps_ok
+from harness.qnn import dsp_heap
+from harness.results.assertions import assert_dsp_heap_bounded, assert_live_counts, assert_steps_ok
 from harness.devices.simulator import SimulatorDevice
-from harness.driver import ScenarioDriver
+from harness.scenario.driver import ScenarioDriver
 from harness.qnn.trace import replay
 from harness.runner.select import choose_runner
-from harness.scenarios import s4_cleanup_reload
+from harness.scenario.library import s4_cleanup_reload
 
 from dsp_emulation import build_emulation
 

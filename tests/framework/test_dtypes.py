@@ -15,12 +15,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness.driver import ScenarioDriver
-from harness.program import read_program
+from harness.scenario.driver import ScenarioDriver
+from harness.programs.pte import read_program
 from harness.runner.select import choose_runner
 from harness.scenario import Scenario
-from harness.tensors import TensorFile, load_array, write_array
-from harness.user_program import (inputs_dir, program_model, solo_scenario, with_reference)
+from harness.protocol.tensors import TensorFile, load_array, write_array
+from harness.programs.user import (inputs_dir, program_model, solo_scenario, with_reference)
 
 pytest_plugins = ["pytester"]
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from harness.devices.simulator import SimulatorDevice
-from harness.driver import ScenarioDriver
+from harness.scenario.driver import ScenarioDriver
 from harness.errors import ModelError
 from harness.runner.select import RunnerChoice, choose_runner
 from harness.scenario import Scenario
@@ -58,9 +58,9 @@ def test_a_runner_given_random_bytes_reports_a_step_error(compiled_model, hil_de
     import dataclasses
     import random
 
-    from harness.assertions import assert_completed
+    from harness.results.assertions import assert_completed
     from harness.qnn.trace import parse_trace
-    from harness.result import ScenarioResult
+    from harness.results.run import ScenarioResult
 
     if not isinstance(hil_device, SimulatorDevice):
         pytest.skip("runs a chosen runner on the host simulator; other devices use the native one")
@@ -152,10 +152,10 @@ def test_a_short_input_file_is_refused_before_any_step(compiled_model, hil_devic
     (tests/framework/test_protocol.py)."""
     import dataclasses
 
-    from harness.compile import MethodReference
+    from harness.programs.compile import MethodReference
     from harness.qnn.trace import parse_trace
-    from harness.result import ScenarioResult
-    from harness.tensors import TensorFile
+    from harness.results.run import ScenarioResult
+    from harness.protocol.tensors import TensorFile
 
     if hil_device.info.kind != "simulator":
         pytest.skip("runs both runners on the host simulator")

@@ -14,7 +14,7 @@ import pytest
 
 from harness.cache import cache_root
 from harness.runtime import from_prefix
-from harness.runtime_envs import RuntimeEnvError, unpacked_wheel
+from harness.runtime.envs import RuntimeEnvError, unpacked_wheel
 
 pytest_plugins = ["pytester"]
 CACHE = cache_root()

@@ -1,4 +1,4 @@
-"""Device farms on labgrid (harness/farm.py) against a real labgrid 26.0.1 coordinator and
+"""Device farms on labgrid (harness/devices/farm.py) against a real labgrid 26.0.1 coordinator and
 exporter on 127.0.0.1, with loopback phones (x86_64, running on the host's HTP simulator) as
 places tagged soc=SM8650:
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from harness.cache import cache_root
-from harness.farm import UNHEALTHY_TAG, load_exporter_config, parse_tags
+from harness.devices.farm import UNHEALTHY_TAG, load_exporter_config, parse_tags
 from harness.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from harness.devices.simulator import SimulatorDevice
-from harness.driver import ScenarioDriver
-from harness.memory import ALLOCATOR_ENV
+from harness.scenario.driver import ScenarioDriver
+from harness.protocol.memory import ALLOCATOR_ENV
 from harness.runner.fork_server import ForkServer, ForkServerError
 from harness.runner.select import choose_runner
 from harness.scenario import Scenario
-from harness.scenarios import s1_two_modules, s4_cleanup_reload
+from harness.scenario.library import s1_two_modules, s4_cleanup_reload
 
 from run_parity import same_steps
 

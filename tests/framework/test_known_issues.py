@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.assertions import (assert_completed, assert_isolation, assert_live_counts,
+from harness.results.assertions import (assert_completed, assert_isolation, assert_live_counts,
                                 assert_steps_ok)
-from harness.compile import CompiledModel, MethodReference
+from harness.programs.compile import CompiledModel, MethodReference
 from harness.errors import ConfigError
-from harness.failures import failure_of, run_failures
-from harness.known_issues import (DEFAULT_PATH, PROJECT_ROOT, KnownIssue, issue_for, load_all,
+from harness.results.failures import failure_of, run_failures
+from harness.results.known_issues import (DEFAULT_PATH, PROJECT_ROOT, KnownIssue, issue_for, load_all,
                                   load_known_issues, uncovered)
-from harness.result import RunOutput, ScenarioResult
+from harness.results.run import RunOutput, ScenarioResult
 from harness.protocol import EVENT_PREFIX
-from harness.scenarios import s1_two_modules
+from harness.scenario.library import s1_two_modules
 
 ISOLATION = PROJECT_ROOT / "tests" / "hil" / "test_isolation.py"
 KNOWN_ERROR = ("E 00:00:00.069393 executorch:QnnExecuTorchBackend.cpp:128] DelegateHandle has "

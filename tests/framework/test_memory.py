@@ -1,6 +1,6 @@
 """smaps_rollup, smaps mapping and fdinfo parsing (the same parsers serve devices and hosts)."""
 
-from harness.memory import parse_fdinfo, parse_mappings, parse_rollup, read_self
+from harness.protocol.memory import parse_fdinfo, parse_mappings, parse_rollup, read_self
 
 SMAPS = """7f0000000000-7f0000100000 r--p 00000000 08:01 123 /data/cache.bin
 Size:               1024 kB

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.driver import ScenarioDriver
+from harness.scenario.driver import ScenarioDriver
 from harness.output_limit import LIMIT_ENV, CappedBuffer, read_capped
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario

@@ -16,7 +16,7 @@ def shared_cache(monkeypatch):
     monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(CACHE))
 
 S2_LIKE = """
-from harness.assertions import assert_steps_ok
+from harness.results.assertions import assert_steps_ok
 from harness.scenario import Scenario
 
 def test_two_methods(compiled_model, scenario_driver):
@@ -121,10 +121,10 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.assertions import assert_isolation, assert_outputs_consistent, assert_steps_ok
-from harness.compile import MethodReference
-from harness.scenarios import s1_two_modules
-from harness.tensors import TensorFile
+from harness.results.assertions import assert_isolation, assert_outputs_consistent, assert_steps_ok
+from harness.programs.compile import MethodReference
+from harness.scenario.library import s1_two_modules
+from harness.protocol.tensors import TensorFile
 
 def wrong_reference(model, tmp_path):
     ref = model.methods["forward"]

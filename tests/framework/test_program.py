@@ -1,6 +1,6 @@
-"""harness.program: what a `.pte` says it was compiled for, and `python -m harness inspect`.
+"""harness.programs.pte: what a `.pte` says it was compiled for, and `python -m harness inspect`.
 
-Every built-in model is compiled once (module fixture; cached on disk by harness.compile) for
+Every built-in model is compiled once (module fixture; cached on disk by harness.programs.compile) for
 each of its precisions, the QNN ones also with the S7 options and linear_relu also for SM8750,
 and the program read back must report exactly what the compile asked for. Reading a program
 imports executorch (about 5 s), so however warm the caches, three child processes of this file
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import program as hp
-from harness.compile import CompiledModel, compile_model
+from harness.programs import pte as hp
+from harness.programs.compile import CompiledModel, compile_model
 from harness.errors import ModelError
-from harness.models import get_model, registry
-from harness.program import (FILE_IDENTIFIER, ProgramInfo, QnnDelegate, TensorSpec, check_file,
+from harness.programs.models import get_model, registry
+from harness.programs.pte import (FILE_IDENTIFIER, ProgramInfo, QnnDelegate, TensorSpec, check_file,
                              inspect_program, read_program)
 from harness.qnn.sdk import discover
 

@@ -1,4 +1,4 @@
-"""The inputs the suites feed a user's program (harness.user_program): generated integers are
+"""The inputs the suites feed a user's program (harness.programs.user): generated integers are
 valid indices, a mask the program's metadata describes is built from it, and an input the
 runners cannot feed is refused naming program, method, input index and dtype."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from harness.errors import ModelError
-from harness.program import MethodInfo, ProgramInfo, TensorSpec
-from harness.user_program import describe_inputs, input_arrays
+from harness.programs.pte import MethodInfo, ProgramInfo, TensorSpec
+from harness.programs.user import describe_inputs, input_arrays
 
 
 def program(tmp_path, inputs, metadata=None) -> ProgramInfo:

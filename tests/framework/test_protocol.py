@@ -1,4 +1,4 @@
-"""harness/protocol.py on its own: exit codes, the wire format, scenario validation, typed
+"""harness/protocol/__init__.py on its own: exit codes, the wire format, scenario validation, typed
 events, and that it stays cheap to import. Both runners against it: test_protocol_conformance.py.
 """
 
@@ -145,7 +145,7 @@ def test_load_scenario_checks_json_files_and_sizes(tmp_path):
 
 
 def test_the_builder_writes_only_valid_scenarios(tmp_path):
-    from harness.compile import CompiledModel, MethodReference
+    from harness.programs.compile import CompiledModel, MethodReference
     from harness.scenario import Scenario
 
     model = CompiledModel("m", "xnnpack", "SM8650", "fp32", tmp_path / "m.pte",

@@ -1,4 +1,4 @@
-"""Both runners against the runner protocol (harness/protocol.py), on one set of scenario files.
+"""Both runners against the runner protocol (harness/protocol/__init__.py), on one set of scenario files.
 
 data/scenarios/good/*.json: scenarios both runners must run. Both must exit with the same code
 (`GOOD_EXIT`, else OK), and write event streams that validate against the protocol's typed

@@ -10,21 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from harness import xnnpack
-from harness.compare import compare, main as compare_main, render
-from harness.compile import CompiledModel, MethodReference
-from harness.device_state import SIMULATOR_REASON, parse_state
-from harness.failures import run_failures
-from harness.hil_report import kept_runs
-from harness.report_html import devices_section, failing_steps, known_issues_section, extras_for_test
-from harness.report_plots import scenario_plot
-from harness.result import RunOutput, ScenarioResult
+from harness.results import xnnpack
+from harness.results.compare import compare, main as compare_main, render
+from harness.programs.compile import CompiledModel, MethodReference
+from harness.devices.state import SIMULATOR_REASON, parse_state
+from harness.results.failures import run_failures
+from harness.report.plugin import kept_runs
+from harness.report.html import devices_section, failing_steps, known_issues_section, extras_for_test
+from harness.report.plots import scenario_plot
+from harness.results.run import RunOutput, ScenarioResult
 from harness.results import (SCHEMA, ResultsError, junit_properties, load_results, run_entry,
                              metrics_of)
 from harness.protocol import EVENT_PREFIX, STEP_MARKER
 from harness.scenario import Scenario
 from harness.qnn.trace import parse_trace
-from harness.tensors import TensorFile
+from harness.protocol.tensors import TensorFile
 
 NODE = "tests/hil/test_x.py::test_y"
 

@@ -7,8 +7,8 @@ compared too, not only the happy path.
 
 import pytest
 
-from harness.driver import ScenarioDriver
-from harness.reference import predict
+from harness.scenario.driver import ScenarioDriver
+from harness.scenario.reference import predict
 from harness.runner.select import choose_runner
 from harness.scenario import Scenario
 

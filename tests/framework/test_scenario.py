@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.compile import CompiledModel, MethodReference
-from harness.reference import predict
+from harness.programs.compile import CompiledModel, MethodReference
+from harness.scenario.reference import predict
 from harness.scenario import Scenario, ScenarioError, parse_scenario
-from harness.tensors import TensorFile
+from harness.protocol.tensors import TensorFile
 
 
 def fake_model(tmp_path: Path, methods=("forward",), backend="qnn") -> CompiledModel:
@@ -173,7 +173,7 @@ def fake_result(sc, contexts_after, creates_in_step=None):
     step i (each a list of handle values); `creates_in_step[i]` extra contexts are created and
     freed again inside step i."""
     from harness.qnn.trace import parse_trace
-    from harness.result import RunOutput, ScenarioResult
+    from harness.results.run import RunOutput, ScenarioResult
 
     lines, events, live = ["api core=2.40.0"], [], set()
     for i, handles in enumerate(contexts_after):
@@ -192,7 +192,7 @@ def fake_result(sc, contexts_after, creates_in_step=None):
 
 
 def test_isolation_counts_contexts_of_a_parallel_load(tmp_path):
-    from harness.assertions import assert_isolation, context_owners, owned_by
+    from harness.results.assertions import assert_isolation, context_owners, owned_by
 
     model = fake_model(tmp_path)
     sc = Scenario("s5").load_module("A", model).load_module("B", model)
@@ -229,7 +229,7 @@ def llm_shaped(tmp_path: Path) -> CompiledModel:
 
 
 def test_suites_choose_their_methods_from_the_program(tmp_path):
-    from harness.scenarios import first_method, method_pair, s1_two_modules, s4_cleanup_reload
+    from harness.scenario.library import first_method, method_pair, s1_two_modules, s4_cleanup_reload
 
     model = llm_shaped(tmp_path)
     assert first_method(model) == "prefill_forward"  # never a metadata method for S1

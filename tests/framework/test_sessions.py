@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from harness.cache import cache_root, file_sha256
-from harness.compile import cache_dir_name, compile_model
-from harness.models import get_model
+from harness.programs.compile import cache_dir_name, compile_model
+from harness.programs.models import get_model
 from harness.qnn.sdk import discover
 
 ROOT = Path(__file__).resolve().parents[2]

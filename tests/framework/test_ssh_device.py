@@ -18,7 +18,7 @@ from harness.devices.kinds import kind_for
 from harness.devices.ssh import SshKind
 from harness.devices.ssh.board import open_board
 from harness.devices.ssh.target import parse_target
-from harness.driver import ScenarioDriver
+from harness.scenario.driver import ScenarioDriver
 from harness.errors import ConfigError, DeviceError
 from harness.qnn.sdk import discover
 from harness.scenario import Scenario

@@ -56,9 +56,9 @@ def test_torn_last_line_is_ignored_and_garbage_is_an_error():
 def test_missing_trace_is_reported_not_read_as_zero(tmp_path):
     """A QNN method was loaded and no trace came back: reported. A QNN module loaded and
     destroyed with no method loaded makes no QNN call, so no trace is right there."""
-    from harness.assertions import assert_live_counts
-    from harness.compile import CompiledModel, MethodReference
-    from harness.result import RunOutput, ScenarioResult
+    from harness.results.assertions import assert_live_counts
+    from harness.programs.compile import CompiledModel, MethodReference
+    from harness.results.run import RunOutput, ScenarioResult
     from harness.scenario import Scenario
 
     model = CompiledModel("m", "qnn", "SM8650", "fp16", tmp_path / "m.pte",
@@ -81,10 +81,10 @@ def test_htp_memory_bound_uses_live_contexts(tmp_path):
     """dma-buf growth is allowed per live context and must return when none is live."""
     import json
 
-    from harness.assertions import assert_htp_memory_bounded
-    from harness.compile import CompiledModel
+    from harness.results.assertions import assert_htp_memory_bounded
+    from harness.programs.compile import CompiledModel
     from harness.qnn.trace import parse_trace
-    from harness.result import RunOutput, ScenarioResult
+    from harness.results.run import RunOutput, ScenarioResult
     from harness.scenario import Scenario
 
     model = CompiledModel("m", "qnn", "SM8650", "fp16", tmp_path / "m.pte", {}, 0, 0)

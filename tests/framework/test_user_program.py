@@ -14,7 +14,7 @@ import numpy as np  # imported once: pytester's module snapshots cannot re-impor
 import pytest
 
 from harness.cache import cache_root
-from harness.paths import SUITES_DIR
+from harness.config.paths import SUITES_DIR
 from harness.qnn.sdk import discover
 
 pytest_plugins = ["pytester"]
@@ -93,7 +93,7 @@ def test_a_bad_program_path_is_one_clear_error(pytester, content, message):
 
 OWN_TEST = """
 import numpy as np
-from harness.assertions import assert_steps_ok, assert_isolation
+from harness.results.assertions import assert_steps_ok, assert_isolation
 from harness.scenario import Scenario
 
 def test_my_program(hil_pte, scenario_driver):
@@ -157,8 +157,8 @@ def build():
 '''
 
 MODEL_TEST = """
-from harness.assertions import assert_steps_ok
-from harness.scenarios import s4_cleanup_reload
+from harness.results.assertions import assert_steps_ok
+from harness.scenario.library import s4_cleanup_reload
 
 def test_tiny_gate(compiled_model, scenario_driver):
     model = compiled_model("tiny_gate")

@@ -64,7 +64,7 @@ def outside(tmp_path) -> Path:
 
 def test_installed_package_reads_its_own_data(venv, outside):
     out = _ok(_run([venv / "bin" / "python", "-c",
-                    "import harness, harness.paths as p, sysconfig; "
+                    "import harness, harness.config.paths as p, sysconfig; "
                     "print(sysconfig.get_path('purelib')); print(harness.__file__); "
                     "print(p.DATA_ROOT); print(p.PACKAGE_PARENT)"], cwd=outside))
     site, init, data_root, parent = out.splitlines()

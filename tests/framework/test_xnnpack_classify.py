@@ -1,4 +1,4 @@
-"""harness.xnnpack on synthetic runner events: classification, assertions, runtime counters."""
+"""harness.results.xnnpack on synthetic runner events: classification, assertions, runtime counters."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import xnnpack
-from harness.compile import CompiledModel, MethodReference
-from harness.result import RunOutput, ScenarioResult
+from harness.results import xnnpack
+from harness.programs.compile import CompiledModel, MethodReference
+from harness.results.run import RunOutput, ScenarioResult
 from harness.protocol import EVENT_PREFIX
 from harness.scenario import Scenario
-from harness.tensors import TensorFile
-from harness.xnnpack import (COUNTER_KEYS, add_counter_probes, assert_cache_steps_ok,
+from harness.protocol.tensors import TensorFile
+from harness.results.xnnpack import (COUNTER_KEYS, add_counter_probes, assert_cache_steps_ok,
                              assert_counters_agree, assert_fallback, assert_no_fallback,
                              cache_options, check_counters, classify, classify_load,
                              find_mapping, note_counters, read_counters)

@@ -23,13 +23,13 @@ import os
 
 import pytest
 
-from harness.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
+from harness.results.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
                                 assert_steps_ok)
-from harness.compile import CompiledModel
-from harness.failures import HilFailure, failure_of
-from harness.scenarios import first_method
-from harness.reference import predict
-from harness.result import ScenarioResult
+from harness.programs.compile import CompiledModel
+from harness.results.failures import HilFailure, failure_of
+from harness.scenario.library import first_method
+from harness.scenario.reference import predict
+from harness.results.run import ScenarioResult
 from harness.scenario import Scenario
 
 ZERO = {"backend": 0, "context": 0, "device": 0}

@@ -10,9 +10,9 @@ import dataclasses
 
 import pytest
 
-from harness.assertions import assert_completed
+from harness.results.assertions import assert_completed
 from harness.scenario import Scenario
-from harness.scenarios import first_method
+from harness.scenario.library import first_method
 
 CONTEXT_MAGIC = (0x5678ABCD).to_bytes(4, "little")
 ZERO = {"backend": 0, "context": 0, "device": 0}

@@ -26,10 +26,10 @@ seen in the QNN call trace on the simulator:
 
 import pytest
 
-from harness.assertions import (assert_dsp_heap_bounded, assert_isolation, assert_live_counts,
+from harness.results.assertions import (assert_dsp_heap_bounded, assert_isolation, assert_live_counts,
                                 assert_outputs_consistent, assert_steps_ok)
 from harness.scenario import Scenario
-from harness.scenarios import method_pair
+from harness.scenario.library import method_pair
 
 OPTIONS = {"multi_contexts": True, "spill_fill": True}
 # prefill/decode methods whose prefill activations need a spill-fill buffer.

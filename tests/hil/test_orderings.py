@@ -9,9 +9,9 @@ set runs; the native runner runs all of them.
 
 import pytest
 
-from harness.orderings import (ModulePlan, explore, interleavings, random_interleavings,
+from harness.scenario.orderings import (ModulePlan, explore, interleavings, random_interleavings,
                                scenario_jobs)
-from harness.scenarios import first_method
+from harness.scenario.library import first_method
 
 PYTHON_RUNNER_SAMPLE = 6
 # A device with a round trip per scenario (an adb device) says how many of a large

@@ -4,7 +4,7 @@ Model `xnn_linear_stack` (8 x Linear(1024, 1024) fp32, 32 MiB of weights in `for
 to XNNPACK. Every launch is a fresh runner process (`scenario_driver.run`): snapshot, load the
 module with the cache options, first execute (delegate init packs the weights), the runtime's
 counter probes, a second execute, destroy. Placement is judged from measured memory
-(harness.xnnpack): heap = Anonymous growth from before load to after the first execute;
+(harness.results.xnnpack): heap = Anonymous growth from before load to after the first execute;
 mapped = Rss of the cache file's own mappings.
 
 What executorch 1.5.1 does, measured (encoded below as the expected outcomes):
@@ -33,12 +33,12 @@ import posixpath
 
 import pytest
 
-from harness.assertions import assert_outputs_consistent
-from harness.compile_worker import load_model_module
-from harness.models import get_model
+from harness.results.assertions import assert_outputs_consistent
+from harness.programs.compile_worker import load_model_module
+from harness.programs.models import get_model
 from harness.qnn.sdk import executorch_version
 from harness.scenario import Scenario
-from harness.xnnpack import (HEAP_LIMIT, MAPPED_MIN, CacheLoad, add_counter_probes,
+from harness.results.xnnpack import (HEAP_LIMIT, MAPPED_MIN, CacheLoad, add_counter_probes,
                              assert_cache_steps_ok, assert_counters_agree, assert_fallback,
                              assert_no_fallback, cache_options, classify_span, note_counters,
                              read_counters)

@@ -19,10 +19,10 @@ import posixpath
 
 import pytest
 
-from harness.assertions import assert_outputs_consistent, assert_steps_ok, memory_growth_kb
-from harness.orderings import ModulePlan, explore, interleavings, scenario_jobs
+from harness.results.assertions import assert_outputs_consistent, assert_steps_ok, memory_growth_kb
+from harness.scenario.orderings import ModulePlan, explore, interleavings, scenario_jobs
 from harness.scenario import Scenario
-from harness.xnnpack import cache_options
+from harness.results.xnnpack import cache_options
 
 CONVS = "xnn_convs"
 STACK = "xnn_linear_stack"  # 32 MiB of fp32 weights: growth per cycle is visible

@@ -33,7 +33,7 @@ from typing import Callable
 
 from harness import output_limit, storage
 from harness.cache import file_sha256
-from harness.compile import uses_qnn
+from harness.programs.compile import uses_qnn
 from harness.config import SocConfig
 from harness.devices import workspace as ws_rules
 from harness.devices.base import Device, DeviceInfo
@@ -47,10 +47,10 @@ from harness.devices.ssh.identify import BoardIdentity
 from harness.devices.ssh.payload import QNN_DIR
 from harness.devices.ssh.transport import SshError, SshTransport, q
 from harness.errors import DeviceError
-from harness.memory import ALLOCATOR_ENV
+from harness.protocol.memory import ALLOCATOR_ENV
 from harness.protocol import read_events
 from harness.qnn.sdk import TRACE_ENV
-from harness.result import RunOutput
+from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
 from harness.scenario import Scenario
 

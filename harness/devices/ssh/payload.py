@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from harness import dsp_heap
+from harness.qnn import dsp_heap
 from harness.devices.payload import Payload
 from harness.errors import DeviceError
 from harness.qnn.sdk import QnnSdk

@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from harness.assertions import assert_completed
+from harness.results.assertions import assert_completed
 from harness.devices.base import Device
 from harness.errors import ModelError
-from harness.program import check_file
+from harness.programs.pte import check_file
 from harness.qnn.trace import parse_trace
-from harness.result import ScenarioResult
+from harness.results.run import ScenarioResult
 from harness.scenario import Scenario
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from harness.compile import CompiledModel, uses_qnn
+from harness.programs.compile import CompiledModel, uses_qnn
 
 MARKER = "hil_programs"
 NEEDS = {

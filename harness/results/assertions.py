@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 import re
 
-from harness.compile import uses_qnn
-from harness.dsp_heap import error_name
-from harness.failures import Failure, HilFailure, inconsistent_outputs, run_failures
-from harness.reference import predict
-from harness.result import ScenarioResult
+from harness.programs.compile import uses_qnn
+from harness.qnn.dsp_heap import error_name
+from harness.results.failures import Failure, HilFailure, inconsistent_outputs, run_failures
+from harness.scenario.reference import predict
+from harness.results.run import ScenarioResult
 from harness.scenario import Step
 
 _RUNTIME_ERROR_LINE = re.compile(r"error|fail|deleted|abort|invalid", re.IGNORECASE)
@@ -285,7 +285,7 @@ def assert_dsp_heap_bounded(result: ScenarioResult, per_context_kb: int, leak_kb
     exceeds `per_context_kb` per live context above its baseline, the reading before the run's
     first context, and is back within `leak_kb` of it whenever a free leaves no context live.
 
-    `expected` says whether the device gives the reading (harness.dsp_heap.wanted); where it
+    `expected` says whether the device gives the reading (harness.qnn.dsp_heap.wanted); where it
     does not (the HTP simulator) there is nothing to check. Where it should, a library that
     refused the profiling, or contexts without any reading, fail: a missing reading must not
     read as a pass."""

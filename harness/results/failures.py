@@ -1,7 +1,7 @@
 """What went wrong in a run, as a list of failures in the order they happened.
 
 A verdict depends on it: a known issue may only excuse a test when every failure of the run is
-that issue (see harness.known_issues), so a wrong output before the known error, or a crash
+that issue (see harness.results.known_issues), so a wrong output before the known error, or a crash
 after it, is never hidden behind an xfail. Each failure carries its kind and the failing step's
 own words (the runner's message and the runtime's log lines written during that step).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from harness.result import ScenarioResult, log_tail
+from harness.results.run import ScenarioResult, log_tail
 
 KINDS = ("error", "mismatch", "crash", "timeout", "incomplete", "refused", "check")
 RUNTIME_KINDS = tuple(k for k in KINDS if k != "check")

@@ -3,7 +3,7 @@
 A test builds a scenario with the fluent methods (`load_module`, `load_method`, `execute`,
 `unload_method`, `destroy_module`, `snapshot`, `set_option`, `get_option`, `parallel`); the
 device stages it (`to_json` with paths as the runner will see them). The JSON form is the
-runner protocol's scenario file: harness/protocol.py defines and validates it.
+runner protocol's scenario file: harness/protocol/__init__.py defines and validates it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.compile import CompiledModel
+from harness.programs.compile import CompiledModel
 from harness.protocol import (MAX_PARALLEL, OPS, PARALLEL_OPS, SCENARIO_VERSION, ScenarioError,
                               ScenarioStep, check_distinct_modules, validate_scenario)
 

@@ -13,7 +13,7 @@ process never imports torch, and caches the answer by the file's sha256. Bad fil
 as `ModelError`s naming the file, checked cheaply (size, file identifier, extended header) before
 anything imports executorch.
 
-    python -m harness.program PROGRAM.pte    # prints the ProgramInfo JSON (exit 3 + {"error"})
+    python -m harness.programs.pte PROGRAM.pte    # prints the ProgramInfo JSON (exit 3 + {"error"})
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from harness.cache import cache_root, file_sha256
 from harness.errors import ModelError
-from harness.paths import PACKAGE_PARENT
+from harness.config.paths import PACKAGE_PARENT
 
 # Flatbuffer file identifier of ExecuTorch programs (bytes 4..8), from `file_identifier` in
 # executorch's exir/_serialize/program.fbs; "ET12" for every executorch 1.x program.
@@ -418,7 +418,7 @@ def _inspect_in_child(path: Path) -> ProgramInfo:
     env = dict(os.environ)
     root = str(PACKAGE_PARENT)
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    out = run_process([sys.executable, "-m", "harness.program", str(path)], env, CHILD_TIMEOUT_S)
+    out = run_process([sys.executable, "-m", "harness.programs.pte", str(path)], env, CHILD_TIMEOUT_S)
     if out.timed_out:
         raise ModelError(f"{path}: reading the program timed out after {CHILD_TIMEOUT_S} s")
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
@@ -457,7 +457,7 @@ def read_program(path: Path, in_process: bool = False) -> ProgramInfo:
 def main(argv: list[str]) -> int:
     """Child entry: print the ProgramInfo JSON on one line, or {"error": ...} and exit 3."""
     if len(argv) != 1:
-        print("usage: python -m harness.program PROGRAM.pte", file=sys.stderr)
+        print("usage: python -m harness.programs.pte PROGRAM.pte", file=sys.stderr)
         return 2
     try:
         info = inspect_program(Path(argv[0]))

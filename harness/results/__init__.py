@@ -4,7 +4,7 @@
 one entry per scenario run, with its steps (op, status, the runtime's message, elapsed ms, live
 QNN counts, memory) and failures, plus one entry per test with its outcome and metrics.
 `python -m harness compare` reads two of them. The same per-test metrics go to JUnit XML as
-properties (harness.hil_report).
+properties (harness.report.plugin).
 
 Everything here works on JSON-ready dicts, so a results.json read back from disk and a run in
 progress are measured by the same code.
@@ -17,8 +17,8 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from harness.failures import Failure
-from harness.result import ScenarioResult, StepResult
+from harness.results.failures import Failure
+from harness.results.run import ScenarioResult, StepResult
 
 SCHEMA = "executorch-hil-results/1"
 MESSAGE_CHARS = 2000  # a failure's message (the runtime's words and log lines) is cut here
@@ -120,7 +120,7 @@ def replay_command(result: ScenarioResult, failures: list[Failure],
 
 
 def xnnpack_entry(load, expected: str | None) -> dict:
-    """One XNNPACK placement verdict a test made (harness.xnnpack.CacheLoad)."""
+    """One XNNPACK placement verdict a test made (harness.results.xnnpack.CacheLoad)."""
     return {"scenario": load.scenario, "module": load.module, "method": load.method,
             "cache_path": load.cache_path, "classification": load.classification,
             "expected": expected, "weight_bytes": load.weight_bytes,
@@ -256,7 +256,7 @@ def _check_fields(path: Path, doc: dict) -> None:
     the document is free to grow."""
     import pydantic
 
-    from harness.results_schema import ResultsDocument
+    from harness.results.schema import ResultsDocument
 
     try:
         ResultsDocument.model_validate(doc)

@@ -34,13 +34,13 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.failures import failure_of, run_failures
+from harness.results.failures import failure_of, run_failures
 from harness.plugin import _ISSUE_KEY, _SESSION_KEY, unmatched_issues
 from harness.qnn.sdk import built_against_core_api, executorch_version
 from harness.runtime import qairt_version
 from harness.results import (SCHEMA, failure_entry, junit_properties, qnn_api, run_entry,
                              metrics_of, xnnpack_entry)
-from harness.xnnpack import collect_verdicts
+from harness.results.xnnpack import collect_verdicts
 
 _STATE_KEY = pytest.StashKey["HilReport"]()
 _VERDICTS_KEY = pytest.StashKey[list]()
@@ -199,7 +199,7 @@ class HilReport:
             raised = data.pop("_raised", None)
             report.hil = data  # shipped to the xdist controller with the report
             if self.directory is not None and call.when == "call":
-                from harness.report_html import extras_for_test
+                from harness.report.html import extras_for_test
 
                 report.extras = list(getattr(report, "extras", [])) + extras_for_test(
                     data, data["runs"], results, raised)
@@ -379,7 +379,7 @@ class HilReport:
     def pytest_html_results_summary(self, prefix, summary, postfix, session) -> None:
         if self.directory is None:
             return
-        from harness.report_html import devices_section, headline_section, known_issues_section
+        from harness.report.html import devices_section, headline_section, known_issues_section
 
         doc = getattr(self, "_doc", None) or self.document(int(session.exitstatus or 0))
         prefix.append(headline_section(doc["devices"], doc["environment"], RESULTS_NAME))

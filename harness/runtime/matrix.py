@@ -5,7 +5,7 @@
 
 Each runtime (every `--executorch` release with every `--qnn` requirement; without `--qnn` the
 global environment's QNN libraries) gets its own cached virtual environment
-(`harness.runtime_envs`), and pytest runs the given arguments there with `--hil-report`, so
+(`harness.runtime.envs`), and pytest runs the given arguments there with `--hil-report`, so
 every cell has its evidence: the runtime's `report.html`, its `results.json` and the artifacts
 of the test's failing runs. The table has one row per test, grouped by the known issue whose
 test patterns name it (whatever the version), and one column per runtime; a cell is XFAIL,
@@ -32,9 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness.known_issues import KnownIssue, load_all
-from harness.paths import DATA_ROOT
-from harness.runtime_envs import RuntimeEnvError, runtime_label, runtime_venv
+from harness.results.known_issues import KnownIssue, load_all
+from harness.config.paths import DATA_ROOT
+from harness.runtime.envs import RuntimeEnvError, runtime_label, runtime_venv
 
 SUITE_TIMEOUT_S = 3600
 _FIRST_WORDS = 60

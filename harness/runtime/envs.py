@@ -60,7 +60,7 @@ if not (list(root.glob("lib/libexecutorch_backend_qnn.so*")) or
           "libqnn_executorch_backend.so)")
 """
 
-ISOLATED = "# Made by the harness: this venv's executorch only (see harness/runtime_envs.py).\n"
+ISOLATED = "# Made by the harness: this venv's executorch only (see harness/runtime/envs.py).\n"
 
 
 def isolate_package(venv: Path) -> bool:
@@ -174,7 +174,7 @@ def runtime_venv(executorch: str, qnn: str | None = None) -> RuntimeVenv:
 
 def _probe(venv: Path) -> str:
     """"" when the venv's release can run here, else why not (the probe's words)."""
-    from harness.paths import DATA_ROOT
+    from harness.config.paths import DATA_ROOT
 
     env = {k: v for k, v in os.environ.items() if k != "EXECUTORCH_HIL_EXECUTORCH_PREFIX"}
     env["PYTHONPATH"] = str(DATA_ROOT)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.compile import uses_qnn
+from harness.programs.compile import uses_qnn
 from harness.scenario import Scenario
 
 

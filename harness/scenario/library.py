@@ -6,7 +6,7 @@ steps. `name` defaults to the scenario's id; pass another to keep artifacts apar
 
 from __future__ import annotations
 
-from harness.compile import CompiledModel
+from harness.programs.compile import CompiledModel
 from harness.scenario import Scenario
 
 

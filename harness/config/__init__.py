@@ -1,6 +1,6 @@
 """Device configuration: YAML per SoC, the simulator, and farms, validated on load.
 
-Each file is validated by a strict pydantic schema (`harness.schema`) at every depth: an unknown
+Each file is validated by a strict pydantic schema (`harness.config.schema`) at every depth: an unknown
 or misspelt key anywhere, a wrong type or a missing key is an error that names the file, the line,
 the key path and what was expected, and lists every such error of the file, because a farm's
 nightly run should fail at start-up with a line someone can act on, not halfway through with a
@@ -17,8 +17,8 @@ from typing import Literal
 from pydantic import Field
 
 from harness.errors import ConfigError
-from harness.paths import CONFIG_DIR
-from harness.schema import StrictModel, load_validated, load_yaml_node
+from harness.config.paths import CONFIG_DIR
+from harness.config.schema import StrictModel, load_validated, load_yaml_node
 
 
 # -- file schemas ---------------------------------------------------------------------------------
@@ -242,8 +242,8 @@ def validate_all(config_dir: Path = CONFIG_DIR) -> list[str]:
                           f"{', '.join(socs)}; keep it in one")
     check("simulator.yaml", lambda: simulator_config(config_dir))
     for path in sorted((config_dir / "farms").glob("*.yaml")):
-        if path.name.startswith("labgrid-"):  # a labgrid exporter config (harness/farm.py)
-            from harness.farm import load_exporter_config
+        if path.name.startswith("labgrid-"):  # a labgrid exporter config (harness/devices/farm.py)
+            from harness.devices.farm import load_exporter_config
 
             check(path.name, lambda p=path: load_exporter_config(p))
         else:
@@ -299,11 +299,11 @@ def validate_file(path: Path, kind: str | None = None) -> str:
     elif kind == "farm":
         load_farm(path)
     elif kind == "labgrid":
-        from harness.farm import load_exporter_config
+        from harness.devices.farm import load_exporter_config
 
         load_exporter_config(path)
     elif kind == "known-issues":
-        from harness.known_issues import load_known_issues
+        from harness.results.known_issues import load_known_issues
 
         load_known_issues(path)
     else:

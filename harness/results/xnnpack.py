@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from harness.result import ScenarioResult, StepResult
+from harness.results.run import ScenarioResult, StepResult
 from harness.scenario import Scenario
 
 BACKEND = "XnnpackBackend"
@@ -254,7 +254,7 @@ def memory_table(result: ScenarioResult, cache_path: str | None = None) -> str:
     return "\n".join(lines)
 
 
-# Verdicts made during a test, for reports (harness.hil_report collects them per test) ---------
+# Verdicts made during a test, for reports (harness.report.plugin collects them per test) ---------
 _verdict_sinks: list[list[tuple[CacheLoad, str | None]]] = []
 
 
@@ -306,8 +306,8 @@ def assert_cache_steps_ok(result: ScenarioResult) -> None:
 
     `get_option` steps are left out: a runtime may reject counter keys it does not know.
     """
-    from harness.assertions import assert_completed, runtime_log
-    from harness.failures import HilFailure, run_failures
+    from harness.results.assertions import assert_completed, runtime_log
+    from harness.results.failures import HilFailure, run_failures
 
     assert_completed(result)
     bad = [(i, s) for i, s in enumerate(result.steps) if s.step.op != "get_option" and not s.ok]

@@ -1,6 +1,6 @@
 """The runner protocol: what a runner reads, writes and exits with. The one definition that the
-Python runner (`harness/runner/python_runner.py`), the harness (`harness/result.py`,
-`harness/scenario.py`) and the conformance test of both runners share; the native runner
+Python runner (`harness/runner/python_runner.py`), the harness (`harness/results/run.py`,
+`harness/scenario/__init__.py`) and the conformance test of both runners share; the native runner
 (`harness/runner/native/`) implements the same rules in C++, and
 tests/framework/test_protocol_conformance.py holds the two to them.
 docs/runner-protocol.md explains it in prose.

@@ -21,11 +21,11 @@ import random
 import re
 from typing import Callable, Collection, Iterable, Iterator, Protocol
 
-from harness.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
+from harness.results.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
                                 assert_steps_ok)
-from harness.compile import CompiledModel
-from harness.reference import predict
-from harness.result import ScenarioResult
+from harness.programs.compile import CompiledModel
+from harness.scenario.reference import predict
+from harness.results.run import ScenarioResult
 from harness.scenario import Scenario
 
 Op = tuple[str, str, str | None]  # (op, module, method)
@@ -202,7 +202,7 @@ class Exploration:
 
 
 class Runner(Protocol):
-    """What runs the orderings: `harness.driver.ScenarioDriver`."""
+    """What runs the orderings: `harness.scenario.driver.ScenarioDriver`."""
 
     def run(self, scenario: Scenario) -> ScenarioResult: ...
 

@@ -18,10 +18,10 @@ from typing import Callable
 
 from harness.cache import cache_root, digest, file_lock, file_sha256
 from harness.errors import ModelError
-from harness.models import ModelSpec
-from harness.paths import PACKAGE_PARENT
+from harness.programs.models import ModelSpec
+from harness.config.paths import PACKAGE_PARENT
 from harness.qnn.sdk import QnnSdk, executorch_version
-from harness.tensors import TensorFile
+from harness.protocol.tensors import TensorFile
 
 WORKER = Path(__file__).with_name("compile_worker.py")
 COMPILE_TIMEOUT_S = 900
@@ -176,7 +176,7 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
         own = current().python_path
         env["PYTHONPATH"] = os.pathsep.join(p for p in (
             str(PACKAGE_PARENT), str(own) if own else "", env.get("PYTHONPATH", "")) if p)
-        cmd = [sys.executable, "-m", "harness.compile_worker", str(spec.path), soc, precision, str(tmp_dir)]
+        cmd = [sys.executable, "-m", "harness.programs.compile_worker", str(spec.path), soc, precision, str(tmp_dir)]
         if options:
             cmd.append(json.dumps(options, sort_keys=True))
         try:

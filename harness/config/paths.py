@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
 _SHIPPED = _PACKAGE_DIR / "_data"
 
 # What a child process needs on PYTHONPATH to `import harness`: the checkout or site-packages.

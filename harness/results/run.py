@@ -85,7 +85,7 @@ class ScenarioResult:
     steps: list[StepResult]
     trace: list[TraceRecord]
     artifacts: Path | None = None
-    # The checks (harness.assertions) a test made of this run, in order: the run's record
+    # The checks (harness.results.assertions) a test made of this run, in order: the run's record
     # keeps them, so `python -m harness replay` judges a replay by the same ones.
     checks: list[str] = dataclasses.field(default_factory=list)
 

@@ -3,7 +3,7 @@ models: `harness.results.load_results` checks a document against them, so `harne
 a file with wrong types or missing node ids says which field, instead of a traceback.
 
 Only what readers use is declared; every model allows extra fields, so the writer
-(`harness.hil_report`) may add to the document without a change here.
+(`harness.report.plugin`) may add to the document without a change here.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from harness.errors import ModelError
-from harness.paths import MODELS_DIR
+from harness.config.paths import MODELS_DIR
 
 
 @dataclasses.dataclass(frozen=True)

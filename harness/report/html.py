@@ -2,7 +2,7 @@
 
 pytest-html 4 builds the page (results table, filters, the per-test expandable row, the image
 viewer); this module only fills in what it shows for a HIL test: a small step table per
-scenario run (built with `html.escape`), a matplotlib plot per run (harness.report_plots),
+scenario run (built with `html.escape`), a matplotlib plot per run (harness.report.plots),
 the runtime's log lines and the QNN calls of the failing step; and, in the summary, each
 device's identity, SoC config and state, and the known issues met and unmatched.
 """
@@ -13,8 +13,8 @@ from html import escape
 
 from pytest_html import extras
 
-from harness.report_plots import scenario_plot
-from harness.result import ScenarioResult, log_tail
+from harness.report.plots import scenario_plot
+from harness.results.run import ScenarioResult, log_tail
 from harness.results import run_peaks
 
 DETAILED_RUNS = 3  # runs per test with a step table, plot and excerpts (failing ones first)

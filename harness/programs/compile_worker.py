@@ -1,11 +1,11 @@
 """Child-process entry that lowers one model to a `.pte` and writes its CPU reference.
 
 Runs in its own process because the QNN libraries must be on LD_LIBRARY_PATH before the
-process starts (see harness.qnn.sdk). Usage (called by harness.compile, not by hand):
+process starts (see harness.qnn.sdk). Usage (called by harness.programs.compile, not by hand):
 
-    python -m harness.compile_worker <model.py> <soc> <precision> <out_dir> [<options json>]
+    python -m harness.programs.compile_worker <model.py> <soc> <precision> <out_dir> [<options json>]
 
-Options (validated by harness.compile): {"multi_contexts": true} lowers with the HTP option
+Options (validated by harness.programs.compile): {"multi_contexts": true} lowers with the HTP option
 use_multi_contexts; {"spill_fill": true} then writes the programs' maximum spill-fill buffer
 size into every QNN delegate's compile spec and prints it as "spill-fill buffer size: N bytes".
 """
@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
     facts: dict = {}
     import torch
 
-    from harness.tensors import save_tensor
+    from harness.protocol.tensors import save_tensor
 
     model = load_model_module(model_path)
     methods = model.build()

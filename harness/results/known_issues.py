@@ -19,7 +19,7 @@ odds move with the machine's load): its test is an xfail when it fails exactly a
 says and a pass (XPASS, not strict) when that run did not meet the bug. Such an entry cannot
 tell when the runtime is fixed; its reason says how often the bug was seen.
 
-An entry excuses a test only when every failure of its run (harness.failures) is that bug: of
+An entry excuses a test only when every failure of its run (harness.results.failures) is that bug: of
 one of the entry's kinds, with the entry's `match` found in the failing step's own words. A
 wrong output before the known error, or a crash after it, fails the test and shows both.
 
@@ -41,9 +41,9 @@ from packaging.version import InvalidVersion, Version
 from pydantic import Field, RootModel, field_validator
 
 from harness.errors import ConfigError
-from harness.failures import KINDS, Failure
-from harness.paths import CONFIG_DIR, DATA_ROOT
-from harness.schema import StrictModel, load_validated
+from harness.results.failures import KINDS, Failure
+from harness.config.paths import CONFIG_DIR, DATA_ROOT
+from harness.config.schema import StrictModel, load_validated
 
 DEFAULT_PATH = CONFIG_DIR / "known_issues.yaml"
 PROJECT_ROOT = DATA_ROOT  # the project's own test patterns are relative to it

@@ -1,6 +1,6 @@
 """Random ordering exploration on Hypothesis: draw orderings, run them, shrink a failure.
 
-`harness.orderings` enumerates orderings exhaustively and samples them with a seeded
+`harness.scenario.orderings` enumerates orderings exhaustively and samples them with a seeded
 generator, shrinking a failure with its own greedy loop. This module does the random part with
 Hypothesis, which brings its shrinker (orderings shrink by dropping whole modules and single
 operations, and by moving interleaving choices toward running each module through before the
@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from harness.orderings import (Exploration, Failure, ModulePlan, Op, Runner, _valid, check,
+from harness.scenario.orderings import (Exploration, Failure, ModulePlan, Op, Runner, _valid, check,
                                ready, to_scenario)
 
 KEPT_ALWAYS = ("load_module", "destroy_module")

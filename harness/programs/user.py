@@ -12,7 +12,7 @@ from it), or from files beside the program:
 `<program>.inputs/<method>/<index>.npy` (numpy's .npy, one file per input, dtype and shape as
 the program declares them).
 
-What the program was compiled for is read from it (harness.program), never assumed: a program
+What the program was compiled for is read from it (harness.programs.pte), never assumed: a program
 whose QNN delegates were compiled for another SoC than the device's is refused before any run.
 """
 
@@ -22,10 +22,10 @@ import base64
 import dataclasses
 from pathlib import Path
 
-from harness.compile import CompiledModel, MethodReference
+from harness.programs.compile import CompiledModel, MethodReference
 from harness.errors import ModelError
-from harness.program import ProgramInfo, TensorSpec
-from harness.tensors import DTYPES, FLOAT_DTYPES, TensorFile, numpy_dtype, write_array
+from harness.programs.pte import ProgramInfo, TensorSpec
+from harness.protocol.tensors import DTYPES, FLOAT_DTYPES, TensorFile, numpy_dtype, write_array
 
 PROGRAM_ATOL = 1e-4
 PROGRAM_RTOL = 1e-4
