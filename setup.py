@@ -7,7 +7,7 @@ mapping in pyproject.toml). Two adjustments:
   files that make harness/_data/tests/hil and its parents regular packages:
   `pytest --pyargs harness._data.tests.hil` runs the shipped suites. The checkout's tests/hil/
   stays without them.
-- An editable install needs no mapping (harness/paths.py reads the checkout in place), so it
+- An editable install needs no mapping (harness/config/paths.py reads the checkout in place), so it
   leaves harness._data out and stays the plain `harness -> checkout/harness` install.
 """
 
