@@ -80,7 +80,7 @@ from harness.devices.remote_run import (  # noqa: F401  (their names here before
 from harness.devices import workspace as ws_rules
 from harness.errors import ConfigError, DeviceError
 from harness.protocol.memory import ALLOCATOR_ENV
-from harness.protocol import read_events
+from harness.protocol import run_ended
 from harness.qnn.sdk import TRACE_ENV
 from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
@@ -665,7 +665,7 @@ class AdbDevice(Device):
     def _failed_run_notes(self, returncode: int | None, stdout: str) -> list[str]:
         """For a run that did not finish (no end event, killed, a signal): whether the
         workspace's storage is full. A run that finished wrote all it had to."""
-        ended = any(e.get("event") == "end" for e in read_events(stdout))
+        ended = run_ended(stdout)
         if ended and returncode is not None and returncode >= 0:
             return []
         note = self._storage_note()

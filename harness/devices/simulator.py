@@ -26,7 +26,7 @@ from harness import storage
 from harness.qnn import dsp_heap
 from harness.programs.compile import uses_qnn
 from harness.output_limit import limit_bytes, notes_over, read_capped
-from harness.protocol import read_events
+from harness.protocol import run_ended
 from harness.config import load_soc, simulator_config, soc_config
 from harness.devices.base import Device, DeviceInfo, Limits
 from harness.devices.kinds import SIMULATOR, DeviceKind, OpenContext
@@ -151,8 +151,7 @@ class SimulatorDevice(Device):
                        "timed out" if proc.timed_out else f"exit {proc.returncode}",
                        time.monotonic() - started, self.isolation)
         notes = list(proc.notes)
-        if proc.returncode is None or proc.returncode < 0 or not any(
-                e.get("event") == "end" for e in read_events(proc.stdout)):
+        if proc.returncode is None or proc.returncode < 0 or not run_ended(proc.stdout):
             full = storage.host_full_note(server_dir if self.isolation == "fork" else artifacts)
             notes += [full] if full else []
         return RunOutput(proc.returncode, proc.stdout, proc.stderr, trace, proc.timed_out,

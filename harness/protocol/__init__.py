@@ -69,6 +69,14 @@ def read_events(stdout: str) -> list[dict]:
     return events
 
 
+def run_ended(events: "list[dict] | str") -> bool:
+    """Whether a run wrote its `end` event (it ran every step and its teardown): from its
+    events, or from its stdout. A run without it did not finish, whatever its exit code."""
+    if isinstance(events, str):
+        events = read_events(events)
+    return any(e.get("event") == "end" for e in events)
+
+
 def step_marker_index(line: str) -> int | None:
     """The step index of a step marker line; None when the line is not a marker. A marker
     whose index cannot be read gives None too."""

@@ -8,24 +8,27 @@ own words (the runner's message and the runtime's log lines written during that 
 Kinds: "error" (a step returned an error), "mismatch" (outputs differ from the reference, or
 from another execute of the same method on the same input), "crash" (killed by a signal),
 "timeout" (hung, killed), "incomplete" (exited without its end event), "refused" (the runner
-would not run the scenario), "check" (a harness check over a finished run: isolation, live
+would not run the scenario), "protocol" (the runner wrote an event the runner protocol does
+not allow: a runner defect, never a known runtime issue), "check" (a harness check over a finished run: isolation, live
 counts, memory, compile facts).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Iterable, Literal, get_args
 
 from harness.results.run import ScenarioResult, log_tail
 
-KINDS = ("error", "mismatch", "crash", "timeout", "incomplete", "refused", "check")
+FailureKind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "protocol",
+                      "check"]
+KINDS: tuple[str, ...] = get_args(FailureKind)
 RUNTIME_KINDS = tuple(k for k in KINDS if k != "check")
 
 
 @dataclasses.dataclass(frozen=True)
 class Failure:
-    kind: str
+    kind: FailureKind
     message: str  # what a known issue's `match` is searched in
     scenario: str = ""
     step: int | None = None
@@ -90,6 +93,8 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
             where = "teardown"
             words += "\n" + log_tail(result.output.stderr, 20)
         out.append(Failure(kind, words + ("\n" + logs if logs else ""), name, nxt, where))
+    out += [Failure("protocol", f"the runner broke the runner protocol: {error}", name)
+            for error in result.protocol_errors]
     return out
 
 

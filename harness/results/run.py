@@ -9,10 +9,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import signal as signal_module
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any, Literal
 
-from harness.protocol import (STEP_MARKER, ExitCode, is_protocol_line, read_events,
-                              step_marker_index)
+from harness.protocol import (STEP_MARKER, Event, EventError, ExitCode, StepEvent, is_protocol_line,
+                              parse_event, read_events, run_ended, step_marker_index)
 from harness.qnn.trace import TraceRecord, TraceState, replay, replay_by_offsets
 from harness.scenario import Scenario, Step
 
@@ -49,12 +51,52 @@ def split_log_by_step(text: str) -> dict[int, str]:
     return {k: "\n".join(v) for k, v in segments.items()}
 
 
+FailureKind = Literal["timeout", "crash", "incomplete", "refused"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LiveCounts(Mapping[str, int]):
+    """How many QNN backends, contexts and devices are live (created and not freed), from the
+    trace. A mapping too (`live["context"]`, `== {"backend": 0, ...}`), as results.json writes it."""
+
+    backend: int = 0
+    context: int = 0
+    device: int = 0
+
+    @classmethod
+    def of(cls, counts: Mapping[str, int]) -> "LiveCounts":
+        return cls(**{k: int(counts.get(k, 0)) for k in ("backend", "context", "device")})
+
+    @property
+    def released(self) -> bool:
+        """Nothing of QNN is live."""
+        return not (self.backend or self.context or self.device)
+
+    def __getitem__(self, key: str) -> int:
+        if key not in ("backend", "context", "device"):
+            raise KeyError(key)
+        return int(getattr(self, key))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("backend", "context", "device"))
+
+    def __len__(self) -> int:
+        return 3
+
+    def __repr__(self) -> str:
+        return f"LiveCounts(backend={self.backend}, context={self.context}, device={self.device})"
+
+
+NONE_LIVE = LiveCounts()
+
+
 @dataclasses.dataclass
 class StepResult:
     step: Step
-    event: dict | None  # None when the runner never reported this step
-    trace: dict  # TraceState.snapshot() after the step
+    event: dict[str, Any] | None  # None when the runner never reported this step
+    trace: dict[str, Any]  # TraceState.snapshot() after the step
     log: str = ""  # the runtime's stderr lines written while this step ran
+    record: StepEvent | None = None  # `event` as the protocol's type (None: not reported)
 
     @property
     def status(self) -> str:
@@ -65,8 +107,18 @@ class StepResult:
         return self.status == "ok"
 
     @property
-    def live(self) -> dict[str, int]:
-        return self.trace["live"]
+    def live(self) -> LiveCounts:
+        return LiveCounts.of(self.trace["live"])
+
+    @property
+    def contexts(self) -> list[str]:
+        """The live QNN contexts after the step (their trace identities)."""
+        return list(self.trace["contexts"])
+
+    @property
+    def executes(self) -> dict[str, int]:
+        """Graph executes per context so far (trace identity -> count)."""
+        return dict(self.trace["executes"])
 
     @property
     def memory(self) -> dict:
@@ -88,11 +140,23 @@ class ScenarioResult:
     # The checks (harness.results.assertions) a test made of this run, in order: the run's record
     # keeps them, so `python -m harness replay` judges a replay by the same ones.
     checks: list[str] = dataclasses.field(default_factory=list)
+    # The runner's events as the protocol's types, parsed once; an event that does not match
+    # the protocol is named in `protocol_errors` (a failure of the run: the runner broke it).
+    events: list[Event] = dataclasses.field(default_factory=list)
+    protocol_errors: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def build(cls, scenario: Scenario, output: RunOutput, trace: list[TraceRecord],
               artifacts: Path | None = None) -> "ScenarioResult":
         every = read_events(output.stdout)
+        typed: list[Event] = []
+        errors: list[str] = []
+        for raw in every:
+            try:
+                typed.append(parse_event(raw))
+            except EventError as exc:
+                errors.append(f"{exc} in {raw!r:.300}")
+        records = {e.index: e for e in typed if isinstance(e, StepEvent)}
         events = [e for e in every if e.get("event") == "step"]
         by_index = {e["index"]: e for e in events}
         offsets = [by_index[i]["trace_offset"] if i in by_index else -1
@@ -101,17 +165,32 @@ class ScenarioResult:
         end = trace[-1].offset if trace else 0
         states = replay_by_offsets(trace, [o if o >= 0 else end for o in offsets])
         logs = split_log_by_step(output.stderr)
-        steps = [StepResult(s, by_index.get(i), states[i], logs.get(i, ""))
+        steps = [StepResult(s, by_index.get(i), states[i], logs.get(i, ""), records.get(i))
                  for i, s in enumerate(scenario.steps)]
-        result = cls(scenario, output, steps, trace, artifacts)
-        result.__dict__["completed"] = _ended(every)  # the cached property, from this one parse
+        result = cls(scenario, output, steps, trace, artifacts, events=typed,
+                     protocol_errors=errors)
+        result.__dict__["completed"] = run_ended(every)  # the cached property, from this parse
         return result
+
+    def step(self, label: str) -> StepResult:
+        """The step the scenario labelled `label` (`Scenario.label`)."""
+        try:
+            return self.steps[self.scenario.labels[label]]
+        except KeyError:
+            known = ", ".join(sorted(self.scenario.labels)) or "none"
+            raise KeyError(f"scenario {self.scenario.name} has no step labelled {label!r} "
+                           f"(labels: {known})") from None
+
+    @property
+    def last(self) -> StepResult:
+        """The scenario's last step (after teardown steps, where counts must be zero)."""
+        return self.steps[-1]
 
     @functools.cached_property
     def completed(self) -> bool:
         """The runner wrote its `end` event: it ran every step and its teardown. A run without
         it did not finish, whatever its exit code says. (Read once: the output never changes.)"""
-        return _ended(read_events(self.output.stdout))
+        return run_ended(self.output.stdout)
 
     @property
     def crashed(self) -> bool:
@@ -122,7 +201,7 @@ class ScenarioResult:
         return code != ExitCode.BAD_SCENARIO and not self.completed
 
     @property
-    def failure_kind(self) -> str | None:
+    def failure_kind(self) -> FailureKind | None:
         """How the run as a whole failed: "timeout", "crash" (a signal), "incomplete" (exited
         without `end`), "refused" (exit 2), or None when it finished."""
         out = self.output
@@ -210,7 +289,3 @@ def log_tail(text: str, lines: int) -> str:
     kept = [l for l in text.splitlines() if not is_protocol_line(l)]
     return "\n".join("    " + l for l in kept[-lines:])
 
-
-def _ended(events: list[dict]) -> bool:
-    """The runner wrote its `end` event."""
-    return any(e.get("event") == "end" for e in events)

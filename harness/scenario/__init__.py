@@ -67,6 +67,10 @@ class Scenario:
     # Indices of steps whose error is not a failure of the run: a step that must fail (loading
     # a damaged program; the test asserts that it did) or a probe a runtime may reject.
     allowed_errors: set[int] = dataclasses.field(default_factory=set)
+    # Names of steps a test reads back (`ScenarioResult.step("both_loaded")`), so a test says
+    # which step it means instead of counting: label -> step index. Host-side only: runners
+    # never see labels.
+    labels: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -109,6 +113,16 @@ class Scenario:
         if not self.steps:
             raise ScenarioError(f"scenario {self.name}: allow_error() needs a step before it")
         self.allowed_errors.add(len(self.steps) - 1)
+        return self
+
+    def label(self, name: str) -> "Scenario":
+        """Name the last step, for `ScenarioResult.step(name)`."""
+        if not self.steps:
+            raise ScenarioError(f"scenario {self.name}: label({name!r}) needs a step before it")
+        if name in self.labels:
+            raise ScenarioError(f"scenario {self.name}: label {name!r} is already step "
+                                f"{self.labels[name]}")
+        self.labels[name] = len(self.steps) - 1
         return self
 
     def set_option(self, backend: str, key: str, value: bool | int | str) -> "Scenario":

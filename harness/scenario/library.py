@@ -51,17 +51,19 @@ def s1_two_modules(model: CompiledModel, destroy_first: str = "A", name: str = "
     sc = Scenario(name or f"s1_destroy_{destroy_first}")
     sc.load_module("A", model).load_module("B", model)
     sc.execute("A", method).execute("B", method)
-    sc.destroy_module(destroy_first).execute(survivor, method)
-    return sc.destroy_module(survivor).snapshot()
+    sc.destroy_module(destroy_first).label("first_destroyed")
+    sc.execute(survivor, method).label("survivor_executed")
+    return sc.destroy_module(survivor).snapshot().label("released")
 
 
 def s2_shared_context(model: CompiledModel, name: str = "") -> Scenario:
     """Both methods of one module loaded and executed (they must share one context)."""
     first, second = method_pair(model)
     sc = Scenario(name or "s2_shared_context")
-    sc.load_module("M", model).load_method("M", first).load_method("M", second)
-    sc.execute("M", first).execute("M", second).snapshot()
-    return sc.destroy_module("M").snapshot()
+    sc.load_module("M", model).load_method("M", first).load_method("M", second).label("both_loaded")
+    sc.execute("M", first).label("first_executed").execute("M", second).label("second_executed")
+    sc.snapshot()
+    return sc.destroy_module("M").snapshot().label("released")
 
 
 def s3_unload_one(model: CompiledModel, unload: str, name: str = "") -> Scenario:
@@ -73,12 +75,13 @@ def s3_unload_one(model: CompiledModel, unload: str, name: str = "") -> Scenario
     sc = Scenario(name or f"s3_unload_{unload}")
     sc.load_module("M", model).load_method("M", first).load_method("M", second)
     sc.execute("M", first).execute("M", second)
-    sc.unload_method("M", unload).execute("M", keep)
-    return sc.destroy_module("M").snapshot()
+    sc.unload_method("M", unload).label("unloaded").execute("M", keep).label("kept_executed")
+    return sc.destroy_module("M").snapshot().label("released")
 
 
 def s4_cleanup_reload(model: CompiledModel, cycles: int = 3, name: str = "") -> Scenario:
-    """Destroy everything and load again, `cycles` times; a snapshot ends each cycle. The first
+    """Destroy everything and load again, `cycles` times; a snapshot ends each cycle (labelled
+    `cycle<N>_released`). The first
     cycle also executes each method without a delegate once (`undelegated_methods`)."""
     method = first_method(model)
     sc = Scenario(name or "s4_cleanup_reload")
@@ -89,5 +92,5 @@ def s4_cleanup_reload(model: CompiledModel, cycles: int = 3, name: str = "") -> 
             sc.execute("A", other)
         sc.destroy_module("A")
         sc.load_module("A", model)
-        sc.destroy_module("A").destroy_module("B").snapshot()
+        sc.destroy_module("A").destroy_module("B").snapshot().label(f"cycle{cycle}_released")
     return sc

@@ -6,6 +6,7 @@ runtime's log lines on stderr, the exit status), so the code under test is the c
 real runs; end-to-end runs through pytest are in test_plugin.py.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from harness.results.failures import failure_of, run_failures
 from harness.results.known_issues import (DEFAULT_PATH, PROJECT_ROOT, KnownIssue, issue_for, load_all,
                                   load_known_issues, uncovered)
 from harness.results.run import RunOutput, ScenarioResult
-from harness.protocol import EVENT_PREFIX
+from harness.protocol import EVENT_PREFIX, StepEvent
 from harness.scenario.library import s1_two_modules
 
 ISOLATION = PROJECT_ROOT / "tests" / "hil" / "test_isolation.py"
@@ -138,6 +139,11 @@ def model(tmp_path: Path) -> CompiledModel:
                          {"forward": MethodReference((), ())}, 0.05, 0.05)
 
 
+# A step's memory as the runners report it (runner-protocol.md): the events here are the
+# protocol's own, or the run would fail as a protocol error.
+MEMORY = {"rollup": {"Rss": 1000}, "mappings": {}, "dmabuf": {"count": 0, "bytes": 0}}
+
+
 def s1_run(tmp_path, statuses: dict[int, str], stderr_by_step: dict[int, str] | None = None,
            returncode: int | None = None, end: bool = True, last: int | None = None,
            digests: dict[int, str] | None = None) -> ScenarioResult:
@@ -153,16 +159,21 @@ def s1_run(tmp_path, statuses: dict[int, str], stderr_by_step: dict[int, str] | 
         stderr.append(f"HARNESS_STEP {i}")
         stderr += (stderr_by_step or {}).get(i, "").splitlines()
         status = statuses.get(i, "ok")
-        event = {"event": "step", "index": i, "op": step.op, "status": status,
+        event = {"event": "step", "index": i, "op": step.op, "module": step.module,
+                 "method": step.method, "status": status,
                  "error_code": 1 if status == "error" else 0,
                  "message": "execute(forward) failed: Error::Internal (0x1)" if status == "error" else "",
-                 "outputs": [{"sha256": (digests or {}).get(i, "same")}] if step.op == "execute" else [],
-                 "max_abs_diff": 0.7 if status == "mismatch" else 0.0, "trace_offset": 0,
-                 "memory": {}}
+                 "elapsed_ms": 1.0,
+                 "outputs": [{"dtype": "float32", "shape": [1], "sha256": (digests or {}).get(i, "same")}]
+                 if step.op == "execute" else [],
+                 "max_abs_diff": 0.7 if status == "mismatch" else 0.0, "option": None,
+                 "trace_offset": 0, "memory": MEMORY}
         stdout.append(EVENT_PREFIX + json.dumps(event))
     if end and last is None:
         stderr.append("HARNESS_STEP -1")
-        stdout.append(EVENT_PREFIX + json.dumps({"event": "end"}))
+        failed_steps = sum(v != "ok" for v in statuses.values())
+        stdout.append(EVENT_PREFIX + json.dumps({"event": "end", "status": "failed" if failed_steps else "ok",
+                                                 "steps": len(sc.steps), "failed_steps": failed_steps}))
     failed = any(v != "ok" for v in statuses.values())
     rc = returncode if returncode is not None else (1 if failed else 0)
     output = RunOutput(rc, "\n".join(stdout), "\n".join(stderr), runner="native")
@@ -187,6 +198,20 @@ def test_the_known_error_alone_is_covered(tmp_path):
     assert [(f.kind, f.step) for f in failures] == [("error", 5)]
     assert "DelegateHandle has been deleted" in failures[0].message
     assert missed == []
+
+
+def test_an_event_that_breaks_the_protocol_fails_the_run_and_no_issue_covers_it(tmp_path):
+    # The known error at step 5, and a runner whose step 2 event carries a field the protocol
+    # does not have: the run's events are parsed once into the protocol's types, and the bad
+    # one is a failure of its own ("protocol"), which no known issue can excuse.
+    good = s1_run(tmp_path, {5: "error"}, {5: KNOWN_ERROR})
+    bad_stdout = good.output.stdout.replace('"index": 2,', '"index": 2, "surprise": 1,', 1)
+    result = ScenarioResult.build(good.scenario, dataclasses.replace(good.output, stdout=bad_stdout), [])
+    assert isinstance(result.steps[5].record, StepEvent) and result.steps[2].record is None
+    failures, missed = verdict(result, issue())
+    assert [f.kind for f in failures] == ["error", "protocol"]
+    assert "unknown field 'surprise'" in failures[1].message
+    assert [f.kind for f in missed] == ["protocol"]
 
 
 def test_the_pattern_is_matched_in_the_failing_steps_words_only(tmp_path):

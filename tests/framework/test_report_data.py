@@ -49,7 +49,9 @@ def s1_result(tmp_path: Path, fail: bool = True, rss_kb: int = 100_000,
                          "2 backend_create rc=0 handle=0x1\n3 context_create rc=0 handle=0x5\n"),
                None, len(trace), len(trace)]
     offsets[3] = offsets[2]
-    lines, err = [EVENT_PREFIX + json.dumps({"event": "start", "runner": "native", "pid": 1})], []
+    lines = [EVENT_PREFIX + json.dumps({"event": "start", "runner": "native", "pid": 1,
+                                        "scenario": sc.name})]
+    err = []
     for i, step in enumerate(sc.steps):
         bad = fail and i == 5
         lines.append(EVENT_PREFIX + json.dumps({
@@ -67,7 +69,8 @@ def s1_result(tmp_path: Path, fail: bool = True, rss_kb: int = 100_000,
         err.append(f"{STEP_MARKER}{i} {step.op}")
         if bad:
             err.append("E executorch:QnnExecuTorchBackend.cpp:128] DelegateHandle has been deleted")
-    lines.append(EVENT_PREFIX + json.dumps({"event": "end", "status": "error" if fail else "ok"}))
+    lines.append(EVENT_PREFIX + json.dumps({"event": "end", "status": "failed" if fail else "ok",
+                                            "steps": len(sc.steps), "failed_steps": int(fail)}))
     out = RunOutput(1 if fail else 0, "\n".join(lines) + "\n", "\n".join(err) + "\n", trace,
                     runner="native")
     return ScenarioResult.build(sc, out, parse_trace(trace), tmp_path / "artifacts")

@@ -244,3 +244,25 @@ def test_a_method_without_a_delegate_holds_no_context(tmp_path):
     sc = Scenario("meta").load_module("A", model).execute("A", "get_vocab_size")
     sc.execute("A", "kv_forward").unload_method("A", "kv_forward").destroy_module("A")
     assert [e.contexts for e in predict(sc)] == [0, 0, 1, 0, 0]
+
+
+def test_labels_name_steps_for_the_result_and_stay_host_side(tmp_path):
+    from harness.results.run import LiveCounts, RunOutput, ScenarioResult
+
+    m = fake_model(tmp_path)
+    sc = Scenario("lab").load_module("A", m).label("loaded").execute("A", "forward").label("ran")
+    assert sc.labels == {"loaded": 0, "ran": 1}
+    assert all("label" not in step for step in sc.to_json()["steps"])  # runners never see them
+    with pytest.raises(ScenarioError, match="already step 0"):
+        sc.label("loaded")
+    with pytest.raises(ScenarioError, match="needs a step"):
+        Scenario("empty").label("x")
+    result = ScenarioResult.build(sc, RunOutput(0, "", ""), [])
+    assert result.step("ran") is result.steps[1] and result.last is result.steps[1]
+    with pytest.raises(KeyError, match="no step labelled 'nope' .labels: loaded, ran."):
+        result.step("nope")
+    live = result.step("loaded").live
+    assert isinstance(live, LiveCounts) and live.released and live == {"backend": 0, "context": 0,
+                                                                        "device": 0}
+    assert LiveCounts(context=2)["context"] == 2 and dict(LiveCounts(1, 2, 3)) == {
+        "backend": 1, "context": 2, "device": 3}

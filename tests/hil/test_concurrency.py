@@ -32,7 +32,6 @@ from harness.scenario.reference import predict
 from harness.results.run import ScenarioResult
 from harness.scenario import Scenario
 
-ZERO = {"backend": 0, "context": 0, "device": 0}
 # Launches of the cold variant (it stops at the first failure). On executorch 1.5.1 with the
 # QAIRT 2.51 simulator about half of the launches crash on an idle machine, but only a few in a
 # hundred when another pytest-xdist worker keeps the other core busy (seen: first crash at
@@ -96,8 +95,8 @@ def check_s5(result: ScenarioResult) -> dict:
     window = trace_window(result, i)
     created = [r for r in window if r.kind == "context_create" and r.rc == 0]
     freed = [r for r in window if r.kind == "context_free" and r.rc == 0]
-    before = result.steps[i - 1].live["context"]
-    after = step.live["context"]
+    before = result.steps[i - 1].live.context
+    after = step.live.context
     facts = {"created": len(created), "freed": len(freed), "live_before": before,
              "live_after": after, "window": describe_window(window),
              "substeps": [(s["module"], s["status"], s["elapsed_ms"])
@@ -124,7 +123,7 @@ def check_s5(result: ScenarioResult) -> dict:
         f"{after} live QNN contexts after the parallel load, the reference model expects "
         f"{expected} (one per module with a loaded method): {where}\n{result.summary()}")
     assert_live_counts(result)
-    assert result.steps[-1].live == ZERO, result.summary()
+    assert result.last.live.released, result.summary()
     assert not result.final_trace()["violations"], result.final_trace()["violations"]
     return facts
 

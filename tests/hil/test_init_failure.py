@@ -15,7 +15,6 @@ from harness.scenario import Scenario
 from harness.scenario.library import first_method
 
 CONTEXT_MAGIC = (0x5678ABCD).to_bytes(4, "little")
-ZERO = {"backend": 0, "context": 0, "device": 0}
 
 
 def damaged_context_binary(pte: bytes) -> bytes:
@@ -35,18 +34,21 @@ def test_s6_failed_init_releases_every_handle(hil_program, scenario_driver, tmp_
     bad_pte.write_bytes(damaged_context_binary(good.pte.read_bytes()))
     bad = dataclasses.replace(good, pte=bad_pte)
     sc = Scenario("s6_bad_context")
-    sc.load_module("X", bad).execute("X", method).allow_error().snapshot()  # 0, 1, 2
-    sc.destroy_module("X").snapshot()                                      # 3, 4
-    sc.load_module("A", good).execute("A", method)                         # 5, 6
-    sc.destroy_module("A").snapshot()                              # 7, 8
+    sc.load_module("X", bad).execute("X", method).allow_error().label("failed_init")
+    sc.snapshot().label("after_failed_init")
+    sc.destroy_module("X").snapshot().label("after_destroy")
+    sc.load_module("A", good).execute("A", method).label("good_executed")
+    sc.destroy_module("A").snapshot().label("released")
     result = scenario_driver.run(sc)
     assert_completed(result)
-    failed = result.steps[1]
+    failed = result.step("failed_init")
     assert failed.status == "error", f"a damaged context binary was accepted:\n{result.summary()}"
-    assert result.steps[6].ok, f"the next load of a good program failed:\n{result.summary()}"
-    leaks = {i: result.steps[i].live for i in (2, 4, 8) if result.steps[i].live != ZERO}
+    assert result.step("good_executed").ok, \
+        f"the next load of a good program failed:\n{result.summary()}"
+    checked = ("after_failed_init", "after_destroy", "released")
+    leaks = {sc.labels[c]: result.step(c).live for c in checked if not result.step(c).live.released}
     if leaks:
-        init_end = result.steps[1].event["trace_offset"]
+        init_end = failed.event["trace_offset"]
         created = [f"seq {r.seq} {r.kind} " + " ".join(f"{k}={v}" for k, v in r.fields.items())
                    for r in result.trace if r.offset <= init_end and r.kind.endswith("_create")]
         runtime = "\n".join("    " + l for l in result.output.stderr.splitlines()

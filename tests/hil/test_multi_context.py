@@ -34,14 +34,9 @@ from harness.scenario.library import method_pair
 OPTIONS = {"multi_contexts": True, "spill_fill": True}
 # prefill/decode methods whose prefill activations need a spill-fill buffer.
 SPILL_FILL_MODEL = "prefill_decode_spill"
-ALL_RELEASED = {"backend": 0, "context": 0, "device": 0}
 
 BOTH_PRECISIONS = ("fp16", "int8")
 MULTI_CONTEXT = ("qnn", "two_methods", "multi_context")
-
-
-def _contexts(step) -> list[str]:
-    return step.trace["contexts"]
 
 
 @pytest.mark.hil_programs("prefill_decode", precisions=BOTH_PRECISIONS, options=OPTIONS,
@@ -55,22 +50,23 @@ def test_s7_methods_of_one_module_add_no_context(hil_program, scenario_driver, h
     one context; both executes count on it."""
     first, second = method_pair(hil_program)
     sc = Scenario("s7_one_module")
-    sc.load_module("M", hil_program).load_method("M", first).load_method("M", second)
-    sc.execute("M", first).execute("M", second).snapshot()
-    sc.destroy_module("M").snapshot()
+    sc.load_module("M", hil_program).load_method("M", first).label("first_loaded")
+    sc.load_method("M", second).label("both_loaded")
+    sc.execute("M", first).execute("M", second).label("both_executed").snapshot()
+    sc.destroy_module("M").snapshot().label("released")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_isolation(result)
     assert_live_counts(result)
-    first, both = result.steps[1], result.steps[2]
-    assert first.live["context"] == 1, result.summary()
-    assert _contexts(both) == _contexts(first), (
-        f"loading decode changed the live contexts {_contexts(first)} -> {_contexts(both)}:\n"
+    one, both = result.step("first_loaded"), result.step("both_loaded")
+    assert one.live.context == 1, result.summary()
+    assert both.contexts == one.contexts, (
+        f"loading decode changed the live contexts {one.contexts} -> {both.contexts}:\n"
         f"{result.summary()}")
-    executed = result.steps[4].trace["executes"]
-    assert set(executed) == set(_contexts(both)) and sum(executed.values()) == 2, (
-        f"{first} and {second} did not both execute on {_contexts(both)}: {executed}")
-    assert result.steps[-1].live == ALL_RELEASED, result.summary()
+    executed = result.step("both_executed").executes
+    assert set(executed) == set(both.contexts) and sum(executed.values()) == 2, (
+        f"{first} and {second} did not both execute on {both.contexts}: {executed}")
+    assert result.step("released").live.released, result.summary()
     assert_dsp_heap_bounded(result, *hil_session.dsp_heap)  # phones: one context's worth
 
 
@@ -89,17 +85,16 @@ def test_s7_two_modules_hold_their_own_contexts(hil_program, scenario_driver, hi
         sc.load_module(module, hil_program).load_method(module, first).load_method(module, second)
     for module in ("A", "B"):
         sc.execute(module, first).execute(module, second)
-    sc.snapshot()
+    sc.snapshot().label("both_live")
     sc.destroy_module("A").execute("B", first).execute("B", second)
-    sc.destroy_module("B").snapshot()
+    sc.destroy_module("B").snapshot().label("released")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_outputs_consistent(result)
     assert_isolation(result)
     assert_live_counts(result)
-    both = next(s for s in result.steps if s.step.op == "snapshot")
-    assert both.live["context"] == 2, result.summary()
-    assert result.steps[-1].live == ALL_RELEASED, result.summary()
+    assert result.step("both_live").live.context == 2, result.summary()
+    assert result.step("released").live.released, result.summary()
     assert_dsp_heap_bounded(result, *hil_session.dsp_heap)  # phones: per live context
 
 
@@ -108,12 +103,12 @@ def _spill_fill_run(model, scenario_driver, name: str):
     sc = Scenario(name)
     sc.load_module("M", model).load_method("M", first).load_method("M", second)
     sc.execute("M", first).execute("M", second).execute("M", first).snapshot()
-    sc.destroy_module("M").snapshot()
+    sc.destroy_module("M").snapshot().label("released")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_isolation(result)
     assert_live_counts(result)
-    assert result.steps[-1].live == ALL_RELEASED, result.summary()
+    assert result.step("released").live.released, result.summary()
     return result
 
 

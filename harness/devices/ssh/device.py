@@ -48,7 +48,7 @@ from harness.devices.ssh.payload import QNN_DIR
 from harness.devices.ssh.transport import SshError, SshTransport, q
 from harness.errors import DeviceError
 from harness.protocol.memory import ALLOCATOR_ENV
-from harness.protocol import read_events
+from harness.protocol import run_ended
 from harness.qnn.sdk import TRACE_ENV
 from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
@@ -509,7 +509,7 @@ class SshDevice(Device):
         self.sh(f"{known}{kill_in_directory(run_dir)}; rm -f {q(str(run_dir / PID_FILE))}; true")
 
     def _failed_run_notes(self, returncode: int | None, stdout: str) -> list[str]:
-        ended = any(e.get("event") == "end" for e in read_events(stdout))
+        ended = run_ended(stdout)
         if ended and returncode is not None and returncode >= 0:
             return []
         try:
