@@ -7,6 +7,7 @@ runner or touches the QNN libraries.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,11 +17,14 @@ from harness.config import SocConfig
 from harness.devices.base import Device
 from harness.devices.farm_device import FarmDevice
 from harness.devices.kinds import OpenContext, kind_for, worker_target
+from harness.log import NoticeCollector, notice
 from harness.errors import DeviceError, HarnessError, ModelError
 from harness.programs.models import get_model
 from harness.qnn.sdk import QnnSdk, discover, executorch_version
 from harness.runner.select import RunnerChoice, choose_runner
 from harness.programs.user import check_soc
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import pytest
@@ -80,11 +84,22 @@ class HilSession:
         self._models: dict[tuple[str, str, str], CompiledModel] = {}
         self._programs: dict[Path, CompiledModel] = {}
         self._program_errors: dict[Path, ModelError] = {}
-        self.notices: list[str] = []
+        # Notices go through the `harness` logger (harness.log); this session's are gathered
+        # for the header and summary.
+        self._notices = NoticeCollector(self).attach()
         self._farm = None  # harness.devices.farm.LabgridFarm, on a labgrid farm
         self._failover_error: HarnessError | None = None
         self._events_sent = 0  # farm events already handed to a test report
         self.farm_tests: dict[str, list[str]] = {}  # device label -> "nodeid outcome", in order
+
+    @property
+    def notices(self) -> list[str]:
+        """This session's notices so far, in order (header and summary lines)."""
+        return self._notices.lines
+
+    def notice(self, text: str) -> None:
+        """Say `text` in the log and in the session's header and summary."""
+        notice(_log, text, self)
 
     # Pieces --------------------------------------------------------------------------------
     @property
@@ -112,7 +127,7 @@ class HilSession:
         if self._simulator_runner is None:
             choice = choose_runner(self.options.runner)
             if choice.notice:
-                self.notices.append(choice.notice)
+                self.notice(choice.notice)
             self._simulator_runner = choice
         return self._simulator_runner
 
@@ -132,7 +147,7 @@ class HilSession:
 
     def open_context(self, place: "Lease | None" = None) -> OpenContext:
         """What a device kind opens a device with (harness.devices.kinds.OpenContext)."""
-        return OpenContext(self.options, self.notices.append, lambda: self.sdk,
+        return OpenContext(self.options, self.notice, lambda: self.sdk,
                            lambda: self.simulator_runner, self.config, place)
 
     @property
@@ -170,7 +185,7 @@ class HilSession:
         opts = self.options
         if self._farm is None:
             self._farm = LabgridFarm(opts.lg_coordinator, opts.lg_place_tags,
-                                     notice=self.notices.append)
+                                     notice=self.notice)
         while True:
             lease = self._farm.lease()
             kind, context = kind_for(lease.serial), self.open_context(lease)
@@ -216,7 +231,7 @@ class HilSession:
             self._models.clear()
             self._programs.clear()
             self._program_errors.clear()
-        self._farm.events.append(f"{old.label} dropped off for good; the remaining tests run "
+        self._farm.event(f"{old.label} dropped off for good; the remaining tests run "
                                  f"on {lease.label}")
 
     @property
@@ -299,7 +314,7 @@ class HilSession:
             spec = get_model(name, extra_dirs=tuple(self.options.models_dirs))
             self._models[key] = compile_model(spec, self.soc, precision, self.sdk,
                                               self.options.artifacts_dir / "compile-logs",
-                                              options=normalized, notice=self.notices.append)
+                                              options=normalized, notice=self.notice)
         return self._models[key]
 
     def program(self, path: Path) -> CompiledModel:
@@ -363,8 +378,11 @@ class HilSession:
             if self._device is not None:
                 self._device.close()
         finally:
-            if self._farm is not None:
-                self._farm.close()  # releases the place, cancels the reservations
+            try:
+                if self._farm is not None:
+                    self._farm.close()  # releases the place, cancels the reservations
+            finally:
+                self._notices.detach()
 
 
 def worker_info() -> tuple[str, int]:

@@ -44,6 +44,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import dataclasses
+import logging
 import os
 import re
 import socket
@@ -52,6 +53,8 @@ import time
 from typing import Callable
 
 from harness.errors import ConfigError, DeviceError
+
+_log = logging.getLogger(__name__)
 
 UNHEALTHY_TAG = "hil_unhealthy"
 OWNER_TAG = "hil_owner"
@@ -135,7 +138,7 @@ class LabgridFarm:
         self.coordinator = coordinator
         self.tags = dict(tags)
         self.wait_s = wait_s
-        self.notice = notice or (lambda line: None)
+        self.notice = notice or (lambda line: _log.warning(line))
         self.leases: list[Lease] = []  # held now
         self.retired: dict[str, str] = {}  # place -> why, this process
         self.events: list[str] = []  # what happened to places, for the summary
@@ -146,6 +149,11 @@ class LabgridFarm:
         self._closed = False
         self._session = self._call(self._start(), timeout=CALL_S)
         atexit.register(self.close)
+
+    def event(self, text: str) -> None:
+        """What happened to a place: logged, and kept for the session's summary."""
+        _log.info("%s", text)
+        self.events.append(text)
 
     # Coordinator calls (each a coroutine on the client's loop) ---------------------------
     async def _start(self):
@@ -275,7 +283,7 @@ class LabgridFarm:
                 self.notice(f"labgrid: cannot release {name}, left acquired by dead process "
                             f"{owner}: {exc}")
                 continue
-            self.events.append(f"released {name}: left acquired by dead process {owner}")
+            self.event(f"released {name}: left acquired by dead process {owner}")
 
     def lease(self) -> Lease:
         """Reserve by tags, wait, acquire and return the place's phone. Raises DeviceError when
@@ -342,7 +350,7 @@ class LabgridFarm:
             self._set_tags(name, {OWNER_TAG: self._owner})
         except DeviceError:
             pass  # only for reclaiming after a crash
-        self.events.append(f"acquired {lease.label}")
+        self.event(f"acquired {lease.label}")
         return lease, ""
 
     def _none_left(self, matching: dict) -> str:
@@ -368,7 +376,7 @@ class LabgridFarm:
             self._set_tags(place, {UNHEALTHY_TAG: slug(reason)})
         except DeviceError as exc:
             self.notice(f"labgrid: cannot tag {place} {UNHEALTHY_TAG}: {exc}")
-        self.events.append(f"marked {place} {UNHEALTHY_TAG}={slug(reason)}: {detail}")
+        self.event(f"marked {place} {UNHEALTHY_TAG}={slug(reason)}: {detail}")
 
     def retire(self, lease: Lease, reason: str, detail: str) -> None:
         """The phone failed (preflight, offline for good): tag the place unhealthy, then release
@@ -382,7 +390,7 @@ class LabgridFarm:
             try:
                 self._set_tags(lease.place, {OWNER_TAG: ""})
                 self._release(lease.place)
-                self.events.append(f"released {lease.label}")
+                self.event(f"released {lease.label}")
             except DeviceError as exc:
                 self.notice(f"labgrid: cannot release {lease.place}: {exc}")
         self._cancel(lease.token)

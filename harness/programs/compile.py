@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from harness.programs.models import ModelSpec
 from harness.config.paths import PACKAGE_PARENT
 from harness.qnn.sdk import QnnSdk, executorch_version
 from harness.protocol.tensors import TensorFile
+
+_log = logging.getLogger(__name__)
 
 WORKER = Path(__file__).with_name("compile_worker.py")
 COMPILE_TIMEOUT_S = 900
@@ -204,6 +207,4 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
 
 
 def _warn(message: str) -> None:
-    import warnings
-
-    warnings.warn(message, stacklevel=3)
+    _log.warning("%s", message)

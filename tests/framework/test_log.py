@@ -1,0 +1,43 @@
+"""One log: the harness's notices go through the `harness` logger, so caplog and
+--log-cli-level see them, and each session's header gathers its own."""
+
+from __future__ import annotations
+
+import logging
+
+from harness.session import HilSession
+
+from adb_options import adb_options
+
+
+def test_a_notice_is_a_log_record_and_a_line_of_its_own_session(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="harness")
+    one = HilSession(adb_options(tmp_path / "1", "serial-1"))
+    two = HilSession(adb_options(tmp_path / "2", "serial-2"))
+    try:
+        one.notice("the runner fell back to processes")
+        one.notice("the runner fell back to processes")  # said twice, shown once
+        two.notice("lease taken over")
+    finally:
+        one.close()
+        two.close()
+    assert one.notices == ["the runner fell back to processes"]
+    assert two.notices == ["lease taken over"]
+    records = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert ("harness.session", "WARNING", "lease taken over") in records
+    # A closed session gathers no more.
+    one.notice("after close")
+    assert one.notices == ["the runner fell back to processes"]
+    assert "after close" in caplog.text
+
+
+def test_farm_events_are_logged(caplog):
+    from harness.devices.farm import LabgridFarm
+
+    caplog.set_level(logging.INFO, logger="harness")
+    farm = LabgridFarm.__new__(LabgridFarm)  # the event log needs no coordinator
+    farm.events = []
+    farm.event("acquired place-1 (phone R5CX)")
+    assert farm.events == ["acquired place-1 (phone R5CX)"]
+    assert ("harness.devices.farm", "acquired place-1 (phone R5CX)") in [
+        (r.name, r.getMessage()) for r in caplog.records]
