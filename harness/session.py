@@ -16,7 +16,7 @@ from harness.programs.compile import CompiledModel, compile_model
 from harness.config import SocConfig
 from harness.devices.base import Device
 from harness.devices.farm_device import FarmDevice
-from harness.devices.kinds import OpenContext, kind_for, worker_target
+from harness.devices.kinds import OpenContext, kind_for, uses_farm, worker_target
 from harness.log import NoticeCollector, notice
 from harness.errors import DeviceError, HarnessError, ModelError
 from harness.programs.models import get_model
@@ -134,7 +134,7 @@ class HilSession:
     @property
     def uses_farm(self) -> bool:
         """Devices come from labgrid places (--lg-place-tags), not from --device/--farm."""
-        return bool(self.options.lg_place_tags) and not self.options.simulator
+        return uses_farm(self.options)
 
     @property
     def target(self) -> str:

@@ -128,12 +128,22 @@ def kind_for(target: str) -> type[DeviceKind]:
                        "serial (or adb://SERIAL), ssh://[user@]host[:port], or --simulator")
 
 
+def uses_farm(options: "Options") -> bool:
+    """Devices come from labgrid places (--lg-place-tags), not from --device/--farm."""
+    return bool(options.lg_place_tags) and not options.simulator
+
+
+def chosen_devices(options: "Options") -> list[str]:
+    """The --device values this session uses (none when --simulator overrides them)."""
+    return [] if options.simulator else list(options.devices)
+
+
 def session_targets(options: "Options") -> list[str]:
     """The targets this session's workers divide among them: `SIMULATOR`, or the --device
     values (a labgrid farm's places are opened by the adb kind: an empty list)."""
-    if options.simulator or (not options.devices and not options.lg_place_tags):
+    if not chosen_devices(options) and not uses_farm(options):
         return [SIMULATOR]
-    return list(options.devices)
+    return chosen_devices(options)
 
 
 def worker_target(options: "Options") -> str:
@@ -148,7 +158,7 @@ def worker_target(options: "Options") -> str:
 def session_kinds(options: "Options") -> list[type[DeviceKind]]:
     """The kinds of this session's targets, each once (the adb kind for a labgrid farm)."""
     found = [kind_for(t) for t in session_targets(options)]
-    if options.lg_place_tags and not options.simulator:
+    if uses_farm(options):
         from harness.devices.adb_kind import AdbKind
 
         found.append(AdbKind)
