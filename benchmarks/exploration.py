@@ -29,13 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.programs.compile import compile_model  # noqa: E402
-from harness.devices.simulator import SimulatorDevice  # noqa: E402
-from harness.scenario.driver import ScenarioDriver  # noqa: E402
-from harness.programs.models import get_model  # noqa: E402
-from harness.scenario.orderings import ModulePlan, explore, interleavings, pruning_factor  # noqa: E402
-from harness.qnn.sdk import discover  # noqa: E402
-from harness.runner.select import choose_runner  # noqa: E402
+from harness.programs.compile import compile_model
+from harness.devices.simulator import SimulatorDevice
+from harness.scenario.driver import ScenarioDriver
+from harness.programs.models import get_model
+from harness.scenario.orderings import ModulePlan, explore, interleavings, pruning_factor
+from harness.qnn.sdk import discover
+from harness.runner.select import choose_runner
 
 PROGRAMS = {"xnn_convs": ("fp32", ("conv_nobias",)), "linear_relu": ("fp16", ("forward",))}
 

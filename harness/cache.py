@@ -11,7 +11,7 @@ import fcntl
 import hashlib
 import os
 from pathlib import Path
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 
 def cache_root() -> Path:

@@ -18,7 +18,7 @@ import shlex
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from harness.programs.compile import CompiledModel, MethodReference, uses_qnn
 from harness.scenario.driver import RUN_RECORD

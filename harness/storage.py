@@ -29,7 +29,7 @@ def parse_df(output: str) -> tuple[int, int] | None:
     lines = [l.split() for l in output.strip().splitlines() if l.strip()]
     if len(lines) < 2 or not lines[0] or lines[0][0] != "Filesystem":
         return None
-    row = lines[-1] if len(lines[-1]) >= 5 else sum(lines[1:], [])  # a long name wraps
+    row = lines[-1] if len(lines[-1]) >= 5 else [t for line in lines[1:] for t in line]  # a long name wraps
     numbers = [t for t in row[1:] if t.isdigit()]
     if len(numbers) < 3:
         return None

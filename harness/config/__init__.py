@@ -47,7 +47,7 @@ class SocConfigFile(StrictModel):
     htp_arch: int = Field(gt=0)
     vtcm_mb: int = Field(gt=0)
     # `ro.board.platform` code names of the SoC, for devices whose ro.soc.model is empty.
-    board_platforms: list[str] = []
+    board_platforms: list[str] = []  # noqa: RUF012 (pydantic copies a field default)
     memory: SocMemory
     timeouts: SocTimeouts = SocTimeouts()
 

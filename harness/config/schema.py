@@ -30,8 +30,8 @@ from pydantic import ConfigDict
 
 from harness.errors import ConfigError
 
-__all__ = ["StrictModel", "load_yaml_node", "load_validated", "validate_data",
-           "format_validation_error"]
+__all__ = ["StrictModel", "format_validation_error", "load_validated", "load_yaml_node",
+           "validate_data"]
 
 
 class StrictModel(pydantic.BaseModel):

@@ -48,44 +48,44 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shlex
-import socket
 import time
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import Callable
-
-from harness.devices.adb_address import adb_server_address, check_environment
-
-check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
-import adbutils  # noqa: E402
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from harness import output_limit, storage
-
 from harness.qnn import dsp_heap
 from harness.cache import file_sha256
 from harness.config import SocConfig, soc_for_board_platform
 from harness.programs.compile import uses_qnn
 from harness.devices import adb_wire
+from harness.devices.adb_address import adb_server_address, check_environment
 from harness.devices.adb_fork import REPLY_TIMEOUT_S, DeviceForkServer
 from harness.devices.base import Device, DeviceInfo
 from harness.devices.lease import DeviceLease, LeaseBusy
-from harness.devices.payload import Payload, PushStats, qnn_simulator_libraries  # noqa: F401
-from harness.devices.remote_run import (  # noqa: F401  (their names here before the move)
+from harness.devices.payload import Payload, PushStats, qnn_simulator_libraries
+from harness.devices.remote_run import (  # their names here before the move
     kill_in_directory as _kill_in_directory, kill_tree as _kill_tree, marker as _marker,
     output_sizes as _output_sizes, print_outputs as _print_outputs, running_step,
     safe_name as _safe, scenario_line as _scenario_line, split_outputs, tail as _tail,
     to_int as _int)
 from harness.devices import workspace as ws_rules
-from harness.errors import ConfigError, DeviceError
+from harness.errors import DeviceError
 from harness.protocol.memory import ALLOCATOR_ENV
 from harness.protocol import run_ended
 from harness.qnn.sdk import TRACE_ENV
 from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
-from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario
+
+if TYPE_CHECKING:
+    from harness.runner.select import DeviceBuild
+
+# adb_wire and adb_fork above check the environment before they import adbutils too.
+check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
+import adbutils  # noqa: E402
 
 WORKSPACE_BASE = ws_rules.ANDROID_SCRATCH
 RUNNER_NAME = "executorch_hil_runner"
@@ -487,7 +487,7 @@ class AdbDevice(Device):
         (self.artifacts_dir / f"preflight-{_safe(self.serial)}.json").write_text(
             json.dumps(report, indent=1))
         self.info.details.update({"mem_available_kb": report["mem_available_kb"],
-                                  "shadowing_libQnnHtp": len(shadows) and ",".join(shadows) or "none",
+                                  "shadowing_libQnnHtp": (len(shadows) and ",".join(shadows)) or "none",
                                   "workspace": str(self.workspace)})
         return problems
 
@@ -643,7 +643,7 @@ class AdbDevice(Device):
                 self._kill_run("", run_dir)  # a fork made just before the server died
                 raise _ServerEndedBeforeForking(str(exc)) from exc
             raise self._interrupted(scenario, "", artifacts, pid, run_dir, str(exc),
-                                    stdout_file=run_dir / STDOUT_FILE)
+                                    stdout_file=run_dir / STDOUT_FILE) from exc
         files = done.get("files", {})
         returncode = None if timed_out else (done["exit"] if "exit" in done
                                              else -int(done.get("signal", 0)))
@@ -781,7 +781,7 @@ class AdbDevice(Device):
                     break
                 try:
                     out, err = stream.read(min(remaining, 5.0))
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError as exc:
                     cut = str(exc) or type(exc).__name__

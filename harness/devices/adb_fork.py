@@ -21,16 +21,14 @@ from __future__ import annotations
 import json
 import logging
 import select
-import socket
 import time
 
+from harness.devices import adb_wire  # checks the environment before it imports adbutils
 from harness.devices.adb_address import check_environment
+from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
 
 check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
 import adbutils  # noqa: E402
-
-from harness.devices import adb_wire
-from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
 
 START_TIMEOUT_S = 120.0  # loading the libraries on a busy device
 REPLY_TIMEOUT_S = 30.0  # for a fork (or a killed fork's end) to be reported
@@ -85,7 +83,7 @@ class DeviceForkServer:
         """Take what the stream brings within `timeout` (replies, the server's log, its end)."""
         try:
             out, err = self.stream.read(timeout)
-        except socket.timeout:
+        except TimeoutError:
             return
         except OSError as exc:
             self.stream.closed = True

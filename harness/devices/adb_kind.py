@@ -83,7 +83,7 @@ class AdbKind(DeviceKind):
         return True
 
     @classmethod
-    def open(cls, target: str, context: OpenContext) -> "AdbDevice":
+    def open(cls, target: str, context: OpenContext) -> AdbDevice:
         """An adb device in phases: identify it, resolve its SoC config, set it up with
         explicit arguments. A labgrid place's `adb` and `soc=` tags replace --adb-server and
         the farm file's SoC."""

@@ -6,9 +6,10 @@ the boot id there, so every device kind with a shell uses it: an adb phone, a Li
 ssh. `key` names the device across this process (the adb server and serial, the ssh target).
 
 Where: a directory on the device, by default `/data/local/tmp/.executorch-hil-lease`
-(`LEASE_DIR`, Android's; a kind passes its own `lease_dir`), per device and not per workspace, so two sessions given the same `--device-workspace` are kept
-apart too. Taking it is one `mkdir`, which is atomic on the device's filesystem: of two sessions
-racing for a free device exactly one gets it.
+(`LEASE_DIR`, Android's; a kind passes its own `lease_dir`), per device and not per workspace,
+so two sessions given the same `--device-workspace` are kept apart too. Taking it is one
+`mkdir`, which is atomic on the device's filesystem: of two sessions racing for a free device
+exactly one gets it.
 
 Format: in that directory, `owner` holds `key=value` lines written once by the holder (`token`,
 `host`, `hostboot` (the holder host's boot id), `pid`, `session`, `worker`, `since`) and
@@ -59,7 +60,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from harness.errors import DeviceError
 
@@ -348,7 +349,7 @@ class DeviceLease:
         while not held.stop.wait(self.heartbeat_s):
             try:
                 _, out = held.run(self._heartbeat_script(), 15.0)
-            except Exception:  # the device is away: the session's own calls deal with that
+            except Exception:  # noqa: BLE001 -- the device is away: the session's calls deal with that
                 continue
             if "LEASE lost" in out:
                 fields = dict(l.split(" ", 1)[1].split("=", 1) for l in out.splitlines()
@@ -385,7 +386,7 @@ class DeviceLease:
             return
         try:
             self.run(self._release_script(), timeout)
-        except Exception:
+        except Exception:  # noqa: BLE001 -- best effort: a lease not released expires
             pass
 
 
@@ -400,5 +401,5 @@ def _release_all() -> None:
         if not held.lost and held.pid == os.getpid():  # never a parent's, from a forked child
             try:
                 held.run(held.release_script, 5.0)
-            except Exception:
+            except Exception:  # noqa: BLE001 -- best effort at exit: the lease expires anyway
                 pass

@@ -94,7 +94,7 @@ def split_outputs(text: str, nonce: str) -> tuple[str, tuple[str, str] | None]:
 def scenario_line(text: str) -> tuple[str, str]:
     """The run's output without its leading `HARNESS_SCENARIO <written|kept>` line, and that
     word ("" when the line is not there)."""
-    head, newline, rest = text.partition("\n")
+    head, _, rest = text.partition("\n")
     if head.startswith("HARNESS_SCENARIO "):
         return rest, head.split()[1] if len(head.split()) > 1 else ""
     return text, ""

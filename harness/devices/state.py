@@ -28,7 +28,7 @@ for z in /sys/class/thermal/thermal_zone*; do
 done
 if command -v dumpsys >/dev/null 2>&1; then dumpsys battery 2>/dev/null | sed 's/^/battery /'; fi
 true
-"""
+"""  # noqa: E501 (a shell script: one echo a fact)
 _BATTERY_KEYS = {"level": "level", "scale": "scale", "temperature": "temperature_decidegC",
                  "status": "status", "health": "health", "voltage": "voltage_mV",
                  "AC powered": "ac_powered", "USB powered": "usb_powered",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import PurePosixPath
-from typing import Iterable
+from collections.abc import Iterable
 
 from harness.errors import ConfigError
 

@@ -49,7 +49,7 @@ class PlanStep:
     expected: tuple[Tensor, ...] = ()
     atol: float = 0.0
     rtol: float = 0.0
-    substeps: tuple["PlanStep", ...] = ()  # of a parallel step: one thread each
+    substeps: tuple[PlanStep, ...] = ()  # of a parallel step: one thread each
 
 
 @dataclasses.dataclass

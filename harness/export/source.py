@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from harness.export.plan import Plan, PlanStep, Tensor
 

@@ -48,7 +48,7 @@ import tempfile
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import Callable
+from collections.abc import Callable
 
 from . import emulation, protocol, shell, sync
 from .protocol import Message, ProtocolError, StreamClosed
@@ -92,7 +92,7 @@ def _check_loopback(host: str) -> str:
 class Stream:
     """One adb stream (local id <-> remote id) inside a connection, with adb flow control."""
 
-    def __init__(self, conn: "Connection", local_id: int, remote_id: int) -> None:
+    def __init__(self, conn: Connection, local_id: int, remote_id: int) -> None:
         self.conn = conn
         self.local_id = local_id
         self.remote_id = remote_id
@@ -185,14 +185,13 @@ class Stream:
 
     def close(self) -> None:
         """Close our side after the host acknowledged everything we wrote; idempotent."""
-        with self._write_lock:
-            with self._cv:
-                if self._closed:
-                    return
-                self._cv.wait_for(lambda: self._can_send or self._peer_closed, _FINAL_ACK_TIMEOUT)
-                self._closed = True
-                peer_closed = self._peer_closed
-                self._cv.notify_all()
+        with self._write_lock, self._cv:
+            if self._closed:
+                return
+            self._cv.wait_for(lambda: self._can_send or self._peer_closed, _FINAL_ACK_TIMEOUT)
+            self._closed = True
+            peer_closed = self._peer_closed
+            self._cv.notify_all()
         if not peer_closed:
             try:
                 self.conn.send(protocol.A_CLSE, self.local_id, self.remote_id)
@@ -204,7 +203,7 @@ class Stream:
 class Connection:
     """One TCP connection from the adb server: handshake, stream table, message dispatch."""
 
-    def __init__(self, device: "LoopbackDevice", sock: socket.socket, peer: str) -> None:
+    def __init__(self, device: LoopbackDevice, sock: socket.socket, peer: str) -> None:
         self.device = device
         self.sock = sock
         self.peer = peer
@@ -361,7 +360,7 @@ class LoopbackDevice:
 
     # --- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> "LoopbackDevice":
+    def start(self) -> LoopbackDevice:
         """Prepare the sandbox, bind the port and start serving in background threads."""
         if self._listener is not None:
             return self
@@ -423,7 +422,7 @@ class LoopbackDevice:
             self._tmpdir.cleanup()
             self._tmpdir = None
 
-    def __enter__(self) -> "LoopbackDevice":
+    def __enter__(self) -> LoopbackDevice:
         return self.start()
 
     def __exit__(
@@ -469,7 +468,7 @@ class LoopbackDevice:
                 break
             try:
                 sock, addr = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 break

@@ -161,10 +161,8 @@ class _Scanner:
                 i = self.commands(i + 1, "`")
                 continue
             if c == "$" and i + 1 < n and s[i + 1] == "(":
-                if s.startswith("$((", i):
-                    i = self._skip_parens(i + 3, 2)
-                else:
-                    i = self.commands(i + 2, ")")
+                i = (self._skip_parens(i + 3, 2) if s.startswith("$((", i)
+                     else self.commands(i + 2, ")"))
                 continue
             if c == "$" and i + 1 < n and s[i + 1] == "{":
                 end = s.find("}", i + 2)

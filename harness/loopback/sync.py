@@ -272,7 +272,7 @@ def _send_file(stream: StreamLike, host_path: str, mode: int, device_path: str) 
 def _do_recv(stream: StreamLike, sandbox: Path, device_path: str) -> bool:
     host_path, _ = map_device_path(sandbox, device_path)
     try:
-        f = open(host_path, "rb")
+        f = open(host_path, "rb")  # noqa: SIM115 -- closed by `with f:` below, after the FAIL path
     except OSError as exc:
         _fail(stream, f"open failed: {_strerror(exc)}")
         return False

@@ -2,8 +2,8 @@
 
 The cache key covers everything that changes the output: the model's source, the SoC, the
 precision, the QNN compile options, the ExecuTorch version, the QNN library version and the
-compile worker's own source; a second run with the same key compiles nothing. Compilation runs in a child process with the
-QNN environment (see harness.qnn.sdk).
+compile worker's own source; a second run with the same key compiles nothing. Compilation runs
+in a child process with the QNN environment (see harness.qnn.sdk).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from harness.cache import cache_root, digest, file_lock, file_sha256
 from harness.errors import ModelError
@@ -91,7 +91,7 @@ class CompiledModel:
     qnn_delegates: tuple = ()
 
     @classmethod
-    def load(cls, directory: Path) -> "CompiledModel":
+    def load(cls, directory: Path) -> CompiledModel:
         meta = json.loads((directory / "meta.json").read_text())
         methods = {
             name: MethodReference(

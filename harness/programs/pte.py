@@ -151,7 +151,7 @@ class ProgramInfo:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ProgramInfo":
+    def from_json(cls, data: dict[str, Any]) -> ProgramInfo:
         if data.get("format") != JSON_FORMAT:
             raise ValueError(f"program JSON format {data.get('format')!r}, expected {JSON_FORMAT}")
         methods = {

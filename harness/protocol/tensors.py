@@ -30,7 +30,7 @@ class TensorFile:
         return {"dtype": self.dtype, "shape": list(self.shape), "file": str(path)}
 
     @classmethod
-    def from_json(cls, data: dict, base: Path) -> "TensorFile":
+    def from_json(cls, data: dict, base: Path) -> TensorFile:
         file = Path(data["file"])
         return cls(data["dtype"], tuple(data["shape"]), file if file.is_absolute() else base / file)
 

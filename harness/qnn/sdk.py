@@ -13,7 +13,6 @@ child process with `environment()`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -116,7 +115,7 @@ def _from_wheel() -> tuple[Path, tuple[Path, ...], str]:
             "No QNN libraries found: set QNN_SDK_ROOT to a QAIRT SDK, or install the HTP "
             "simulator libraries with `pip install onnxruntime-qnn==2.7.0`."
         )
-    lib = Path(list(spec.submodule_search_locations)[0])
+    lib = Path(next(iter(spec.submodule_search_locations)))
     missing = [name for name in REQUIRED if not (lib / name).exists()]
     if missing:
         raise SdkError(f"the onnxruntime-qnn wheel at {lib} lacks {', '.join(missing)}; "

@@ -36,7 +36,7 @@ STYLE = """<style>
 .hil .cards{display:flex;flex-wrap:wrap;gap:0 24px;align-items:flex-start}
 div.media{width:760px;height:340px}
 .media-container{height:300px}
-</style>"""
+</style>"""  # noqa: E501 (CSS rules one a line)
 
 
 def extras_for_test(test: dict, runs: list[dict], results: list[ScenarioResult],

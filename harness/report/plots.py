@@ -15,8 +15,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # before anything draws: no display on CI hosts or farms
 
-from matplotlib.figure import Figure  # noqa: E402  (after the backend choice)
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 DPI = 72
 MAX_LABELS = 24  # more steps than this: every k-th step is labelled

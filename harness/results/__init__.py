@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 from harness.results.failures import Failure
 from harness.results.run import ScenarioResult, StepResult

@@ -214,7 +214,10 @@ def render(c: Comparison, old_name: str, new_name: str, thresholds: str) -> str:
 def _table(header: list[str], rows: list[list[str]], limit: int = 120) -> str:
     rows = [[_clip(c, limit) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    line = lambda cells: "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    def line(cells: list[str]) -> str:
+        return "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 

@@ -8,11 +8,9 @@ Only what readers use is declared; every model allows extra fields, so the write
 
 from __future__ import annotations
 
-from typing import Optional, Union
-
 from pydantic import BaseModel, ConfigDict, Field
 
-Number = Union[int, float]
+Number = int | float
 
 
 class _Open(BaseModel):
@@ -21,27 +19,27 @@ class _Open(BaseModel):
 
 class FailureEntry(_Open):
     kind: str
-    step: Optional[Union[int, str]] = None
+    step: int | str | None = None
     where: str = ""
     message: str = ""
 
 
 class SubStepEntry(_Open):
     op: str
-    module: Optional[str] = None
-    method: Optional[str] = None
-    elapsed_ms: Optional[Number] = None
+    module: str | None = None
+    method: str | None = None
+    elapsed_ms: Number | None = None
 
 
 class StepEntry(_Open):
     index: int
     op: str
-    target: Optional[str] = None
-    module: Optional[str] = None
-    method: Optional[str] = None
-    elapsed_ms: Optional[Number] = None
-    memory: Optional[dict[str, Optional[Number]]] = None
-    substeps: Optional[list[SubStepEntry]] = None
+    target: str | None = None
+    module: str | None = None
+    method: str | None = None
+    elapsed_ms: Number | None = None
+    memory: dict[str, Number | None] | None = None
+    substeps: list[SubStepEntry] | None = None
 
 
 class RunEntry(_Open):
@@ -54,10 +52,10 @@ class RunEntry(_Open):
 class TestEntry(_Open):
     nodeid: str
     outcome: str
-    known_issue: Optional[str] = None
+    known_issue: str | None = None
     xpass_strict: bool = False
-    failure: Optional[FailureEntry] = None
-    message: Optional[str] = None
+    failure: FailureEntry | None = None
+    message: str | None = None
 
 
 class ResultsDocument(_Open):

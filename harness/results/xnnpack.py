@@ -71,7 +71,7 @@ class MemorySplit:
     cache_mapped: int  # Rss of the cache file's own mappings (0 when not watched/mapped)
 
     @classmethod
-    def of(cls, step: StepResult, cache_path: str | None = None) -> "MemorySplit":
+    def of(cls, step: StepResult, cache_path: str | None = None) -> MemorySplit:
         rollup = step.memory.get("rollup") or {}
         if "Anonymous" not in rollup or "Rss" not in rollup:
             raise AssertionError(f"step {step.step.describe()}: no smaps_rollup reading "
@@ -323,7 +323,7 @@ def assert_cache_steps_ok(result: ScenarioResult) -> None:
         first = next(f for f in run_failures(result) + [None]
                      if f is None or f.step == bad[0][0])
         report = (f"scenario {result.scenario.name}: {head}:\n  " + "\n  ".join(lines) +
-                  f"\ncache log:\n    " + "\n    ".join(cache_log(result)) +
+                  "\ncache log:\n    " + "\n    ".join(cache_log(result)) +
                   f"\nruntime log:\n{runtime_log(result)}\nall steps:\n{result.summary()}")
         if first is None:
             raise AssertionError(report)
@@ -412,8 +412,8 @@ def check_counters(counters: RuntimeCounters, load: CacheLoad,
                 and state.lower() != load.classification:
             problems.append(f"packed_cache_state={v['packed_cache_state']!r} but the load "
                             f"measured as {load.classification}")
-    if "packed_cache_errno" in v and load.errnos:
-        if v["packed_cache_errno"] not in load.errnos:
+    if ("packed_cache_errno" in v and load.errnos
+            and v["packed_cache_errno"] not in load.errnos):
             problems.append(f"packed_cache_errno={v['packed_cache_errno']!r} but the runtime "
                             f"logged errno {', '.join(map(str, load.errnos))}")
     return problems

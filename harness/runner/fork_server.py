@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from harness.errors import HarnessError
 from harness.output_limit import limit_bytes, notes_over, read_capped
@@ -49,7 +49,9 @@ class ForkServer:
 
     def __init__(self, binary: Path | tuple[str, ...], preload: list[str], env: dict[str, str],
                  log: logging.LoggerAdapter | logging.Logger = log) -> None:
-        self._log = tempfile.NamedTemporaryFile(prefix="harness-fork-server-", suffix=".log")
+        # The server's stderr for its lifetime, closed (and removed) by close().
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            prefix="harness-fork-server-", suffix=".log")
         # Files of the run in progress: the fork's stdout and stderr (read back and removed
         # after each run) and whatever the caller puts in `scratch` (the scenario file, the QNN
         # trace), in memory (/dev/shm) where there is one: a disk costs milliseconds a file.
@@ -81,7 +83,8 @@ class ForkServer:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
-            raise ForkServerError(f"the fork server is gone ({exc}); its log: {self.log_tail()}")
+            raise ForkServerError(
+                f"the fork server is gone ({exc}); its log: {self.log_tail()}") from exc
         started = self._reply(REPLY_TIMEOUT_S)
         if started is None or "child" not in started:
             raise ForkServerError(f"the fork server did not fork the scenario ({started}); "

@@ -52,7 +52,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 __all__ = [
@@ -71,9 +71,9 @@ __all__ = [
     "arm64_linux_toolchain_text",
     "build_android_runner",
     "build_arm64_linux",
-    "build_host_runner",
     "build_backends",
     "build_components",
+    "build_host_runner",
     "default_cache_root",
     "executorch_package_dir",
     "host_build_commands",
@@ -185,7 +185,7 @@ def _executorch_version() -> str:
     return current().version
 
 
-@lru_cache(maxsize=None)
+@cache
 def _libraries_digest(lib_dir: Path, stamp: tuple) -> str:
     """sha256 over the names and bytes of a runtime's libraries (`stamp`, their names, sizes
     and mtimes, keys the in-process cache): a rebuilt prefix at the same path and version is
@@ -239,7 +239,7 @@ def _parse_version(text: str) -> tuple[int, ...] | None:
     return tuple(int(g) for g in m.groups() if g is not None) if m else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cmake_version(cmake: str) -> tuple[int, ...] | None:
     """Version of the cmake at ``cmake``. For the PyPI cmake (the entry point
     next to sys.executable or the package's own binary) it comes from the

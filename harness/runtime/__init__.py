@@ -193,7 +193,7 @@ def _installed() -> Runtime:
     except importlib.metadata.PackageNotFoundError:
         return Runtime("unknown", None, "wheel", None, None, None, None)
     spec = importlib.util.find_spec("executorch")
-    package = Path(list(spec.submodule_search_locations)[0]) if spec and \
+    package = Path(next(iter(spec.submodule_search_locations))) if spec and \
         spec.submodule_search_locations else None
     git = _version_py(package / "version.py")[1] if package else None
     cmake = package if package and (package / _WHEEL_CMAKE).is_file() else None

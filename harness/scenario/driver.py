@@ -13,7 +13,7 @@ import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from harness.results.assertions import assert_completed
 from harness.devices.base import Device

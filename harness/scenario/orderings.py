@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
-from typing import Callable, Collection, Iterable, Iterator, Protocol
+from typing import Protocol
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from harness.results.assertions import (assert_isolation, assert_live_counts, assert_outputs_consistent,
                                 assert_steps_ok)

@@ -3,7 +3,7 @@ to the real adb server, running what is pushed to it on this host's HTP simulato
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -113,15 +113,16 @@ class SshdBoard:
     def alias_target(self) -> str:
         return f"ssh://{self.alias}"
 
-    def start(self, timeout: float = 20.0) -> "SshdBoard":
+    def start(self, timeout: float = 20.0) -> SshdBoard:
         if not self.authorized.exists():  # a restart after stop()
             self.auth_dir.mkdir(mode=0o755, exist_ok=True)
             shutil.copyfile(f"{self.client_key}.pub", self.authorized)
             self.authorized.chmod(0o644)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.sshd_config)],
-                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        with open(self.log, "ab") as log:  # sshd keeps its own copy of the descriptor
+            self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.sshd_config)],
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -162,7 +163,7 @@ class SshdBoard:
         self.proc = None
         shutil.rmtree(self.auth_dir, ignore_errors=True)
 
-    def __enter__(self) -> "SshdBoard":
+    def __enter__(self) -> SshdBoard:
         return self.start()
 
     def __exit__(self, *exc) -> None:

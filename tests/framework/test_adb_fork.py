@@ -47,7 +47,7 @@ def open_device(tmp_path: Path, phone, hil_session, **overrides):
 
 @pytest.fixture
 def device(tmp_path, phone, hil_session):
-    session, device = open_device(tmp_path, phone, hil_session)
+    _session, device = open_device(tmp_path, phone, hil_session)
     yield device
     device.close()
 
@@ -109,7 +109,7 @@ def test_forks_give_what_processes_give_in_one_request_each(tmp_path, phone, hil
     same device: the same statuses, error codes, live QNN counts and outputs, the QNN trace
     back with each run. A scenario whose files are there costs no new adb connection: one
     request on the stream the server holds open, served by the same server every time."""
-    session, device = open_device(tmp_path, phone, hil_session)
+    _session, device = open_device(tmp_path, phone, hil_session)
     model = compiled_model("linear_relu")
     driver = ScenarioDriver(device, tmp_path / "runs", 300)
     try:
@@ -198,7 +198,7 @@ def test_a_cut_stream_names_the_step_and_kills_the_fork(tmp_path, phone, hil_ses
     connected again at once) while the device stays: the test fails naming the step the run
     was in, from what the fork wrote on the device; the fork is killed; the next run starts a
     new server."""
-    session, device = open_device(tmp_path, phone, hil_session, reacquire_s=8)
+    _session, device = open_device(tmp_path, phone, hil_session, reacquire_s=8)
     model = compiled_model("linear_relu")
     try:
         device.run(simple(model, "warm"), tmp_path / "warm", 300)

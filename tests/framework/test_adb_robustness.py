@@ -56,7 +56,7 @@ class Phone:
         self.sandbox_dir, self.env, self.port = sandbox, env, 0
         self.dev: LoopbackDevice | None = None
 
-    def start(self) -> "Phone":
+    def start(self) -> Phone:
         self.dev = LoopbackDevice(self.sandbox_dir, port=self.port, extra_env=self.env).start()
         self.port = self.dev.port
         return self
@@ -160,7 +160,7 @@ def once_started(phone, device, action) -> threading.Thread:
 def test_a_dropped_device_is_waited_for_the_whole_window(phone, tmp_path, compiled_model,
                                                          hil_session):
     """adb says "Connection refused" at once; that must not end the wait early."""
-    session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
+    _session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
     script_runner(device, tmp_path, STEP0 + STARTED + "exec sleep 300\n")
     stopped: list[float] = []
     thread = once_started(phone, device, lambda: (phone.stop(), stopped.append(time.monotonic())))
@@ -222,7 +222,7 @@ def test_an_interrupted_stream_on_a_live_device_keeps_the_output_and_kills_the_r
         phone, tmp_path, compiled_model, hil_session):
     """The adb server drops the stream (here: its transport is disconnected and connected
     again at once) while the device stays: the failure names the step, the runner is killed."""
-    session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
+    _session, device = device_of(tmp_path, phone.serial, hil_session, reacquire_s=8)
     script_runner(device, tmp_path,
                   STEP0 + "echo $$ > ../../runner-pid.txt\n" + STARTED + "exec sleep 300\n")
 
@@ -245,7 +245,7 @@ def test_an_interrupted_run_whose_pid_never_reached_the_host_is_killed(phone, tm
     """A stream cut before the runner's pid reached the host (or before the shell wrote the
     pid file): the run's processes are found by their working directory, the run directory,
     and killed; a process elsewhere in the workspace is left alone."""
-    session, device = device_of(tmp_path, phone.serial, hil_session)
+    _session, device = device_of(tmp_path, phone.serial, hil_session)
     run_dir = device.workspace / "runs" / "0123456789abcdef-cut"
     other = device.workspace / "runs" / "fedcba9876543210-other"
     pids = []
@@ -273,7 +273,7 @@ NEW_TOMBSTONE = ("printf '*** *** ***\\nsignal 11 (SIGSEGV), this run\\n' "
 
 def test_only_tombstones_of_the_runs_own_time_window_are_attached(phone, tmp_path,
                                                                   compiled_model, hil_session):
-    session, device = device_of(tmp_path, phone.serial, hil_session)
+    _session, device = device_of(tmp_path, phone.serial, hil_session)
     stale = phone.sandbox / "data" / "tombstones" / "tombstone_00"
     stale.write_text("*** *** ***\nsignal 6 (SIGABRT), a crash from yesterday\n")
     old = time.time() - 86400
@@ -297,7 +297,7 @@ def test_a_timeout_kills_the_runners_whole_process_group(phone, tmp_path, compil
                                                          hil_session):
     """The runner forks a child that a plain `kill <pid>` would leave running (and that the
     loopback's own clean-up cannot reach: the runner has its own process group)."""
-    session, device = device_of(tmp_path, phone.serial, hil_session)
+    _session, device = device_of(tmp_path, phone.serial, hil_session)
     script_runner(device, tmp_path, STEP0 + (
         "sleep 300 &\n"
         "echo $! > child.pid\n"
@@ -324,7 +324,7 @@ def test_a_timeout_kills_what_left_the_runners_process_group(phone, tmp_path, co
                                                             hil_session):
     """A child that left the runner's group and session (`setsid`) is out of reach of the group
     kill; the timeout kills every process whose working directory is the run's directory."""
-    session, device = device_of(tmp_path, phone.serial, hil_session)
+    _session, device = device_of(tmp_path, phone.serial, hil_session)
     script_runner(device, tmp_path, STEP0 + (
         "setsid sleep 300 &\n"
         "echo $! > escaped.pid\n"
@@ -342,7 +342,7 @@ def test_a_timeout_kills_what_left_the_runners_process_group(phone, tmp_path, co
 def test_a_session_in_a_kept_workspace_kills_runners_left_there(phone, tmp_path, compiled_model,
                                                                 hil_session):
     workspace = "/data/local/tmp/kept-ws"
-    session, device = device_of(tmp_path, phone.serial, hil_session, device_workspace=workspace,
+    _session, device = device_of(tmp_path, phone.serial, hil_session, device_workspace=workspace,
                                 keep_workspace=True)
     script_runner(device, tmp_path, "sleep 300 &\nexec sleep 302\n")
     # An earlier session that died mid-run: its runner was started and its stream dropped.
@@ -381,7 +381,7 @@ def test_a_flooding_runner_is_cut_to_the_output_limit(phone, tmp_path, compiled_
     """40 MB on each of stdout and stderr, and no end: the host keeps the head and tail of
     each within the limit (1 MB here), the trace still comes back, and the verdict says so."""
     monkeypatch.setenv("EXECUTORCH_HIL_OUTPUT_LIMIT_MB", "1")
-    session, device = device_of(tmp_path, phone.serial, hil_session)
+    _session, device = device_of(tmp_path, phone.serial, hil_session)
     script_runner(device, tmp_path, STEP0 + (
         "echo 'trace line' > \"$HARNESS_QNN_TRACE\"\n"
         "head -c 40000000 /dev/zero | tr '\\0' o\n"

@@ -185,7 +185,7 @@ def test_failed_arm64_build_and_unknown_abi_are_device_errors(monkeypatch):
         raise native_build.RunnerBuildError("configure failed")
 
     monkeypatch.setattr(native_build, "build_arm64_linux", broken)
-    with pytest.raises(DeviceError, match="arm64-linux build .* failed: configure failed"):
+    with pytest.raises(DeviceError, match=r"arm64-linux build .* failed: configure failed"):
         device_build("arm64-v8a")
     with pytest.raises(DeviceError, match="armeabi-v7a"):
         device_build("armeabi-v7a")
@@ -221,7 +221,7 @@ def arm64_build(tmp_path_factory):
 
 @needs_cross
 def test_cross_build_gives_aarch64_runner_and_interposer(arm64_build):
-    build_dir, cold = arm64_build
+    build_dir, _cold = arm64_build
     runner, interposer = build_dir / "harness-runner", build_dir / "libQnnHtp.so"
     assert emulation.elf_machine(runner) == emulation.EM_AARCH64
     assert emulation.elf_machine(interposer) == emulation.EM_AARCH64
@@ -418,7 +418,7 @@ def test_arm64_loopback_runs_a_pushed_runner(arm64_loopback, arm64_build, xnn_ca
     and the libraries of `device_build`, the program and its tensors, then start the runner
     with a relative scenario path from its run directory."""
     build_dir, _ = arm64_build
-    model, scenario, host_scenario = xnn_case
+    _model, scenario, host_scenario = xnn_case
     dev = _client().device(arm64_loopback.serial)
     ws = PurePosixPath("/data/local/tmp/hil-arm64")
     build = DeviceBuild("arm64-v8a", build_dir / "harness-runner", build_dir / "libQnnHtp.so",

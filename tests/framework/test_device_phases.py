@@ -122,7 +122,7 @@ def test_unknown_and_missing_socs_are_one_clear_error():
     assert "device phone1 (the device): SoC SM1234 has no config" in text
     assert "Known SoCs: SM8550, SM8650, SM8750" in text
     assert "cp " in text and "SM8550.yaml SM1234.yaml" in text and "--device-config" in text
-    with pytest.raises(ConfigError, match="no SoC: ro.soc.model is empty"):
+    with pytest.raises(ConfigError, match=r"no SoC: ro.soc.model is empty"):
         resolve_soc_config("phone1", "", reported_from="ro.soc.model is empty and ...")
 
 

@@ -163,7 +163,7 @@ def reserve(lg, **tags) -> str:
     return token
 
 
-def lab(tmp_path: Path, procs: "Processes", serials: list[str]) -> str:
+def lab(tmp_path: Path, procs: Processes, serials: list[str]) -> str:
     """A coordinator and an exporter on 127.0.0.1, and places sm8650-<i> for the phones
     `serials` (labgrid-client -p P create / set-tags / add-match); returns its address."""
     address = f"127.0.0.1:{free_port()}"

@@ -6,10 +6,10 @@ runs, and for every run the report keeps its exit code, whether it completed, an
 status, error code, live QNN counts (backends, devices, contexts) and the sub-steps' statuses.
 The report keeps every run with a failure and the first 100 others of each test (about 800 of
 the suite's 9900 runs); a run it drops passed every check of its test in both modes, and those
-checks are the same per-step facts (statuses and live counts against the reference model). Memory readings are not compared: a fork starts with the QNN libraries
-already mapped, so absolute Rss differs, and the suite's memory assertions compare a scenario's
-steps with each other (growth over cycles, heap against mapped bytes), never with a value from
-another process.
+checks are the same per-step facts (statuses and live counts against the reference model).
+Memory readings are not compared: a fork starts with the QNN libraries already mapped, so
+absolute Rss differs, and the suite's memory assertions compare a scenario's steps with each
+other (growth over cycles, heap against mapped bytes), never with a value from another process.
 
 The S5 cold-load tests are compared by outcome only: they stop at the first launch the runtime
 crashes in (a race in the simulator, known issue qnn-concurrent-first-context-create-crash), and

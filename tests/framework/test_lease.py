@@ -408,7 +408,7 @@ def test_two_sessions_on_one_device_one_waits_and_both_pass(phone, tmp_path):
     for part in (f"pid {holder.pid}", "session lease-test-A", "worker master", "--lease-wait 0"):
         assert part in out_b, (part, out_b)
     # With it: waited for that holder, then got the device.
-    assert f"waiting up to 300 s for the lease held by host" in out_c, out_c
+    assert "waiting up to 300 s for the lease held by host" in out_c, out_c
     assert f"pid {holder.pid} session lease-test-A" in out_c, out_c
     assert "got the lease after waiting" in out_c, out_c
     assert not lease_dir(phone).exists(), "a lease outlived both sessions"

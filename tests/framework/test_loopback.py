@@ -108,7 +108,9 @@ def test_read_message_over_socketpair():
 
 
 def test_connect_banner_carries_identity_and_features():
-    banner = protocol.connect_banner({"ro.product.name": "n", "ro.product.model": "m", "ro.product.device": "d"}, ["shell_v2", "cmd"])
+    banner = protocol.connect_banner(
+        {"ro.product.name": "n", "ro.product.model": "m", "ro.product.device": "d"},
+        ["shell_v2", "cmd"])
     assert banner == b"device::ro.product.name=n;ro.product.model=m;ro.product.device=d;features=shell_v2,cmd"
 
 
@@ -298,7 +300,7 @@ def test_device_vanishes_on_stop(tmp_path):
         def long_running() -> None:
             try:
                 outcome["out"] = dev.shell("sleep 30; echo never", timeout=20)
-            except Exception as exc:  # either an error or an early, empty result is fine
+            except Exception as exc:  # noqa: BLE001 -- either an error or an early, empty result is fine
                 outcome["exc"] = exc
 
         worker = threading.Thread(target=long_running)
@@ -326,7 +328,8 @@ def test_device_vanishes_on_stop(tmp_path):
 def test_cli_prints_serial_and_disconnects_on_sigterm(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.loopback", "--sandbox", str(tmp_path / "cli"), "--prop", "ro.soc.model=SM8750", "--adb", ADB],
+        [sys.executable, "-m", "harness.loopback", "--sandbox", str(tmp_path / "cli"),
+         "--prop", "ro.soc.model=SM8750", "--adb", ADB],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,

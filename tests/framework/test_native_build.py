@@ -36,7 +36,7 @@ def test_android_commands_carry_toolchain_abi_platform_and_prefix(tmp_path):
     assert "-DANDROID_ABI=arm64-v8a" in configure
     assert "-DANDROID_PLATFORM=android-31" in configure
     assert f"-DCMAKE_PREFIX_PATH={prefix}" in configure
-    assert ["-G", "Ninja"] == configure[configure.index("-G"):configure.index("-G") + 2]
+    assert configure[configure.index("-G"):configure.index("-G") + 2] == ["-G", "Ninja"]
     assert configure[configure.index("-S") + 1] == str(native_build.runner_source_dir())
     assert build[1:3] == ["--build", str(tmp_path / "b")]
 
@@ -51,7 +51,7 @@ def test_android_commands_default_platform_and_custom_source(tmp_path):
 def test_host_commands_use_pypi_cmake_ninja_and_the_wheel(tmp_path):
     configure, build = native_build.host_build_commands(tmp_path / "b")
     assert "-DCMAKE_BUILD_TYPE=Release" in configure
-    assert ["-G", "Ninja"] == configure[configure.index("-G"):configure.index("-G") + 2]
+    assert configure[configure.index("-G"):configure.index("-G") + 2] == ["-G", "Ninja"]
     pkg = native_build.executorch_package_dir()
     if pkg is not None:
         assert f"-DCMAKE_PREFIX_PATH={pkg}" in configure

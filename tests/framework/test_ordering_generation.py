@@ -2,6 +2,7 @@
 
 import math
 from pathlib import Path
+from typing import ClassVar
 
 from harness.programs.compile import CompiledModel, MethodReference
 from harness.scenario.orderings import (ModulePlan, explore, interleavings, random_interleavings,
@@ -44,9 +45,9 @@ def test_random_orderings_are_seeded():
 def b_executed_after_a_destroyed(scenario):
     """A stand-in for `check`: the "bug" is executing B after A was destroyed."""
     ops = [(s.op, s.module, s.method) for s in scenario.steps]
-    if ("destroy_module", "A", None) in ops and ("execute", "B", "forward") in ops:
-        if ops.index(("destroy_module", "A", None)) < ops.index(("execute", "B", "forward")):
-            return "scenario x: step 3 execute(B.forward): error [1] DelegateHandle has been deleted"
+    if (("destroy_module", "A", None) in ops and ("execute", "B", "forward") in ops
+            and ops.index(("destroy_module", "A", None)) < ops.index(("execute", "B", "forward"))):
+        return "scenario x: step 3 execute(B.forward): error [1] DelegateHandle has been deleted"
     return None
 
 
@@ -85,7 +86,7 @@ def test_hypothesis_search_shrinks_and_replays(monkeypatch, tmp_path):
     plans = [ModulePlan("A", model()), ModulePlan("B", model()), ModulePlan("C", model())]
 
     class Echo:
-        ran: list = []
+        ran: ClassVar[list] = []
 
         def run(self, sc):
             Echo.ran.append([(s.op, s.module, s.method) for s in sc.steps if s.op != "snapshot"])

@@ -9,7 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
 from harness.scenario.driver import ScenarioDriver
 from harness.output_limit import LIMIT_ENV, CappedBuffer, read_capped

@@ -213,7 +213,7 @@ def test_file_identifier_is_the_installed_schemas(compiled):
 
 @pytest.mark.parametrize("key", list(BUILDS))
 def test_program_reports_what_the_compile_asked_for(key, compiled, inspected):
-    name, soc, precision, options = BUILDS[key]
+    _name, soc, precision, options = BUILDS[key]
     model, info = compiled[key], inspected[key]
     assert info.path == model.pte and info.size == model.pte.stat().st_size
     assert sorted(info.methods) == sorted(model.methods)

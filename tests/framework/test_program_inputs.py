@@ -2,7 +2,6 @@
 valid indices, a mask the program's metadata describes is built from it, and an input the
 runners cannot feed is refused naming program, method, input index and dtype."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest

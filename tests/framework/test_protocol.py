@@ -138,9 +138,9 @@ def test_load_scenario_checks_json_files_and_sizes(tmp_path):
     with pytest.raises(ScenarioError, match=r"s.json names missing files: m.pte"):
         load_scenario(path)
     path.write_text('{"steps": [], "x": NaN}')
-    with pytest.raises(ScenarioError, match="cannot read scenario .*NaN is not JSON"):
+    with pytest.raises(ScenarioError, match=r"cannot read scenario .*NaN is not JSON"):
         load_scenario(path)
-    with pytest.raises(ScenarioError, match="cannot read scenario .*nowhere.json"):
+    with pytest.raises(ScenarioError, match=r"cannot read scenario .*nowhere.json"):
         load_scenario(tmp_path / "nowhere.json")
 
 

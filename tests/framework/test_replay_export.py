@@ -141,7 +141,8 @@ def test_a_bundle_unpacks_and_its_readme_command_reproduces(runs, tmp_path, scen
     assert proc.returncode == 0, proc.stdout + proc.stderr
     archive = next((tmp_path / "b").glob("*.tar.gz"))
     assert archive.stat().st_size < 200_000  # small enough to attach to an issue
-    readme = tarfile.open(archive).extractfile(f"{archive.name[:-7]}/README.md").read().decode()
+    with tarfile.open(archive) as tar:
+        readme = tar.extractfile(f"{archive.name[:-7]}/README.md").read().decode()
     command = re.search(r"^(tar xzf .*?)\s+#", readme, re.M).group(1)
     work = tmp_path / "unpacked"
     work.mkdir()

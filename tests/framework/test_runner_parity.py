@@ -86,6 +86,7 @@ def test_same_events_from_both_runners_parallel(both_runners, compiled_model):
         if n.step.op != "parallel":
             assert "substeps" not in n.event and "substeps" not in p.event, n.step.describe()
             continue
+        where = n.step.describe()  # the failure messages below name the step
         for j, (ns, ps) in enumerate(zip(n.event["substeps"], p.event["substeps"], strict=True)):
             sub = n.step.substeps[j]
             assert (ns["op"], ns["module"], ns["method"]) == (sub.op, sub.module, sub.method), where

@@ -206,10 +206,10 @@ def test_isolation_counts_contexts_of_a_parallel_load(tmp_path):
     assert set(owners.values()) == {"A|B"} and owned_by("A|B", "B") and not owned_by("A|B", "C")
     # Both modules on one cached context: the group is one context short.
     shared = fake_result(sc, [[], [], ["0x1"], ["0x1"], []])
-    with pytest.raises(AssertionError, match="2 modules gained a loaded QNN method .* but 1 live "
+    with pytest.raises(AssertionError, match=r"2 modules gained a loaded QNN method .* but 1 live "
                                              "QNN contexts are new"):
         assert_isolation(shared)
-    with pytest.raises(AssertionError, match="module B has loaded methods but owns no live QNN "
+    with pytest.raises(AssertionError, match=r"module B has loaded methods but owns no live QNN "
                                              "context .*another module's cached context"):
         assert_isolation(shared)
     # The loser's candidate outlives the step: one context too many.

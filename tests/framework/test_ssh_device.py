@@ -87,7 +87,7 @@ def test_targets_are_claimed_and_bad_ones_refused():
 def test_unreachable_host_is_one_clear_device_error(board, tmp_path):
     free = board.port + 1 if board.port < 65535 else board.port - 1
     started = time.monotonic()
-    with pytest.raises(DeviceError, match="ssh could not connect|no ssh connection"):
+    with pytest.raises(DeviceError, match=r"ssh could not connect|no ssh connection"):
         open_(board, tmp_path, target=f"ssh://{board.user}@127.0.0.1:{free}", connect_s=3)
     assert time.monotonic() - started < 30
 

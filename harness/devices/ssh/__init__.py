@@ -20,9 +20,9 @@ from typing import ClassVar
 from harness.devices.kinds import DeviceKind, OpenContext
 from harness.devices.ssh.target import claims as _claims, parse_target
 
-ROOT_NAME = ".executorch-hil"  # as harness.devices.ssh.device.ROOT_NAME (not imported: heavy)
 from harness.errors import ConfigError
 
+ROOT_NAME = ".executorch-hil"  # as harness.devices.ssh.device.ROOT_NAME (not imported: heavy)
 CONFIG_ENV = "EXECUTORCH_HIL_SSH_CONFIG"
 ARCH_ENV = "EXECUTORCH_HIL_SSH_ARCH"
 

@@ -4,8 +4,8 @@ config, build the payload for its architecture, set up (lease, workspace, pushes
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
-from typing import Callable
+from pathlib import Path
+from collections.abc import Callable
 
 from harness.config import resolve_soc_config
 from harness.devices import workspace as ws_rules

@@ -25,11 +25,10 @@ import dataclasses
 import hashlib
 import json
 import select
-import subprocess
 import time
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import Callable
+from collections.abc import Callable
 
 from harness import output_limit, storage
 from harness.cache import file_sha256
@@ -396,7 +395,7 @@ class SshDevice(Device):
         except ForkServerError as exc:
             server.close()
             self._servers = {k: v for k, v in self._servers.items() if v is not server}
-            raise self._interrupted(scenario, artifacts, pid, run_dir, str(exc))
+            raise self._interrupted(scenario, artifacts, pid, run_dir, str(exc)) from exc
         files = done.get("files", {})
         returncode = None if timed_out else (done["exit"] if "exit" in done
                                              else -int(done.get("signal", 0)))

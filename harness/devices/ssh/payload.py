@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path, PurePosixPath
+from collections.abc import Callable
 
 from harness.qnn import dsp_heap
 from harness.devices.payload import Payload
@@ -30,7 +31,7 @@ QNN_DIR = "qnn"
 
 
 def board_payload(machine: str, build: DeviceBuild, htp_arch: int, workspace: PurePosixPath,
-                  *, sdk: "callable[[], QnnSdk]", sdk_root: str | None,
+                  *, sdk: Callable[[], QnnSdk], sdk_root: str | None,
                   dsp_heap_setting: str = "auto") -> Payload:
     """The files (local -> board path) and run variables of `build` on a board of `machine`."""
     files = {lib: workspace / lib.name for lib in build.libraries()}
