@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from harness.protocol import DTYPES as _ITEM_SIZES
-from harness.protocol import FLOAT_DTYPES
+from harness.protocol import FLOAT_DTYPES as FLOAT_DTYPES  # re-exported for harness.programs
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+# torch is imported only by the callers that have it; its tensors are checked as Any.
+Tensor = Any
 
 DTYPES = tuple(_ITEM_SIZES)
 
@@ -23,19 +31,19 @@ class TensorFile:
     shape: tuple[int, ...]
     file: Path
 
-    def to_json(self, base: Path | None = None) -> dict:
+    def to_json(self, base: Path | None = None) -> dict[str, Any]:
         path = Path(self.file)
         if base is not None and path.is_relative_to(base):
             path = path.relative_to(base)
         return {"dtype": self.dtype, "shape": list(self.shape), "file": str(path)}
 
     @classmethod
-    def from_json(cls, data: dict, base: Path) -> TensorFile:
+    def from_json(cls, data: dict[str, Any], base: Path) -> TensorFile:
         file = Path(data["file"])
         return cls(data["dtype"], tuple(data["shape"]), file if file.is_absolute() else base / file)
 
 
-def numpy_dtype(name: str):
+def numpy_dtype(name: str) -> np.dtype[Any]:
     """The little-endian numpy dtype of a protocol dtype name (bfloat16 from ml_dtypes)."""
     import numpy as np
 
@@ -44,15 +52,16 @@ def numpy_dtype(name: str):
     if name == "bfloat16":
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+        return bfloat16
     return np.dtype(name).newbyteorder("<")
 
 
-def dtype_name(array) -> str:
+def dtype_name(array: npt.NDArray[Any]) -> str:
     """The protocol dtype name of a numpy array ("bool", "bfloat16", "uint16", ...)."""
     import numpy as np
 
-    return "bool" if array.dtype == np.bool_ else array.dtype.name
+    return "bool" if array.dtype == np.bool_ else str(array.dtype.name)
 
 
 def is_float(dtype: str) -> bool:
@@ -60,19 +69,19 @@ def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
 
 
-def write_array(array, path: Path) -> TensorFile:
+def write_array(array: npt.ArrayLike, path: Path) -> TensorFile:
     """Write a numpy array as raw little-endian bytes; ValueError for a dtype the runners do
     not read."""
     import numpy as np
 
-    array = np.ascontiguousarray(array)
-    dtype = dtype_name(array)
+    contiguous = np.ascontiguousarray(array)
+    dtype = dtype_name(contiguous)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(array.astype(numpy_dtype(dtype)).tobytes())
-    return TensorFile(dtype, tuple(array.shape), path)
+    path.write_bytes(contiguous.astype(numpy_dtype(dtype)).tobytes())
+    return TensorFile(dtype, tuple(contiguous.shape), path)
 
 
-def torch_to_numpy(tensor):
+def torch_to_numpy(tensor: Tensor) -> npt.NDArray[Any]:
     """A torch tensor as a numpy array of the same dtype, bfloat16 and unsigned types included
     (torch's .numpy() refuses bfloat16)."""
     import numpy as np
@@ -84,7 +93,7 @@ def torch_to_numpy(tensor):
     return np.frombuffer(raw, dtype=numpy_dtype(name)).reshape(tuple(tensor.shape))
 
 
-def numpy_to_torch(array):
+def numpy_to_torch(array: npt.NDArray[Any]) -> Tensor:
     """A numpy array (any protocol dtype) as a torch tensor of that dtype."""
     import torch
 
@@ -96,12 +105,12 @@ def numpy_to_torch(array):
     return torch.frombuffer(data, dtype=dtype).reshape(tuple(array.shape))
 
 
-def save_tensor(tensor, path: Path) -> TensorFile:
+def save_tensor(tensor: Tensor, path: Path) -> TensorFile:
     """Write a torch tensor as raw bytes (torch is only imported by the caller)."""
     return write_array(torch_to_numpy(tensor), path)
 
 
-def load_array(tensor: TensorFile):
+def load_array(tensor: TensorFile) -> npt.NDArray[Any]:
     """Read a tensor file as a numpy array."""
     import numpy as np
 

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from harness.results.failures import Failure
 from harness.results.run import ScenarioResult, StepResult
+
+if TYPE_CHECKING:
+    from harness.results.xnnpack import CacheLoad
 
 SCHEMA = "executorch-hil-results/1"
 MESSAGE_CHARS = 2000  # a failure's message (the runtime's words and log lines) is cut here
@@ -33,7 +37,7 @@ class ResultsError(ValueError):
 
 
 # One scenario run -------------------------------------------------------------------------------
-def step_memory(step: StepResult) -> dict | None:
+def step_memory(step: StepResult) -> dict[str, Any] | None:
     """The step's process memory: smaps_rollup values in kB, dma-buf in bytes, and the DSP
     heap QNN last reported by the end of the step (bytes; None where the device gives no such
     reading); None when the runner reported no reading (a step that never ran)."""
@@ -49,7 +53,7 @@ def step_memory(step: StepResult) -> dict | None:
     return out
 
 
-def step_entry(index: int, step: StepResult) -> dict:
+def step_entry(index: int, step: StepResult) -> dict[str, Any]:
     event = step.event or {}
     entry = {
         "index": index,
@@ -75,14 +79,14 @@ def step_entry(index: int, step: StepResult) -> dict:
     return entry
 
 
-def failure_entry(failure: Failure) -> dict:
+def failure_entry(failure: Failure) -> dict[str, Any]:
     return {"kind": failure.kind, "scenario": failure.scenario or None, "step": failure.step,
             "where": failure.where, "message": _cut(failure.message)}
 
 
 def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, index: int,
-              occurrence: int, device: str | None, xnnpack: list[dict] = (),
-              replay_args: list[str] | None = None) -> dict:
+              occurrence: int, device: str | None, xnnpack: Sequence[dict[str, Any]] = (),
+              replay_args: list[str] | None = None) -> dict[str, Any]:
     """One scenario run of a test. `index`: its position among the test's runs (0-based);
     `occurrence`: how many earlier runs of the test had the same scenario name;
     `replay_args`: the device's own (`Device.replay_args`), for the replay command."""
@@ -119,7 +123,7 @@ def replay_command(result: ScenarioResult, failures: list[Failure],
     return command_line(result.artifacts, device_args, runner=result.output.runner)
 
 
-def xnnpack_entry(load, expected: str | None) -> dict:
+def xnnpack_entry(load: CacheLoad, expected: str | None) -> dict[str, Any]:
     """One XNNPACK placement verdict a test made (harness.results.xnnpack.CacheLoad)."""
     return {"scenario": load.scenario, "module": load.module, "method": load.method,
             "cache_path": load.cache_path, "classification": load.classification,
@@ -128,7 +132,7 @@ def xnnpack_entry(load, expected: str | None) -> dict:
             "steps": [load.before, load.after]}
 
 
-def qnn_api(result: ScenarioResult) -> dict:
+def qnn_api(result: ScenarioResult) -> dict[str, Any]:
     """The QNN API versions the library reported in the call trace (interposer's `api` line):
     {"core": "2.40.0", "backend": "5.51.0", "provider": ...}; {} without a trace."""
     for rec in result.trace:
@@ -138,13 +142,13 @@ def qnn_api(result: ScenarioResult) -> dict:
 
 
 # Metrics over a test's runs ---------------------------------------------------------------------
-def method_key(run: dict, module: str | None, method: str | None) -> str:
+def method_key(run: dict[str, Any], module: str | None, method: str | None) -> str:
     """`<model>.<method>` for a step of `module` (the model loaded under that module name)."""
     model = (run.get("modules") or {}).get(module or "", {}).get("model") or module or "?"
     return f"{model}.{method}"
 
 
-def timed_steps(run: dict) -> Iterable[tuple[str, str, float]]:
+def timed_steps(run: dict[str, Any]) -> Iterable[tuple[str, str, float]]:
     """(op, method key, elapsed_ms) of every load_method/execute that reported a time, the
     sub-steps of `parallel` steps included."""
     for step in run.get("steps", []):
@@ -155,26 +159,27 @@ def timed_steps(run: dict) -> Iterable[tuple[str, str, float]]:
                     float(sub["elapsed_ms"])
 
 
-def run_peaks(run: dict) -> dict[str, int | None]:
+def run_peaks(run: dict[str, Any]) -> dict[str, float | None]:
     """Peak over the run's steps of Rss, Pss, Anonymous (kB), dma-buf and DSP heap (bytes)."""
-    peaks: dict[str, int | None] = {k: None for k in PEAK_FIELDS}
+    peaks: dict[str, float | None] = {k: None for k in PEAK_FIELDS}
     for step in run.get("steps", []):
         memory = step.get("memory") or {}
         for key in PEAK_FIELDS:
-            value = memory.get(key)
-            if isinstance(value, (int, float)) and (peaks[key] is None or value > peaks[key]):
+            value, peak = memory.get(key), peaks[key]
+            if isinstance(value, (int, float)) and (peak is None or value > peak):
                 peaks[key] = value
     return peaks
 
 
-def metrics_of(runs: list[dict]) -> dict:
+def metrics_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """What a test's runs measured: live counts after the last step of the last run, peak
     memory over every run, and per method the load/execute milliseconds (n, median, max)."""
-    peaks: dict[str, int | None] = {k: None for k in PEAK_FIELDS}
+    peaks: dict[str, float | None] = {k: None for k in PEAK_FIELDS}
     times: dict[str, dict[str, list[float]]] = {"load_method": {}, "execute": {}}
     for run in runs:
         for key, value in run_peaks(run).items():
-            if value is not None and (peaks[key] is None or value > peaks[key]):
+            peak = peaks[key]
+            if value is not None and (peak is None or value > peak):
                 peaks[key] = value
         for op, key, ms in timed_steps(run):
             times[op].setdefault(key, []).append(ms)
@@ -189,12 +194,12 @@ def metrics_of(runs: list[dict]) -> dict:
     }
 
 
-def _summary(values: list[float]) -> dict:
+def _summary(values: list[float]) -> dict[str, Any]:
     return {"n": len(values), "median": round(statistics.median(values), 3),
             "max": round(max(values), 3)}
 
 
-def junit_properties(test: dict) -> list[tuple[str, str]]:
+def junit_properties(test: dict[str, Any]) -> list[tuple[str, str]]:
     """A test's entry as flat JUnit properties (name, value), names prefixed `hil.`."""
     props: list[tuple[str, str]] = []
     if test.get("known_issue"):
@@ -226,7 +231,7 @@ def junit_properties(test: dict) -> list[tuple[str, str]]:
 
 
 # The file ---------------------------------------------------------------------------------------
-def load_results(path: str | Path) -> dict:
+def load_results(path: str | Path) -> dict[str, Any]:
     """A results.json, checked for its schema name and for the types of every field a reader
     of it (`harness compare`) uses, so a hand-edited or foreign file is one error naming the
     field, not a traceback (a file of another schema is refused, naming it)."""
@@ -248,10 +253,11 @@ def load_results(path: str | Path) -> dict:
     if schema != SCHEMA:
         raise ResultsError(f"{path}: schema {schema!r}, expected {SCHEMA!r}")
     _check_fields(path, doc)
-    return doc
+    checked: dict[str, Any] = doc  # a JSON object: its schema was read above
+    return checked
 
 
-def _check_fields(path: Path, doc: dict) -> None:
+def _check_fields(path: Path, doc: dict[str, Any]) -> None:
     """pydantic (already the configs' validator) checks the fields readers use; the rest of
     the document is free to grow."""
     import pydantic

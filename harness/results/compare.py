@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import statistics
 import sys
+from typing import Any
 
 from harness.results import TIMED_OPS, ResultsError, load_results, run_peaks
 
@@ -86,7 +87,8 @@ class Comparison:
         return bool(self.new_failures or self.metrics)
 
 
-def compare(old: dict, new: dict, time_threshold: float = DEFAULT_TIME_THRESHOLD,
+def compare(old: dict[str, Any], new: dict[str, Any],
+            time_threshold: float = DEFAULT_TIME_THRESHOLD,
             time_min_ms: float = DEFAULT_TIME_MIN_MS,
             memory_threshold_kb: float = DEFAULT_MEMORY_THRESHOLD_KB) -> Comparison:
     old_tests = {t["nodeid"]: t for t in old.get("tests", [])}
@@ -111,7 +113,7 @@ def compare(old: dict, new: dict, time_threshold: float = DEFAULT_TIME_THRESHOLD
                       sorted(set(new_tests) - set(old_tests)), runs, steps)
 
 
-def _why(test: dict, doc: dict) -> str:
+def _why(test: dict[str, Any], doc: dict[str, Any]) -> str:
     """The first failure of a test: the failing run's first failure, else the test's own."""
     for run in doc.get("runs", []):
         if run["nodeid"] == test["nodeid"] and run.get("failures"):
@@ -124,14 +126,14 @@ def _why(test: dict, doc: dict) -> str:
     return _first_line(test.get("message") or "")
 
 
-def _grouped(doc: dict) -> dict[tuple[str, str], list[dict]]:
-    groups: dict[tuple[str, str], list[dict]] = {}
+def _grouped(doc: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in doc.get("runs", []):
         groups.setdefault((run["nodeid"], run["scenario"]), []).append(run)
     return groups
 
 
-def _step_times(runs: list[dict]) -> dict[tuple[str, str], list[float]]:
+def _step_times(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[float]]:
     """(step label, target) -> elapsed_ms of that step over the runs, for timed ops."""
     out: dict[tuple[str, str], list[float]] = {}
     for run in runs:
@@ -147,7 +149,7 @@ def _step_times(runs: list[dict]) -> dict[tuple[str, str], list[float]]:
     return out
 
 
-def _metrics(old: dict, new: dict, time_threshold: float, time_min_ms: float,
+def _metrics(old: dict[str, Any], new: dict[str, Any], time_threshold: float, time_min_ms: float,
              memory_threshold_kb: float) -> tuple[list[MetricChange], int, int]:
     changes: list[MetricChange] = []
     old_groups, new_groups = _grouped(old), _grouped(new)
@@ -169,15 +171,16 @@ def _metrics(old: dict, new: dict, time_threshold: float, time_min_ms: float,
                 changes.append(MetricChange(nodeid, scenario, f"{label} {target}", "time",
                                             a, b, "ms"))
         for field, name, per_kb in MEMORY_METRICS:
-            a = _median([run_peaks(r)[field] for r in old_runs])
-            b = _median([run_peaks(r)[field] for r in new_runs])
-            if a is not None and b is not None and (b - a) / per_kb > memory_threshold_kb:
+            old_peak = _median([run_peaks(r)[field] for r in old_runs])
+            new_peak = _median([run_peaks(r)[field] for r in new_runs])
+            if (old_peak is not None and new_peak is not None
+                    and (new_peak - old_peak) / per_kb > memory_threshold_kb):
                 unit = "kB" if per_kb == 1 else "bytes"
-                changes.append(MetricChange(nodeid, scenario, "", name, a, b, unit))
+                changes.append(MetricChange(nodeid, scenario, "", name, old_peak, new_peak, unit))
     return changes, matched_runs, matched_steps
 
 
-def _median(values: list) -> float | None:
+def _median(values: list[Any]) -> float | None:
     values = [v for v in values if isinstance(v, (int, float))]
     return statistics.median(values) if values else None
 

@@ -29,6 +29,7 @@ import json
 import posixpath
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ class MemorySplit:
                    (mapping or {}).get("Rss", 0) * kb)
 
 
-def find_mapping(mappings: dict[str, dict], path: str) -> dict | None:
+def find_mapping(mappings: dict[str, dict[str, Any]], path: str) -> dict[str, Any] | None:
     """The `mappings` entry of `path` as the scenario named it.
 
     Runners report a watched path under its absolute normalized spelling; a relative name (an
@@ -149,7 +150,7 @@ class CacheLoad:
             text += "\n  runtime: " + "\n  runtime: ".join(self.runtime_log)
         return text
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
         doc["runtime_log"] = list(self.runtime_log)
         return doc
@@ -204,7 +205,7 @@ def _classify_load(result: ScenarioResult, weight_bytes: int, module: str | None
     before = load - 1
     if cache_path is None:
         cache_path = requested_cache_path(result.steps[load])
-    return classify_span(result, weight_bytes, before, after, cache_path, module,
+    return classify_span(result, weight_bytes, before, after, cache_path, module or "",
                          result.steps[after].step.method or "")
 
 
@@ -213,7 +214,8 @@ def requested_cache_path(load_step: StepResult) -> str | None:
     options = load_step.step.args.get("backend_options") or {}
     xnn = options.get(BACKEND) or {}
     if xnn.get("weight_cache_enabled", True) and xnn.get("packed_cache_path"):
-        return xnn["packed_cache_path"]
+        path: str = xnn["packed_cache_path"]
+        return path
     return None
 
 
@@ -259,7 +261,7 @@ _verdict_sinks: list[list[tuple[CacheLoad, str | None]]] = []
 
 
 @contextlib.contextmanager
-def collect_verdicts():
+def collect_verdicts() -> Iterator[list[tuple[CacheLoad, str | None]]]:
     """Every load classified inside the block: (CacheLoad, what the test expected: "mapped",
     "fallback", or None for a bare `classify_load`)."""
     sink: list[tuple[CacheLoad, str | None]] = []
@@ -353,7 +355,7 @@ class RuntimeCounters:
     def exposed(self) -> bool:
         return bool(self.values)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -378,7 +380,7 @@ def read_counters(result: ScenarioResult) -> RuntimeCounters:
             values[key] = option.get("value")
             evidence[key] = f"string probe answered {option.get('value')!r}"
         elif typed is not None and typed.ok:
-            values[key] = (typed.event.get("option") or {}).get("value")
+            values[key] = ((typed.event or {}).get("option") or {}).get("value")
             evidence[key] = "rejects a string probe, answers the int read"
         else:
             missing.append(key)

@@ -122,6 +122,7 @@ class ScenarioDriver:
         """Write the artifacts of the runs `defer_artifacts` held back."""
         unwritten, self._unwritten = self._unwritten, []
         for result in unwritten:
+            assert result.artifacts is not None  # run() gave each deferred result its out_dir
             self._keep(result, result.artifacts, self.device)
 
     def record_checks(self) -> None:

@@ -44,7 +44,7 @@ class ModulePlan:
     backend_options: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
 
     @property
-    def twin_key(self) -> tuple:
+    def twin_key(self) -> tuple[object, ...]:
         """Plans with equal keys are interchangeable up to the module's name."""
         return (str(self.model.pte), self.methods, self.unload, self.load_method,
                 self.backend_options)
@@ -81,7 +81,7 @@ def ready(op: Op, done: set[Op], planned: Collection[Op]) -> bool:
 def _twin_before(plans: list[ModulePlan]) -> dict[str, str]:
     """module -> the interchangeable module listed just before it (whose load must come first)."""
     before: dict[str, str] = {}
-    last: dict[tuple, str] = {}
+    last: dict[tuple[object, ...], str] = {}
     for plan in plans:
         if plan.twin_key in last:
             before[plan.name] = last[plan.twin_key]
@@ -213,7 +213,7 @@ class Runner(Protocol):
         """`result` passed every check: the runner need not hold it for the report."""
 
 
-def scenario_jobs(device) -> int:
+def scenario_jobs(device: object) -> int:
     """How many orderings to run at once on `device`: its `scenario_jobs` (the simulator's is
     --scenario-jobs, one per CPU by default; adb devices run one at a time, since their run
     directories and pushes are per device)."""

@@ -15,9 +15,10 @@ sub-step is.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
-from harness.programs.compile import uses_qnn
-from harness.scenario import Scenario
+from harness.programs.compile import CompiledModel, uses_qnn
+from harness.scenario import Scenario, Step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Expected:
         return set(self.holders)
 
 
-def holds_context(model, methods) -> bool:
+def holds_context(model: CompiledModel, methods: Collection[str]) -> bool:
     """Whether a module of `model` with these methods loaded holds a QNN context."""
     if not methods or not uses_qnn(model.backend):
         return False
@@ -52,19 +53,21 @@ def predict(scenario: Scenario) -> list[Expected]:
     return out
 
 
-def _apply(step, loaded: dict[str, set[str]]) -> bool:
+def _apply(step: Step, loaded: dict[str, set[str]]) -> bool:
     """Apply one (non-parallel) step to the model; whether a correct runtime accepts it."""
     ok = True
+    # The module ops name their module (and method): Scenario builds them so.
+    module, method = step.module or "", step.method or ""
     if step.op == "load_module":
-        ok = step.module not in loaded
-        loaded.setdefault(step.module, set())
+        ok = module not in loaded
+        loaded.setdefault(module, set())
     elif step.op in ("load_method", "execute"):
-        ok = step.module in loaded and (step.op == "execute" or step.method not in loaded[step.module])
-        if step.module in loaded:
-            loaded[step.module].add(step.method)
+        ok = module in loaded and (step.op == "execute" or method not in loaded[module])
+        if module in loaded:
+            loaded[module].add(method)
     elif step.op == "unload_method":
-        ok = step.method in loaded.get(step.module, set())
-        loaded.get(step.module, set()).discard(step.method)
+        ok = method in loaded.get(module, set())
+        loaded.get(module, set()).discard(method)
     elif step.op == "destroy_module":
-        ok = loaded.pop(step.module, None) is not None
+        ok = loaded.pop(module, None) is not None
     return ok

@@ -24,19 +24,23 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.scenario.orderings import (Exploration, Failure, ModulePlan, Op, Runner, _valid, check,
                                ready, to_scenario)
 
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
 KEPT_ALWAYS = ("load_module", "destroy_module")
 
 
-def orderings_strategy(plans: list[ModulePlan]):
+def orderings_strategy(plans: list[ModulePlan]) -> SearchStrategy[list[Op]]:
     """A Hypothesis strategy of valid orderings over `plans` (or a subset of their ops)."""
     from hypothesis import assume, strategies as st
 
     @st.composite
-    def draw_ordering(draw) -> list[Op]:
+    def draw_ordering(draw: st.DrawFn) -> list[Op]:
         kept: list[Op] = []
         for plan in plans:
             # 0 drops: Hypothesis shrinks integers toward 0, so shrinking drops modules and ops.
@@ -70,7 +74,7 @@ def search(run: Runner, name: str, plans: list[ModulePlan], examples: int,
     from hypothesis.errors import NoSuchExample
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    messages: dict[tuple, str] = {}
+    messages: dict[tuple[Op, ...], str] = {}
     ran = [0]
 
     def fails(ops: list[Op]) -> bool:
