@@ -118,9 +118,10 @@ def inspect(args: list[str]) -> int:
     """Print what each program was compiled for; exit 1 if any file is bad (the good ones are
     still printed, so one broken path does not hide the others)."""
     import json
+    from pathlib import Path
 
     from harness.errors import ModelError
-    from harness.programs.pte import read_program
+    from harness.programs.pte import ProgramInfo, read_program
     from harness.programs.user import describe_inputs
 
     as_json = "--json" in args
@@ -130,11 +131,12 @@ def inspect(args: list[str]) -> int:
         print(f"usage: python -m harness inspect PROGRAM.pte [PROGRAM.pte ...] [--json]"
               f"{'; unknown option ' + ', '.join(unknown) if unknown else ''}", file=sys.stderr)
         return 2
-    infos, failed = [], False
+    infos: list[ProgramInfo] = []
+    failed = False
     for path in paths:
         try:
             # In this process: a CLI run pays for the executorch imports once, not per file.
-            info = read_program(path, in_process=True)
+            info = read_program(Path(path), in_process=True)
         except ModelError as exc:
             print(f"error: {exc}", file=sys.stderr)
             failed = True

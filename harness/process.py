@@ -16,10 +16,19 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import IO, AnyStr
 
 from harness.output_limit import CappedBuffer, limit_bytes, note
 
 DRAIN_S = 5.0
+
+
+def piped(stream: IO[AnyStr] | None) -> IO[AnyStr]:
+    """A child's pipe (`subprocess.PIPE`); its type says it may be None, which it is only
+    when the child was started without that pipe."""
+    if stream is None:
+        raise ValueError("the process was started without this pipe")
+    return stream
 
 
 @dataclasses.dataclass
@@ -46,7 +55,7 @@ def run_process(cmd: list[str], env: dict[str, str], timeout: float,
             pass
         _read_until_exit(proc, buffers, time.monotonic() + DRAIN_S, wait=False)
     for stream in (proc.stdout, proc.stderr):
-        stream.close()
+        piped(stream).close()
     returncode = None if timed_out else proc.wait()
     if timed_out:
         proc.wait()
@@ -55,12 +64,12 @@ def run_process(cmd: list[str], env: dict[str, str], timeout: float,
                          timed_out, notes)
 
 
-def _read_until_exit(proc: subprocess.Popen, buffers: dict[str, CappedBuffer],
+def _read_until_exit(proc: subprocess.Popen[bytes], buffers: dict[str, CappedBuffer],
                      deadline: float, wait: bool = True) -> bool:
     """Read both pipes into `buffers` until they close (True when `deadline` came first).
     With `wait`, a closed pair of pipes also waits for the process to exit."""
     selector = selectors.DefaultSelector()
-    for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+    for name, stream in (("stdout", piped(proc.stdout)), ("stderr", piped(proc.stderr))):
         if not stream.closed:
             try:
                 selector.register(stream, selectors.EVENT_READ, name)
@@ -72,7 +81,7 @@ def _read_until_exit(proc: subprocess.Popen, buffers: dict[str, CappedBuffer],
             if left <= 0:
                 return True
             for key, _ in selector.select(min(left, 1.0)):
-                chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                chunk = os.read(key.fd, 1 << 16)
                 if chunk:
                     buffers[key.data].feed(chunk)
                 else:

@@ -41,12 +41,12 @@ def balanced_order(items: Sequence[T], costs: Sequence[float | None], workers: i
     sizes = share_sizes(len(items), workers)
     shares: list[list[int]] = [[] for _ in range(workers)]
     totals = [0.0] * workers
-    costed = [i for i in range(len(items)) if costs[i] is not None]
-    for index in sorted(costed, key=lambda i: -costs[i]):
+    costed = {i: cost for i, cost in enumerate(costs) if cost is not None}
+    for index in sorted(costed, key=lambda i: -costed[i]):
         open_shares = [w for w in range(workers) if len(shares[w]) < sizes[w]]
         target = min(open_shares, key=lambda w: (totals[w], w))
         shares[target].append(index)
-        totals[target] += costs[index]
+        totals[target] += costed[index]
     rest = iter(i for i in range(len(items)) if costs[i] is None)
     for w in range(workers):
         shares[w].extend(next(rest) for _ in range(sizes[w] - len(shares[w])))

@@ -10,15 +10,19 @@ KeyError or, worse, run with a silently defaulted limit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
 from pydantic import Field
 
 from harness.errors import ConfigError
 from harness.config.paths import CONFIG_DIR
 from harness.config.schema import StrictModel, load_validated, load_yaml_node
+
+_T = TypeVar("_T")
 
 
 # -- file schemas ---------------------------------------------------------------------------------
@@ -222,7 +226,7 @@ def validate_all(config_dir: Path = CONFIG_DIR) -> list[str]:
     errors of every bad file, so one run shows everything to fix."""
     checked, errors = [], []
 
-    def check(name: str, load) -> object | None:
+    def check(name: str, load: Callable[[], _T]) -> _T | None:
         try:
             result = load()
         except ConfigError as exc:
@@ -233,21 +237,23 @@ def validate_all(config_dir: Path = CONFIG_DIR) -> list[str]:
 
     platforms: dict[str, list[str]] = {}
     for path in sorted((config_dir / "socs").glob("*.yaml")):
-        soc = check(path.name, lambda p=path: load_soc(p))
-        for platform in soc.board_platforms if soc else ():
+        soc = check(path.name, functools.partial(load_soc, path))
+        if soc is None:
+            continue
+        for platform in soc.board_platforms:
             platforms.setdefault(platform, []).append(soc.soc)
     for platform, socs in sorted(platforms.items()):
         if len(socs) > 1:
             errors.append(f"board platform {platform!r} is listed in the configs of several SoCs: "
                           f"{', '.join(socs)}; keep it in one")
-    check("simulator.yaml", lambda: simulator_config(config_dir))
+    check("simulator.yaml", functools.partial(simulator_config, config_dir))
     for path in sorted((config_dir / "farms").glob("*.yaml")):
         if path.name.startswith("labgrid-"):  # a labgrid exporter config (harness/devices/farm.py)
             from harness.devices.farm import load_exporter_config
 
-            check(path.name, lambda p=path: load_exporter_config(p))
+            check(path.name, functools.partial(load_exporter_config, path))
         else:
-            check(path.name, lambda p=path: load_farm(p))
+            check(path.name, functools.partial(load_farm, path))
     if errors:
         raise ConfigError("\n".join(errors))
     return checked

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union
 
@@ -156,7 +156,7 @@ def _dotted(loc: tuple) -> str:
 
 # -- describing an error --------------------------------------------------------------------------
 
-def _describe(err: dict, loc: tuple, model: type[pydantic.BaseModel]) -> str:
+def _describe(err: Mapping[str, Any], loc: tuple, model: type[pydantic.BaseModel]) -> str:
     kind, msg = err.get("type", ""), err.get("msg", "")
     if kind == "extra_forbidden" and loc:
         allowed = _keys_of(_annotation_at(model, loc[:-1]))

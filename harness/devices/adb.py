@@ -53,7 +53,7 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness import output_limit, storage
 from harness.qnn import dsp_heap
@@ -216,13 +216,14 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
         return Payload(build.runner, files, env, build.backends, dsp_heap.NO_QNN_NOTE)
     qnn = qnn_libraries(identity.abi, htp_arch, workspace, sdk_root=sdk_root,
                         simulator_lib_dir=simulator_lib_dir)
-    android_htp = identity.abi != "x86_64" and build.interposer is not None
-    if android_htp:
+    interposer = build.interposer
+    android_htp = identity.abi != "x86_64" and interposer is not None
+    if android_htp and interposer is not None:  # (the second test only narrows the type)
         from harness.qnn.sdk import built_against_core_api
 
         real = workspace / "qnn" / "libQnnHtp.so"
         qnn = {src: (real if dst.name == "libQnnHtp.so" else dst) for src, dst in qnn.items()}
-        files[build.interposer] = workspace / "libQnnHtp.so"
+        files[interposer] = workspace / "libQnnHtp.so"
         env = {"HARNESS_QNN_REAL_HTP": str(real), "HARNESS_QNN_ABI_BRIDGE": "auto",
                "HARNESS_QNN_BRIDGE_ABOVE": built_against_core_api()}
     on = dsp_heap.wanted(dsp_heap_setting, android_htp=android_htp)
@@ -611,12 +612,13 @@ class AdbDevice(Device):
         there, raises _ServerEndedBeforeForking (the caller runs the scenario on a new server):
         a server killed while idle can still look alive, its end not yet through the adb
         server, and nothing of the scenario has run (a fork it made before it died is killed)."""
-        request = {"dir": run_dir.name, "scenario": SCENARIO_FILE, "stdout": STDOUT_FILE,
-                   "stderr": STDERR_FILE, "inherit_env": True, "env": {TRACE_ENV: TRACE_FILE},
-                   "write": {SCENARIO_FILE: content.decode("utf-8")},
-                   "truncate": [TRACE_FILE], "pid_file": PID_FILE,
-                   "read": [STDOUT_FILE, STDERR_FILE, TRACE_FILE],
-                   "read_limit": output_limit.limit_bytes()}
+        request: dict[str, Any] = {
+            "dir": run_dir.name, "scenario": SCENARIO_FILE, "stdout": STDOUT_FILE,
+            "stderr": STDERR_FILE, "inherit_env": True, "env": {TRACE_ENV: TRACE_FILE},
+            "write": {SCENARIO_FILE: content.decode("utf-8")},
+            "truncate": [TRACE_FILE], "pid_file": PID_FILE,
+            "read": [STDOUT_FILE, STDERR_FILE, TRACE_FILE],
+            "read_limit": output_limit.limit_bytes()}
         pid = ""
         try:
             server.send(request)
@@ -630,7 +632,7 @@ class AdbDevice(Device):
             self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
             done = server.reply(timeout)
             timed_out = done is None
-            if timed_out:
+            if done is None:  # timed out
                 self._kill_run(pid, run_dir)
                 done = server.reply(REPLY_TIMEOUT_S)
                 if done is None:

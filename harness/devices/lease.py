@@ -314,7 +314,9 @@ class DeviceLease:
             _, out = self.run(self._acquire_script(dead), 30.0)
         except Exception as exc:  # the transport's: adbutils.AdbError, OSError, DeviceError
             raise DeviceError(f"{self.serial}: cannot take the device lease: {exc}") from exc
-        status, holder, old = "", {}, {}
+        status = ""
+        holder: dict[str, str] = {}
+        old: dict[str, str] = {}
         for line in out.splitlines():
             head, _, rest = line.partition(" ")
             if head == "LEASE":

@@ -139,7 +139,7 @@ def _readme(run: RunRecord, plan: Plan, name: str, referenced: list) -> str:
         "`result.json`, `environment.json`, `data/` (programs and tensors).",
     ]
     said = _failing_step_log(run, failure[0]) if failure else ""
-    if said:
+    if said and failure:
         lines += ["", f"What the runtime said during step {failure[0]} {failure[1]} (from "
                   "`runtime.log`):", "", "```", said, "```"]
     if referenced:

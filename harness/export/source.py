@@ -40,6 +40,8 @@ def step_call(s: PlanStep) -> tuple[str, list]:
 
 def call(s: PlanStep, lang: Language) -> str:
     function, args = step_call(s)
+    if s.module is None:  # only module steps come here (not snapshots)
+        raise ValueError(f"step {s.index} ({s.op}) names no module")
     values = [lang.module(s.module), *map(lang.literal, args), lang.literal(s.allowed)]
     return f"{function}({', '.join(values)})"
 

@@ -32,6 +32,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.process import piped
+
 from .emulation import wrap_programs
 from .protocol import StreamClosed, StreamLike
 from .sync import MAPPED_ROOTS
@@ -387,7 +389,7 @@ def _relay(stream: StreamLike, request: ShellRequest, proc: subprocess.Popen) ->
 
 def _pump_stdin(stream: StreamLike, request: ShellRequest, proc: subprocess.Popen) -> None:
     """Feed host data to the child's stdin; kill the child if the host closes the stream."""
-    stdin = proc.stdin
+    stdin = piped(proc.stdin)
     buf = bytearray()
     stdin_open = True
 

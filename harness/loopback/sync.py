@@ -75,7 +75,7 @@ def _parse_mode(text: str) -> int:
     return int(text or "0", 10)
 
 
-def _u32(value: int) -> int:
+def _u32(value: float) -> int:
     return int(value) & 0xFFFFFFFF
 
 

@@ -114,7 +114,7 @@ class CompiledModel:
 
 def cache_key(spec: ModelSpec, soc: str, precision: str, sdk_version: str,
               options: dict | None = None) -> str:
-    parts = [spec.path.read_bytes(), soc, precision, executorch_version(), sdk_version,
+    parts: list[bytes | str] = [spec.path.read_bytes(), soc, precision, executorch_version(), sdk_version,
              WORKER.read_bytes()]
     options = normalize_options(options)
     if options:  # without options the key is what it always was (existing caches stay valid)

@@ -20,8 +20,10 @@ from pathlib import Path
 
 def load_model_module(path: Path):
     spec = importlib.util.spec_from_file_location(f"harness_model_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the model file {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     return module
 
 

@@ -9,6 +9,7 @@ device's identity, SoC config and state, and the known issues met and unmatched.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from html import escape
 
 from pytest_html import extras
@@ -234,8 +235,9 @@ def state_section(state: dict) -> str:
     start, end = state.get("start"), state.get("end")
     if not start and not end:
         return "<p class='muted'>device state not read</p>"
-    if not (start or end).get("available"):
-        return f"<p>Governor, thermal zones, battery: {escape((start or end).get('reason', ''))}</p>"
+    shown = start or state["end"]  # one of them was read
+    if not shown.get("available"):
+        return f"<p>Governor, thermal zones, battery: {escape(shown.get('reason', ''))}</p>"
     out = ["<h4>state at start and end of the session</h4>"]
     rows = []
     for name in sorted(set((start or {}).get("cpufreq", {})) | set((end or {}).get("cpufreq", {}))):
@@ -306,7 +308,8 @@ def _kv_table(title: str, values: dict) -> str:
     return f"<div><h4>{escape(title)}</h4><table>{rows}</table></div>"
 
 
-def _row(cells: list[str], failing: bool = False, numeric: set[int] = frozenset()) -> str:
+def _row(cells: list[str], failing: bool = False,
+         numeric: AbstractSet[int] = frozenset()) -> str:
     tds = "".join(f'<td class="num">{escape(c)}</td>' if i in numeric else f"<td>{escape(c)}</td>"
                   for i, c in enumerate(cells))
     return f'<tr class="hil-fail">{tds}</tr>' if failing else f"<tr>{tds}</tr>"

@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import time
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -214,10 +215,11 @@ class HilReport:
                              "tests": list(issue.tests)}
         if call.when != "call":
             return data
-        driver = getattr(item, "funcargs", {}).get("scenario_driver")
+        driver: Any = getattr(item, "funcargs", {}).get("scenario_driver")
         results = list(getattr(driver, "results", []) or [])
         verdicts = item.stash.get(_VERDICTS_KEY, [])
-        runs, seen = [], {}
+        runs: list[dict[str, Any]] = []
+        seen: dict[str, int] = {}
         last = {r.scenario.name: i for i, r in enumerate(results)}
         for index, result in enumerate(results):
             name = result.scenario.name
@@ -294,7 +296,9 @@ class HilReport:
             self.facts["state"]["end"] = self.device.read_state()
         unmatched = [_issue_json(i) for i in _safe_unmatched(self.config)]
         if hasattr(self.config, "workerinput"):
-            self.config.workeroutput["hil_report"] = {"device": self.facts, "unmatched": unmatched}
+            # pytest-xdist adds workeroutput to a worker's config; pytest's Config does not declare it.
+            self.config.workeroutput["hil_report"] = {  # type: ignore[attr-defined]
+                "device": self.facts, "unmatched": unmatched}
             return
         if self.facts is not None:
             self.devices[self.facts["worker"]] = self.facts
@@ -319,7 +323,7 @@ class HilReport:
         for nodeid in self.order:
             phases = self.phases[nodeid]
             outcome, xpass_strict = outcome_of(phases)
-            hil = {}
+            hil: dict[str, Any] = {}
             for when in ("setup", "call", "teardown"):
                 hil.update(getattr(phases.get(when), "hil", None) or {})
             hil.pop("issue", None)

@@ -27,12 +27,13 @@ import subprocess
 import tempfile
 import threading
 import time
+from typing import Any, TypeGuard
 from pathlib import Path
 from collections.abc import Iterator
 
 from harness.errors import HarnessError
 from harness.output_limit import limit_bytes, notes_over, read_capped
-from harness.process import ProcessOutput
+from harness.process import ProcessOutput, piped
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,8 @@ class ForkServer:
         request = {"scenario": str(scenario), "stdout": str(stdout), "stderr": str(stderr),
                    "env": env}
         try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
+            piped(self.proc.stdin).write((json.dumps(request) + "\n").encode())
+            piped(self.proc.stdin).flush()
         except (BrokenPipeError, OSError) as exc:
             raise ForkServerError(
                 f"the fork server is gone ({exc}); its log: {self.log_tail()}") from exc
@@ -92,7 +93,7 @@ class ForkServer:
         pid = started["child"]
         done = self._reply(timeout)
         timed_out = done is None
-        if timed_out:
+        if done is None:  # timed out
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -114,7 +115,7 @@ class ForkServer:
     def _reply(self, timeout: float) -> dict | None:
         """The next reply line, or None when none came within `timeout` (or the server ended)."""
         deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
+        fd = piped(self.proc.stdout).fileno()
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -145,14 +146,14 @@ class ForkServer:
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
-                self.proc.stdin.close()
+                piped(self.proc.stdin).close()
                 self.proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
-                stream.close()
+                piped(stream).close()
             except OSError:
                 pass
         self._log.close()
@@ -232,7 +233,7 @@ def parse_reply(line: bytes, what: str) -> dict:
         raise ForkServerError(f"{what} wrote {line[:200]!r}, not a reply") from None
 
 
-def is_ready(reply: dict | None) -> bool:
+def is_ready(reply: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     """Whether a server's first line says it serves (`{"ready": pid, ...}` with no error)."""
     return reply is not None and "error" not in reply and "ready" in reply
 

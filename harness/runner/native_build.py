@@ -268,9 +268,9 @@ def _find_tool(name: str, module: str, attr: str) -> Path | None:
         cand = d / name
         if cand.is_file() and os.access(cand, os.X_OK):
             return cand
-    d = _pypi_tool_dir(module, attr)
-    if d is not None:
-        cand = d / name
+    tool_dir = _pypi_tool_dir(module, attr)
+    if tool_dir is not None:
+        cand = tool_dir / name
         if cand.is_file() and os.access(cand, os.X_OK):
             return cand
     found = shutil.which(name)
@@ -656,7 +656,8 @@ def aarch64_executorch_dir(version: str | None = None, download: bool = True) ->
     from harness.runtime import current
 
     runtime = current()
-    if version is None and runtime.from_prefix and runtime.machine == "aarch64":
+    if (version is None and runtime.from_prefix and runtime.machine == "aarch64"
+            and runtime.cmake_prefix is not None):
         return runtime.cmake_prefix  # an arm64 Linux build of one's own: built against as is
     version = version or _executorch_version()
     if version == "unknown":

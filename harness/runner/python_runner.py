@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 from pathlib import Path
 
 from harness.protocol import (HARNESS_ERROR_CODE, TEARDOWN_INDEX, ExitCode, ScenarioError,
@@ -73,8 +74,9 @@ class Runner:
     def __init__(self, scenario: ScenarioFile) -> None:
         self.C = pybindings()
         self.scenario = scenario
-        self.modules: dict[str, object] = {}
-        self.methods: dict[str, dict[str, object]] = {}
+        # Keyed by the steps' module and method names (the protocol's step types allow None).
+        self.modules: dict[str | None, Any] = {}
+        self.methods: dict[str | None, dict[str | None, Any]] = {}
         # Absolute and normalized, as the kernel prints mapped paths in /proc/self/smaps.
         self.watch = [os.path.realpath(scenario.path(p)) for p in scenario.watch_mappings]
         self.trace = os.environ.get("HARNESS_QNN_TRACE")
@@ -101,7 +103,7 @@ class Runner:
             raise StepError("backend_options are not supported by the Python runner: the "
                             "executorch pybindings cannot pass a LoadBackendOptionsMap; use the "
                             "native runner (--runner=native)")
-        pte = self.scenario.path(step.pte)
+        pte = self.scenario.path(step.pte or "")  # a load_module step names its program
         self.modules[name] = self.C._load_program(str(pte))
         self.methods[name] = {}
         return {}

@@ -38,6 +38,7 @@ class RunnerChoice:
         """What starts this runner's fork server: the native binary (`--serve`), or the
         Python runner's server module."""
         if self.kind == "native":
+            assert self.binary is not None  # a native choice always has its binary
             return self.binary
         # Not `-m`: that puts the working directory first on sys.path, so run from another
         # checkout it would import that checkout's harness.
@@ -155,6 +156,8 @@ def device_build(abi: str) -> DeviceBuild:
         if not ndk:
             raise DeviceError(f"--executorch-prefix {runtime.path} is an Android build: set "
                               "ANDROID_NDK to the NDK the runner is built with against it")
+        # An Android prefix is recognised by its CMake package and libraries.
+        assert runtime.cmake_prefix is not None and runtime.lib_dir is not None
         try:
             built = native_build.android_prefix_build(runtime.cmake_prefix, runtime.lib_dir,
                                                       Path(ndk))

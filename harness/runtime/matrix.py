@@ -30,6 +30,7 @@ import re
 import subprocess
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 from harness.results.known_issues import KnownIssue, load_all
@@ -194,7 +195,7 @@ def build_matrix(columns: list[Column], issues: list[KnownIssue]) -> dict:
     nodeids: list[str] = []
     for column in columns:
         nodeids += [n for n in column.tests if n not in nodeids]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for nodeid in nodeids:
         issue = issue_of_test(nodeid, issues)
         rows.append({"issue": issue.id if issue else None, "nodeid": nodeid,
@@ -206,7 +207,7 @@ def build_matrix(columns: list[Column], issues: list[KnownIssue]) -> dict:
                  "report": str(c.report) if c.report else None,
                  "results": str(c.results) if c.results else None, "runtime": c.runtime}
                 for c in columns]
-    carried = {}
+    carried: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row["issue"]:
             per = carried.setdefault(row["issue"], {})

@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from collections.abc import Callable
 
 from harness import output_limit, storage
+from harness.process import piped
 from harness.cache import file_sha256
 from harness.programs.compile import uses_qnn
 from harness.config import SocConfig
@@ -386,7 +387,7 @@ class SshDevice(Device):
             self.stats.skipped += len(started.get("kept", []))
             done = server.reply(timeout)
             timed_out = done is None
-            if timed_out:
+            if done is None:  # timed out
                 self._kill_run(pid, run_dir)
                 done = server.reply(REPLY_TIMEOUT_S)
                 if done is None:
@@ -443,11 +444,11 @@ class SshDevice(Device):
         deadline = time.monotonic() + timeout
         timed_out = False
         try:
-            proc.stdin.write(content)
-            proc.stdin.close()
+            piped(proc.stdin).write(content)
+            piped(proc.stdin).close()
         except OSError:
             pass
-        open_streams = [proc.stdout, proc.stderr]
+        open_streams = [piped(proc.stdout), piped(proc.stderr)]
         while open_streams:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -11,6 +11,7 @@ import select
 import subprocess
 import time
 
+from harness.process import piped
 from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
 
 START_TIMEOUT_S = 120.0  # loading the libraries on a busy board
@@ -21,7 +22,7 @@ LOG_LIMIT = 16 * 1024
 class BoardForkServer:
     """One served runner; one scenario at a time (a board runs its scenarios in turn)."""
 
-    def __init__(self, proc: subprocess.Popen, log: logging.LoggerAdapter | logging.Logger):
+    def __init__(self, proc: subprocess.Popen[bytes], log: logging.LoggerAdapter | logging.Logger):
         self.proc = proc
         self.log = log
         self._lines = bytearray()
@@ -36,8 +37,8 @@ class BoardForkServer:
 
     def send(self, request: dict) -> None:
         try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
+            piped(self.proc.stdin).write((json.dumps(request) + "\n").encode())
+            piped(self.proc.stdin).flush()
         except (OSError, ValueError) as exc:
             self.closed = True
             raise ForkServerError(f"the board's fork server is gone ({exc})") from exc
@@ -81,7 +82,7 @@ class BoardForkServer:
         """Still there, from what its stream brought without waiting (an idle server writes
         nothing but log lines, so an end here is a server or connection that went away)."""
         try:
-            while not self.closed and select.select([self.proc.stdout], [], [], 0)[0]:
+            while not self.closed and select.select([piped(self.proc.stdout)], [], [], 0)[0]:
                 self._pump(0.2)
         except (OSError, ValueError):
             self.closed = True
@@ -91,7 +92,7 @@ class BoardForkServer:
         """End its stdin: the server reads the end and exits; the ssh client follows."""
         self.closed = True
         try:
-            self.proc.stdin.close()
+            piped(self.proc.stdin).close()
         except OSError:
             pass
         try:

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from harness.devices.ssh.target import SshTarget
 from harness.errors import DeviceError
+from harness.process import piped
 
 q = shlex.quote
 SSH_FAILED = 255  # ssh's own exit status for a connection error
@@ -190,7 +191,7 @@ class SshTransport:
                     info.mode, info.uid, info.gid, info.uname, info.gname = mode, 0, 0, "", ""
                     with open(path, "rb") as f:
                         tar.addfile(info, f)
-            proc.stdin.close()
+            piped(proc.stdin).close()
             proc.stdin = None  # closed: communicate must not flush it
             _, err = proc.communicate(timeout=timeout)
         except (OSError, ValueError) as exc:
