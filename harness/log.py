@@ -11,7 +11,7 @@ and the header is built from the same records.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 ROOT = "harness"
 # The record attribute naming the session a notice belongs to.
@@ -43,7 +43,7 @@ class NoticeCollector(logging.Handler):
             if text not in self.lines:
                 self.lines.append(text)
 
-    def attach(self) -> "NoticeCollector":
+    def attach(self) -> NoticeCollector:
         logging.getLogger(ROOT).addHandler(self)
         return self
 

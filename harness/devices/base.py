@@ -14,7 +14,8 @@ import functools
 import logging
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
 
 from harness.results.run import RunOutput
 from harness.scenario import Scenario
@@ -35,10 +36,10 @@ class Limits:
     dsp_heap_leak_kb: int  # DSP heap above the baseline with no context live
 
     @classmethod
-    def of(cls, config: "SocConfig", **overrides: float) -> "Limits":
+    def of(cls, config: SocConfig, **overrides: float) -> Limits:
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls)}
         values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +51,7 @@ class DeviceInfo:
     soc: str
     abi: str
     android: str = ""
-    details: dict = dataclasses.field(default_factory=dict)
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def header(self) -> str:
         parts = [f"{self.kind} {self.serial}", f"soc={self.soc}", f"abi={self.abi}"]
@@ -60,13 +61,13 @@ class DeviceInfo:
         return " ".join(parts)
 
 
-class DeviceLog(logging.LoggerAdapter):
+class DeviceLog(logging.LoggerAdapter[logging.Logger]):
     """The `harness.device` logger with the device's name in front of every message, so the
     lines of several devices (a farm worker's failover, a test with two) tell themselves
     apart in pytest's captured log and in `--log-cli-level=INFO`."""
 
-    def process(self, msg, kwargs):
-        return f"[{self.extra['device']}] {msg}", kwargs
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        return f"[{(self.extra or {})['device']}] {msg}", kwargs
 
 
 class Device(abc.ABC):
@@ -74,7 +75,7 @@ class Device(abc.ABC):
 
     info: DeviceInfo
     # The resolved SoC config the device runs with (set by its kind when it opens).
-    soc_config: "SocConfig"
+    soc_config: SocConfig
     # The backends the device's runtime registers; None when it has every backend the harness
     # drives (the simulator). A device without QnnBackend (an arm64 build of the XNNPACK-only
     # executorch wheel) skips QNN scenarios with that reason.
@@ -110,13 +111,13 @@ class Device(abc.ABC):
         """The `harness replay` arguments that select this device again."""
         return ["--device", self.info.serial]
 
-    def read_state(self) -> dict:
+    def read_state(self) -> dict[str, Any]:
         """Governors, thermal zones and battery now, for reports (harness.devices.state)."""
         from harness.devices.state import read_state
 
         return read_state(self)
 
-    def report_facts(self) -> dict:
+    def report_facts(self) -> dict[str, Any]:
         """Facts of the device's kind for results.json and the report (e.g. the simulator's
         config); empty by default."""
         return {}
@@ -160,5 +161,5 @@ class Device(abc.ABC):
         """Lines for the end-of-session summary (e.g. push counts)."""
         return []
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (a device with nothing to release keeps it)
         """Release the device (workspace, connections)."""

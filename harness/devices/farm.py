@@ -50,7 +50,8 @@ import re
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 from harness.errors import ConfigError, DeviceError
 
@@ -98,7 +99,7 @@ def load_exporter_config(path) -> dict:
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # it prints what it rendered
             data = ResourceConfig(str(path)).data
-    except Exception as exc:  # template, YAML or file errors, as labgrid raises them
+    except Exception as exc:  # noqa: BLE001  (template, YAML or file errors, as labgrid raises them)
         raise ConfigError(f"{path}: not a labgrid exporter config: {exc}") from None
     if not isinstance(data, dict) or not data or not all(
             isinstance(group, dict) and group for group in data.values()):
@@ -145,7 +146,7 @@ class LabgridFarm:
         self._tokens: set[str] = set()  # every reservation not yet cancelled
         self._owner = f"{socket.gethostname()}:{os.getpid()}"
         self._loop = _client_loop()
-        self._session = None
+        self._session: Any = None  # labgrid's ClientSession, once started
         self._closed = False
         self._session = self._call(self._start(), timeout=CALL_S)
         atexit.register(self.close)

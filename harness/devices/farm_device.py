@@ -30,15 +30,15 @@ class FarmDevice(Device):
         return self.current.backends
 
     @property
-    def runner_kind(self) -> str:
+    def runner_kind(self) -> str:  # type: ignore[override]  # the held phone's, read-only
         return self.current.runner_kind
 
     @property
-    def dsp_heap(self) -> bool:
+    def dsp_heap(self) -> bool:  # type: ignore[override]  # the held phone's, read-only
         return self.current.dsp_heap
 
     @property
-    def dsp_heap_note(self) -> str:
+    def dsp_heap_note(self) -> str:  # type: ignore[override]  # the held phone's, read-only
         return self.current.dsp_heap_note
 
     @property

@@ -17,7 +17,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Iterator
 
 from harness.errors import HarnessError
 
@@ -48,13 +49,13 @@ class OpenContext:
     libraries and simulator runner (found on first use: a kind that needs neither never
     touches them)."""
 
-    options: "Options"
+    options: Options
     notice: Callable[[str], None]
-    sdk: Callable[[], "QnnSdk"]
-    simulator_runner: Callable[[], "RunnerChoice"]
-    config: "pytest.Config | None" = None
+    sdk: Callable[[], QnnSdk]
+    simulator_runner: Callable[[], RunnerChoice]
+    config: pytest.Config | None = None
     # A labgrid place the device comes from (harness/devices/farm.py): its adb server and SoC tag.
-    place: "Lease | None" = None
+    place: Lease | None = None
 
     def option(self, name: str, default: Any = None) -> Any:
         """A kind's own pytest option (`default` outside pytest, e.g. in `harness replay`)."""
@@ -79,17 +80,17 @@ class DeviceKind(abc.ABC):
     def claims(cls, target: str) -> bool:
         """Whether this `--device` value (or `SIMULATOR`) names a device of this kind."""
 
-    @classmethod
-    def add_options(cls, group: "pytest.OptionGroup") -> None:
+    @classmethod  # noqa: B027  (optional: most kinds add no options)
+    def add_options(cls, group: pytest.OptionGroup) -> None:
         """Add the kind's own pytest options to the `hil` group."""
 
-    @classmethod
+    @classmethod  # noqa: B027  (optional: a kind without input of its own checks nothing)
     def check_start_up(cls, targets: list[str], context: OpenContext) -> None:
         """Raise HarnessError for bad input of this kind (a malformed target, an option out of
         range) before any device is touched: one usage error, not one per test."""
 
     @classmethod
-    def known_soc(cls, options: "Options") -> str | None:
+    def known_soc(cls, options: Options) -> str | None:
         """The SoC scenarios run on when it is known before the device opens (the simulated
         one), so programs built for another SoC are refused at start-up; None otherwise."""
         return None
@@ -101,7 +102,7 @@ class DeviceKind(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def open(cls, target: str, context: OpenContext) -> "Device":
+    def open(cls, target: str, context: OpenContext) -> Device:
         """Identify the device, resolve its SoC config and set it up; a ready device, or a
         HarnessError that says what to do."""
 
@@ -128,17 +129,17 @@ def kind_for(target: str) -> type[DeviceKind]:
                        "serial (or adb://SERIAL), ssh://[user@]host[:port], or --simulator")
 
 
-def uses_farm(options: "Options") -> bool:
+def uses_farm(options: Options) -> bool:
     """Devices come from labgrid places (--lg-place-tags), not from --device/--farm."""
     return bool(options.lg_place_tags) and not options.simulator
 
 
-def chosen_devices(options: "Options") -> list[str]:
+def chosen_devices(options: Options) -> list[str]:
     """The --device values this session uses (none when --simulator overrides them)."""
     return [] if options.simulator else list(options.devices)
 
 
-def session_targets(options: "Options") -> list[str]:
+def session_targets(options: Options) -> list[str]:
     """The targets this session's workers divide among them: `SIMULATOR`, or the --device
     values (a labgrid farm's places are opened by the adb kind: an empty list)."""
     if not chosen_devices(options) and not uses_farm(options):
@@ -146,7 +147,7 @@ def session_targets(options: "Options") -> list[str]:
     return chosen_devices(options)
 
 
-def worker_target(options: "Options") -> str:
+def worker_target(options: Options) -> str:
     """This worker's target: worker N of an xdist run takes the Nth one."""
     targets = session_targets(options)
     if not targets:
@@ -155,7 +156,7 @@ def worker_target(options: "Options") -> str:
     return targets[index % len(targets)]
 
 
-def session_kinds(options: "Options") -> list[type[DeviceKind]]:
+def session_kinds(options: Options) -> list[type[DeviceKind]]:
     """The kinds of this session's targets, each once (the adb kind for a labgrid farm)."""
     found = [kind_for(t) for t in session_targets(options)]
     if uses_farm(options):

@@ -44,7 +44,7 @@ TEARDOWN_INDEX = -1
 """The step marker index written after the last step, before the runner tears down."""
 
 
-def format_event(event: dict) -> str:
+def format_event(event: dict[str, Any]) -> str:
     """One event line as it goes to stdout (without the newline)."""
     return EVENT_PREFIX + json.dumps(event)
 
@@ -54,10 +54,10 @@ def format_step_marker(index: int) -> str:
     return f"{STEP_MARKER}{index}"
 
 
-def read_events(stdout: str) -> list[dict]:
+def read_events(stdout: str) -> list[dict[str, Any]]:
     """The JSON object of every event line in a runner's stdout, in order. Lines that are not
     events are skipped, and so is an event line torn by a crash."""
-    events = []
+    events: list[dict[str, Any]] = []
     for line in stdout.splitlines():
         if line.startswith(EVENT_PREFIX):
             try:
@@ -69,7 +69,7 @@ def read_events(stdout: str) -> list[dict]:
     return events
 
 
-def run_ended(events: "list[dict] | str") -> bool:
+def run_ended(events: list[dict[str, Any]] | str) -> bool:
     """Whether a run wrote its `end` event (it ran every step and its teardown): from its
     events, or from its stdout. A run without it did not finish, whatever its exit code."""
     if isinstance(events, str):
@@ -98,7 +98,7 @@ def is_protocol_line(line: str) -> bool:
 class ExitCode(enum.IntEnum):
     """A runner's exit status. Anything else (a signal, another code) is a crash."""
 
-    def __new__(cls, value: int, doc: str) -> "ExitCode":
+    def __new__(cls, value: int, doc: str) -> ExitCode:
         member = int.__new__(cls, value)
         member._value_ = value
         member.__doc__ = doc
@@ -113,13 +113,10 @@ class ExitCode(enum.IntEnum):
                        "Checked before the first step: no event is written.")
 
     @classmethod
-    def of(cls, returncode: int | None) -> "ExitCode | None":
+    def of(cls, returncode: int | None) -> ExitCode | None:
         """The protocol's meaning of a process's return code; None for a crash (killed by a
         signal, timed out (None), or any code that is not one of these)."""
-        try:
-            return cls(returncode)
-        except ValueError:
-            return None
+        return next((code for code in cls if code.value == returncode), None)
 
 
 # ------------------------------------------------------------------------- the scenario file
@@ -192,7 +189,7 @@ class TensorSpec:
         return math.prod(self.shape) * DTYPES[self.dtype]
 
 
-OptionValue = Union[bool, int, str]
+OptionValue = bool | int | str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,11 +211,11 @@ class ScenarioStep:
     key: str | None = None
     value: OptionValue | None = None  # set_option
     type: str = "int"  # get_option: the type the caller expects
-    steps: tuple["ScenarioStep", ...] = ()  # parallel
+    steps: tuple[ScenarioStep, ...] = ()  # parallel
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
-    def flat(self) -> tuple["ScenarioStep", ...]:
+    def flat(self) -> tuple[ScenarioStep, ...]:
         """The steps this step applies: its sub-steps for `parallel`, else itself."""
         return self.steps if self.op == "parallel" else (self,)
 
@@ -303,7 +300,7 @@ class _StepReader:
             low, high = OPTION_INT_RANGE
             if not low <= value <= high:
                 self.fail(f"{where}: integer option value out of int range")
-            return value
+            return int(value)
         if isinstance(value, str):
             if len(value.encode()) > MAX_OPTION_STRING_BYTES:
                 self.fail(f"{where}: string option value longer than "
@@ -609,7 +606,7 @@ class EndEvent:
     failed_steps: int
 
 
-Event = Union[StartEvent, StepEvent, EndEvent]
+Event = StartEvent | StepEvent | EndEvent
 EVENT_TYPES: dict[str, type] = {"start": StartEvent, "step": StepEvent, "end": EndEvent}
 
 
@@ -621,7 +618,7 @@ class EventError(ValueError):
         self.path = path
 
 
-def parse_event(raw: dict | str) -> Event:
+def parse_event(raw: dict[str, Any] | str) -> Event:
     """A typed event from its JSON object (or its line, with or without EVENT_PREFIX).
     Strict: every field of the event's type, of its type (an int is a float), and no other."""
     if isinstance(raw, str):
@@ -635,7 +632,7 @@ def parse_event(raw: dict | str) -> Event:
     kind = raw.get("event")
     if kind not in EVENT_TYPES:
         raise EventError(f"field 'event' must be one of {', '.join(EVENT_TYPES)}, got {kind!r}")
-    event = _convert(raw, EVENT_TYPES[kind], "", f"{kind} event")
+    event: Event = _convert(raw, EVENT_TYPES[kind], "", f"{kind} event")
     if isinstance(event, StepEvent):
         if event.index < 0:
             raise EventError(f"step event: field 'index' must be >= 0, got {event.index}")
@@ -736,7 +733,7 @@ def _convert(value: Any, tp: Any, path: str, what: str) -> Any:
         _, item = typing.get_args(tp)
         return {k: _convert(v, item, f"{path}.{k}" if path else k, what)
                 for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             fail()
         hints = _hints(tp)

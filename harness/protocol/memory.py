@@ -7,6 +7,8 @@ Values are kB as the kernel prints them, except dma-buf sizes, which are bytes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import re
 from pathlib import Path
@@ -61,7 +63,7 @@ def parse_fdinfo(texts: list[str]) -> dict[str, int]:
     return {"count": count, "bytes": total}
 
 
-def read_self(watch: list[str]) -> dict:
+def read_self(watch: list[str]) -> dict[str, Any]:
     """Memory of the calling process, in the runner protocol's `memory` shape."""
     proc = Path("/proc/self")
     rollup = parse_rollup((proc / "smaps_rollup").read_text())

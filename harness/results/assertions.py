@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from harness.programs.compile import uses_qnn
 from harness.qnn.dsp_heap import error_name
@@ -19,11 +21,16 @@ from harness.scenario import Step
 _RUNTIME_ERROR_LINE = re.compile(r"error|fail|deleted|abort|invalid", re.IGNORECASE)
 
 
-def _check(name: str):
+P = ParamSpec("P")
+R = TypeVar("R")
+Assertion = Callable[Concatenate[ScenarioResult, P], R]
+
+
+def _check(name: str) -> Callable[[Assertion[P, R]], Assertion[P, R]]:
     """Record on the result that a test made this check (`ScenarioResult.checks`)."""
-    def wrap(assertion):
+    def wrap(assertion: Assertion[P, R]) -> Assertion[P, R]:
         @functools.wraps(assertion)
-        def checked(result: ScenarioResult, *args, **kwargs):
+        def checked(result: ScenarioResult, /, *args: P.args, **kwargs: P.kwargs) -> R:
             if name not in result.checks:
                 result.checks.append(name)
             return assertion(result, *args, **kwargs)
@@ -69,7 +76,7 @@ def assert_steps_ok(result: ScenarioResult) -> None:
             f"runtime log:\n{runtime_log(result)}\nall steps:\n{result.summary()}", failure)
 
 
-def executed_outputs(result: ScenarioResult) -> list[tuple[int, Step, dict]]:
+def executed_outputs(result: ScenarioResult) -> list[tuple[int, Step, dict[str, Any]]]:
     """(step index, execute step, its event) for every ok execute, including the execute
     sub-steps of `parallel` steps (their event is the sub-step's entry in `substeps`)."""
     out = []
@@ -129,7 +136,7 @@ def assert_traced(result: ScenarioResult) -> None:
     touched = any(sub.op in ("load_method", "execute") and sub.module in qnn
                   for step in result.scenario.steps for sub in step.flat)
     if touched and not any(r.kind == "api" for r in result.trace):
-        raise check_failed(result, 
+        raise check_failed(result,
             f"scenario {result.scenario.name}: no QNN call trace was recorded, so isolation and "
             "live counts cannot be checked: the harness's libQnnHtp.so interposer was not loaded "
             "(it is built for x86_64 hosts and stand-in devices; phones have no trace yet)")
@@ -185,7 +192,8 @@ def assert_isolation(result: ScenarioResult) -> None:
                     (": it is using another module's cached context" if len(new) < len(gained)
                      else ": a context created in the step outlived it (a loser's candidate?)"))
         subs = s.step.flat
-        destroyers = {x.module for x in subs if x.op in ("destroy_module", "unload_method")}
+        destroyers = {x.module for x in subs
+                      if x.op in ("destroy_module", "unload_method") and x.module is not None}
         if any(x.op == "destroy_module" for x in subs):
             freed = before - now
             foreign = sorted(c for c in freed
@@ -195,7 +203,7 @@ def assert_isolation(result: ScenarioResult) -> None:
                     f"step {i} {s.step.describe()}: destroying {', '.join(sorted(destroyers))} "
                     f"freed contexts of "
                     f"{', '.join(sorted({owners.get(c, '?') for c in foreign}))} ({', '.join(foreign)})")
-        executors = {x.module for x in subs if x.op == "execute"}
+        executors = {x.module for x in subs if x.op == "execute" and x.module is not None}
         if executors:
             for ctx, count in s.trace["executes"].items():
                 if count > executes_before.get(ctx, 0) and not any(
@@ -240,7 +248,7 @@ def memory_growth_kb(result: ScenarioResult, first: int, second: int, field: str
     if a is None or b is None:
         raise check_failed(result, f"scenario {result.scenario.name}: no {field} reading at steps "
                              f"{first} and {second}")
-    return b - a
+    return int(b - a)
 
 
 @_check("memory")
@@ -249,7 +257,7 @@ def assert_memory_within(result: ScenarioResult, first: int, second: int, tolera
     """Process memory at `second` is at most `tolerance_kb` above `first` (no leak)."""
     growth = memory_growth_kb(result, first, second, field)
     if growth > tolerance_kb:
-        raise check_failed(result, 
+        raise check_failed(result,
             f"scenario {result.scenario.name}: {field} grew {growth} kB between step {first} "
             f"({result.steps[first].step.describe()}) and step {second} "
             f"({result.steps[second].step.describe()}); tolerance {tolerance_kb} kB")

@@ -16,9 +16,11 @@ counts, memory, compile facts).
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Literal, get_args
+from collections.abc import Iterator
+from typing import Any, Literal, get_args
 
-from harness.results.run import ScenarioResult, log_tail
+from harness.results.run import ScenarioResult, StepResult, log_tail
+from harness.scenario import Step
 
 FailureKind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "protocol",
                       "check"]
@@ -102,12 +104,12 @@ def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
     """Ok executes whose outputs differ from the first ok execute of the same program's method
     (same inputs: the scenario's reference inputs), in step order."""
     out: list[Failure] = []
-    first: dict[tuple[str, str], tuple[int, list]] = {}
+    first: dict[tuple[str, str], tuple[int, list[Any]]] = {}
     for i, s in enumerate(result.steps):
         if s.event is None:
             continue
         for sub, ev in _executes(s):
-            model = result.scenario.models.get(sub.module)
+            model = result.scenario.models.get(sub.module or "")
             if model is None or ev.get("status") != "ok":
                 continue
             key = (str(model.pte), sub.method or "")
@@ -121,10 +123,12 @@ def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
     return out
 
 
-def _executes(step_result) -> Iterable:
+def _executes(step_result: StepResult) -> Iterator[tuple[Step, dict[str, Any]]]:
+    """(step, its event) of every execute in a reported step, its sub-steps' too."""
+    event = step_result.event or {}
     if step_result.step.op == "execute":
-        yield step_result.step, step_result.event
-    for sub, ev in zip(step_result.step.substeps, step_result.event.get("substeps") or []):
+        yield step_result.step, event
+    for sub, ev in zip(step_result.step.substeps, event.get("substeps") or []):
         if sub.op == "execute":
             yield sub, ev
 

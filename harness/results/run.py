@@ -64,7 +64,7 @@ class LiveCounts(Mapping[str, int]):
     device: int = 0
 
     @classmethod
-    def of(cls, counts: Mapping[str, int]) -> "LiveCounts":
+    def of(cls, counts: Mapping[str, int]) -> LiveCounts:
         return cls(**{k: int(counts.get(k, 0)) for k in ("backend", "context", "device")})
 
     @property
@@ -121,8 +121,9 @@ class StepResult:
         return dict(self.trace["executes"])
 
     @property
-    def memory(self) -> dict:
-        return (self.event or {}).get("memory") or {}
+    def memory(self) -> dict[str, Any]:
+        memory: dict[str, Any] = (self.event or {}).get("memory") or {}
+        return memory
 
     def describe(self) -> str:
         e = self.event or {}
@@ -147,7 +148,7 @@ class ScenarioResult:
 
     @classmethod
     def build(cls, scenario: Scenario, output: RunOutput, trace: list[TraceRecord],
-              artifacts: Path | None = None) -> "ScenarioResult":
+              artifacts: Path | None = None) -> ScenarioResult:
         every = read_events(output.stdout)
         typed: list[Event] = []
         errors: list[str] = []
@@ -262,7 +263,7 @@ class ScenarioResult:
         """The whole trace replayed (live objects, violations, DSP heap readings), once."""
         return replay(self.trace)
 
-    def final_trace(self) -> dict:
+    def final_trace(self) -> dict[str, Any]:
         return self.trace_state.snapshot()
 
     def step_at_offset(self, offset: int) -> int | None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness.programs.compile import CompiledModel
+from harness.protocol.tensors import TensorFile
 from harness.protocol import (MAX_PARALLEL, OPS, PARALLEL_OPS, SCENARIO_VERSION, ScenarioError,
                               ScenarioStep, check_distinct_modules, validate_scenario)
 
@@ -37,12 +39,12 @@ class Step:
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
-    def substeps(self) -> tuple["Step", ...]:
+    def substeps(self) -> tuple[Step, ...]:
         """The sub-steps of a `parallel` step; () for every other op."""
         return tuple(self.args.get("steps", ())) if self.op == "parallel" else ()
 
     @property
-    def flat(self) -> tuple["Step", ...]:
+    def flat(self) -> tuple[Step, ...]:
         """The steps this step applies: its sub-steps for `parallel`, else itself."""
         return self.substeps if self.op == "parallel" else (self,)
 
@@ -77,37 +79,37 @@ class Scenario:
             raise ScenarioError(f"scenario name {self.name!r} must match {_NAME.pattern}")
 
     # Building ------------------------------------------------------------------------------
-    def _add(self, step: Step) -> "Scenario":
+    def _add(self, step: Step) -> Scenario:
         self.steps.append(step)
         return self
 
     def load_module(self, module: str, model: CompiledModel,
-                    backend_options: dict[str, dict[str, Any]] | None = None) -> "Scenario":
+                    backend_options: dict[str, dict[str, Any]] | None = None) -> Scenario:
         if not _NAME.match(module):
             raise ScenarioError(f"module name {module!r} must match {_NAME.pattern}")
         self.models[module] = model
         args = {"backend_options": backend_options} if backend_options else {}
         return self._add(Step("load_module", module, None, args))
 
-    def load_method(self, module: str, method: str) -> "Scenario":
+    def load_method(self, module: str, method: str) -> Scenario:
         return self._add(Step("load_method", module, self._method(module, method)))
 
-    def execute(self, module: str, method: str, emit_outputs: bool = False) -> "Scenario":
+    def execute(self, module: str, method: str, emit_outputs: bool = False) -> Scenario:
         """`emit_outputs`: the runner reports the outputs' bytes too (a reference run)."""
         args = {"emit_outputs": True} if emit_outputs else {}
         return self._add(Step("execute", module, self._method(module, method), args))
 
-    def unload_method(self, module: str, method: str) -> "Scenario":
+    def unload_method(self, module: str, method: str) -> Scenario:
         return self._add(Step("unload_method", module, self._method(module, method)))
 
-    def destroy_module(self, module: str) -> "Scenario":
+    def destroy_module(self, module: str) -> Scenario:
         self._model(module)
         return self._add(Step("destroy_module", module))
 
-    def snapshot(self) -> "Scenario":
+    def snapshot(self) -> Scenario:
         return self._add(Step("snapshot"))
 
-    def allow_error(self) -> "Scenario":
+    def allow_error(self) -> Scenario:
         """Mark the last step as one whose error is not a failure of the run (a test that needs
         it to fail asserts that itself)."""
         if not self.steps:
@@ -115,7 +117,7 @@ class Scenario:
         self.allowed_errors.add(len(self.steps) - 1)
         return self
 
-    def label(self, name: str) -> "Scenario":
+    def label(self, name: str) -> Scenario:
         """Name the last step, for `ScenarioResult.step(name)`."""
         if not self.steps:
             raise ScenarioError(f"scenario {self.name}: label({name!r}) needs a step before it")
@@ -125,13 +127,13 @@ class Scenario:
         self.labels[name] = len(self.steps) - 1
         return self
 
-    def set_option(self, backend: str, key: str, value: bool | int | str) -> "Scenario":
+    def set_option(self, backend: str, key: str, value: bool | int | str) -> Scenario:
         return self._add(Step("set_option", args={"backend": backend, "key": key, "value": value}))
 
-    def get_option(self, backend: str, key: str, type: str = "int") -> "Scenario":
+    def get_option(self, backend: str, key: str, type: str = "int") -> Scenario:
         return self._add(Step("get_option", args={"backend": backend, "key": key, "type": type}))
 
-    def parallel(self, *substeps: tuple) -> "Scenario":
+    def parallel(self, *substeps: tuple[Any, ...]) -> Scenario:
         """Sub-steps run at once, one thread each, released together (runner-protocol.md).
 
         Each sub-step is `(op, module, method_or_None)`, op one of PARALLEL_OPS, every one on a
@@ -206,7 +208,7 @@ class Scenario:
                 seen.setdefault(path, None)
         return list(seen)
 
-    def to_json(self, place: Callable[[Path], str] = str) -> dict:
+    def to_json(self, place: Callable[[Path], str] = str) -> dict[str, Any]:
         """The runner's scenario document; `place` maps a host file to the runner's path.
         Validated against the protocol (ScenarioError), so a runner never refuses what the
         builder wrote."""
@@ -216,7 +218,7 @@ class Scenario:
         validate_scenario(doc)
         return doc
 
-    def _step_json(self, step: Step, place: Callable[[Path], str]) -> dict:
+    def _step_json(self, step: Step, place: Callable[[Path], str]) -> dict[str, Any]:
         doc: dict[str, Any] = {"op": step.op}
         if step.module:
             doc["module"] = step.module
@@ -228,8 +230,10 @@ class Scenario:
             return doc
         doc.update(step.args)
         if step.op == "load_module":
+            assert step.module is not None  # the builder gives every load a module
             doc["pte"] = place(self.models[step.module].pte)
         if step.op == "execute":
+            assert step.module is not None and step.method is not None
             model = self.models[step.module]
             ref = model.methods[step.method]
             doc["inputs"] = [_tensor(t, place) for t in ref.inputs]
@@ -242,7 +246,7 @@ class Scenario:
         return path
 
 
-def _tensor(tensor, place: Callable[[Path], str]) -> dict:
+def _tensor(tensor: TensorFile, place: Callable[[Path], str]) -> dict[str, Any]:
     return {"dtype": tensor.dtype, "shape": list(tensor.shape), "file": place(tensor.file)}
 
 
@@ -250,7 +254,7 @@ def _check_distinct_modules(steps: list[Step], where: str) -> None:
     check_distinct_modules([s.module for s in steps], where)
 
 
-def _step(raw: dict, parsed: ScenarioStep) -> Step:
+def _step(raw: dict[str, Any], parsed: ScenarioStep) -> Step:
     """A builder Step from a validated step: its module and method as the protocol reads them,
     every other field as written (`steps` of a parallel step as Steps)."""
     args = {k: v for k, v in raw.items() if k not in ("op", "module", "method")}
@@ -259,7 +263,7 @@ def _step(raw: dict, parsed: ScenarioStep) -> Step:
     return Step(parsed.op, parsed.module, parsed.method, args)
 
 
-def parse_scenario(doc: dict) -> list[Step]:
+def parse_scenario(doc: dict[str, Any]) -> list[Step]:
     """Validate a scenario document (as runners receive it: `harness.protocol`) and return its
     steps."""
     parsed = validate_scenario(doc).steps

@@ -8,8 +8,9 @@ fp16 and int8, or with --pte on the user's programs.
 
 import pytest
 
-from harness.results.assertions import (assert_dsp_heap_bounded, assert_htp_memory_bounded, assert_isolation, assert_live_counts,
-                                assert_memory_within, assert_outputs_consistent, assert_steps_ok)
+from harness.results.assertions import (assert_dsp_heap_bounded, assert_htp_memory_bounded,
+                                        assert_isolation, assert_live_counts, assert_memory_within,
+                                        assert_outputs_consistent, assert_steps_ok)
 from harness.scenario.library import s1_two_modules, s2_shared_context, s3_unload_one, s4_cleanup_reload
 
 BOTH_PRECISIONS = ("fp16", "int8")
