@@ -53,7 +53,7 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness import output_limit, storage
 from harness.qnn import dsp_heap
@@ -63,7 +63,9 @@ from harness.programs.compile import uses_qnn
 from harness.devices import adb_wire
 from harness.devices.adb_address import adb_server_address, check_environment
 from harness.devices.adb_fork import REPLY_TIMEOUT_S, DeviceForkServer
-from harness.devices.base import Device, DeviceInfo
+from harness.devices.base import DeviceInfo
+from harness.devices.shell_device import (PID_FILE, SCENARIO_FILE, STDERR_FILE, STDOUT_FILE,
+                                          TRACE_FILE, ShellDevice)
 from harness.devices.lease import DeviceLease, LeaseBusy
 from harness.devices.payload import Payload, PushStats, qnn_simulator_libraries
 from harness.devices.remote_run import (  # their names here before the move
@@ -78,10 +80,8 @@ from harness.protocol import run_ended
 from harness.qnn.sdk import TRACE_ENV
 from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
+from harness.runner.select import DeviceBuild
 from harness.scenario import Scenario
-
-if TYPE_CHECKING:
-    from harness.runner.select import DeviceBuild
 
 # adb_wire and adb_fork above check the environment before they import adbutils too.
 check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
@@ -89,10 +89,6 @@ import adbutils  # noqa: E402
 
 WORKSPACE_BASE = ws_rules.ANDROID_SCRATCH
 RUNNER_NAME = "executorch_hil_runner"
-PID_FILE = "runner.pid"  # in each run's directory while its runner may be running
-# The other files of a run's directory, whichever way the runner is started.
-SCENARIO_FILE, STDOUT_FILE, STDERR_FILE, TRACE_FILE = (
-    "scenario.json", "stdout.txt", "stderr.txt", "qnn_trace.txt")
 SHADOW_DIRS = ("/vendor/lib64", "/system/lib64", "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp",
                "/system/lib/rfsa/adsp", "/odm/lib64")
 FASTRPC_NODES = ("/dev/fastrpc-cdsp", "/dev/fastrpc-cdsp-secure", "/dev/adsprpc-smd")
@@ -250,9 +246,14 @@ class RunInterrupted(DeviceError):
 
 # Phase 3: the device --------------------------------------------------------------------------------
 
-class AdbDevice(Device):
+class AdbDevice(ShellDevice):
     # A scenario costs a round trip or more: big explorations take an evenly spaced sample.
     exploration_limit = 300
+    transport_errors = (adbutils.AdbError, OSError)
+
+    def _send(self, files: list[tuple[Path, PurePosixPath, int]]) -> None:
+        """Every file in one sync session."""
+        adb_wire.push_files(self.client, self.serial, [(p, str(r), m) for p, r, m in files])
 
     def __init__(self, client: adbutils.AdbClient, identity: DeviceIdentity,
                  soc_config: SocConfig, workspace: PurePosixPath, *, artifacts_dir: Path,
@@ -315,18 +316,6 @@ class AdbDevice(Device):
         come (the lease's heartbeat uses it: no re-acquire from there)."""
         code, out, err = adb_wire.shell_v2(self.client, self.serial, command, timeout=timeout)
         return code, (out + err).decode("utf-8", errors="replace")
-
-    def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
-        """Run in a directory at the same depth as a run's, so `scratch_dir()` resolves alike."""
-        cwd = self.workspace / "runs" / ".command"
-        return self.sh(f"mkdir -p {q(str(cwd))} && cd {q(str(cwd))} && "
-                       + " ".join(q(a) for a in argv), timeout)
-
-    def scratch_dir(self) -> str:
-        if not self._scratch_made:
-            self.sh(f"mkdir -p {q(str(self.workspace / 'scratch'))}")
-            self._scratch_made = True
-        return "../../scratch"
 
     def prop(self, name: str) -> str:
         return self.sh(f"getprop {q(name)}")[1].strip()
@@ -406,49 +395,6 @@ class AdbDevice(Device):
                 f"{_kill_tree('$p')}; echo HARNESS_KILLED $p; fi; "
                 "done; true")
 
-    def push_files(self, files: dict[Path, PurePosixPath], mode: int = 0o644) -> PushStats:
-        """Push each file unless the device already holds the same bytes (by sha256)."""
-        return self._push([(path, remote, mode) for path, remote in files.items()])
-
-    def _push(self, entries: list[tuple[Path, PurePosixPath, int]]) -> PushStats:
-        """(local file, remote path, mode) each, pushed unless the device holds its bytes: the
-        sha256 of every file not known from this session in one shell call, then every missing
-        file in one sync session."""
-        stats = PushStats()
-        local = {str(remote): file_sha256(path.resolve()) for path, remote, _ in entries}
-        unknown = [r for r, sha in local.items() if self._remote_sha.get(r) != sha]
-        if unknown:
-            self._remote_sha.update(self._device_sha256(unknown))
-        missing = [(path.resolve(), str(remote), mode) for path, remote, mode in entries
-                   if self._remote_sha.get(str(remote)) != local[str(remote)]]
-        stats.skipped = len(entries) - len(missing)
-        if missing:
-            self._check_not_lost()
-            try:
-                adb_wire.push_files(self.client, self.serial, missing)
-            except (adbutils.AdbError, OSError) as exc:
-                names = ", ".join(path.name for path, _, _ in missing[:4])
-                more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
-                raise self._offline(f"push of {names}{more}", exc) from exc
-            for _, remote, _ in missing:
-                self._remote_sha[remote] = local[remote]
-            stats.pushed = len(missing)
-        self.stats.pushed += stats.pushed
-        self.stats.skipped += stats.skipped
-        return stats
-
-    def _device_sha256(self, remotes: list[str]) -> dict[str, str]:
-        """sha256 of each remote file the device has; matched by order, not by the printed
-        name, which a device may print differently (a symlinked or remapped path)."""
-        parts = [f"sha256sum {q(r)} 2>/dev/null; echo @" for r in remotes]
-        _, out = self.sh("; ".join(parts))
-        found = {}
-        for remote, chunk in zip(remotes, out.split("@\n")):
-            sha = chunk.strip().split(" ")[0] if chunk.strip() else ""
-            if len(sha) == 64:
-                found[remote] = sha
-        return found
-
     # Preflight -----------------------------------------------------------------------------
     def preflight(self) -> list[str]:
         problems: list[str] = []
@@ -457,7 +403,7 @@ class AdbDevice(Device):
                         "soc_config": str(self.soc_config.path),
                         "workspace": str(self.workspace), "pushes": self.stats.as_dict()}
         libs = self.qnn_libraries
-        shas = self._device_sha256([str(r) for r in libs.values()])
+        shas = self.remote_sha256([str(r) for r in libs.values()])
         report["qnn_libraries"] = {}
         for path, remote in libs.items():
             want, got = file_sha256(path.resolve()), shas.get(str(remote))
@@ -551,11 +497,6 @@ class AdbDevice(Device):
         self.runs["process"] += 1
         return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes,
                          notes + self._failed_run_notes(returncode, stdout))
-
-    def _pushes(self, before: PushStats) -> dict[str, int]:
-        return {"pushed": self.stats.pushed - before.pushed,
-                "skipped": self.stats.skipped - before.skipped,
-                "session_pushed": self.stats.pushed, "session_skipped": self.stats.skipped}
 
     # Forks of a served runner (harness.devices.adb_fork) -----------------------------------
     def _fork_server(self, scenario: Scenario) -> DeviceForkServer | None:
@@ -748,15 +689,6 @@ class AdbDevice(Device):
         return env + "".join(f" {k}={q(v)}"
                              for k, v in sorted({**ALLOCATOR_ENV, **self.run_env}.items()))
 
-    def _fetch_outputs(self, run_dir: PurePosixPath) -> tuple[str, str]:
-        """The runner's stderr and the QNN trace of a run whose own output did not bring them
-        (a timeout cut it short): one shell call."""
-        nonce = uuid.uuid4().hex[:16]
-        _, text = self.sh("true" + _print_outputs(q(str(run_dir / STDERR_FILE)),
-                                                  q(str(run_dir / TRACE_FILE)), nonce))
-        _, outputs = split_outputs(text, nonce)
-        return outputs if outputs is not None else ("", "")
-
     def _stream(self, command: str, timeout: float,
                 stdin: bytes = b"") -> tuple[str, bool, str, int | None, str, int]:
         """Run `command` (shell protocol v2, `stdin` sent whole and closed) and read its stdout
@@ -896,12 +828,6 @@ class AdbDevice(Device):
         return DeviceError(f"{self.serial} went offline during {what}{why}; it is back, the "
                            "session goes on")
 
-    def _check_not_lost(self) -> None:
-        if not self.lost and self.device_lease.lost:
-            self.lost = self.device_lease.lost
-        if self.lost:
-            raise DeviceError(self.lost)
-
     def replay_args(self) -> list[str]:
         return ["--device", self.serial] + (["--adb-server", self.adb_server]
                                             if self.adb_server else [])
@@ -910,16 +836,6 @@ class AdbDevice(Device):
         how = ("a fork of harness-runner --serve on the device" if self.isolation == "fork"
                else "a new process")
         return f"{self.runner_kind}; each scenario {how}"
-
-    def summary(self) -> list[str]:
-        lines = [f"{self.serial}: pushes this session: {self.stats.pushed} pushed, "
-                 f"{self.stats.skipped} skipped (sha256 already on the device); workspace "
-                 f"{self.workspace}" + (" (kept)" if self.keep_workspace else "")]
-        runs = (f"{self.serial}: scenarios: {self.runs['fork']} as forks of the device's "
-                f"harness-runner --serve, {self.runs['process']} as new runner processes")
-        if self.fork_refused:
-            runs += f" (the fork server could not serve: {self.fork_refused})"
-        return lines + [runs]
 
     def close(self) -> None:
         """Remove the workspace (unless kept, or the device is lost) and release the lease."""

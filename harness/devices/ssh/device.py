@@ -36,7 +36,9 @@ from harness.cache import file_sha256
 from harness.programs.compile import uses_qnn
 from harness.config import SocConfig
 from harness.devices import workspace as ws_rules
-from harness.devices.base import Device, DeviceInfo
+from harness.devices.base import DeviceInfo
+from harness.devices.shell_device import (PID_FILE, SCENARIO_FILE, STDERR_FILE, STDOUT_FILE,
+                                          TRACE_FILE, ShellDevice)
 from harness.devices.lease import DeviceLease, LeaseBusy
 from harness.devices.payload import Payload, PushStats
 from harness.devices.remote_run import (kill_in_directory, kill_tree, marker, output_sizes,
@@ -55,9 +57,6 @@ from harness.runner.fork_server import ForkServerError
 from harness.scenario import Scenario
 
 RUNNER_NAME = "executorch_hil_runner"
-PID_FILE = "runner.pid"
-SCENARIO_FILE, STDOUT_FILE, STDERR_FILE, TRACE_FILE = (
-    "scenario.json", "stdout.txt", "stderr.txt", "qnn_trace.txt")
 ROOT_NAME = ".executorch-hil"  # below the board user's home: the only place workspaces go
 LEASE_DIR = "/tmp/.executorch-hil-lease"
 CONNECT_S = 10.0
@@ -87,8 +86,14 @@ class RunInterrupted(DeviceError):
         self.step = step
 
 
-class SshDevice(Device):
+class SshDevice(ShellDevice):
     exploration_limit: int | None = EXPLORATION_LIMIT
+    transport_errors = (SshError,)
+    noun = "board"
+
+    def _send(self, files: list[tuple[Path, PurePosixPath, int]]) -> None:
+        """Every file in one tar stream below the workspace."""
+        self.transport.push(self.workspace, files)
 
     def __init__(self, transport: SshTransport, identity: BoardIdentity, soc_config: SocConfig,
                  workspace: PurePosixPath, root: PurePosixPath, *, artifacts_dir: Path,
@@ -159,18 +164,6 @@ class SshDevice(Device):
         except SshError as exc:
             raise self._offline(f"`{command[:80]}`", exc) from exc
 
-    def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
-        """Run in a directory at a run's depth, so `scratch_dir()` resolves alike."""
-        cwd = self.workspace / "runs" / ".command"
-        return self.sh(f"mkdir -p {q(str(cwd))} && cd {q(str(cwd))} && "
-                       + " ".join(q(a) for a in argv), timeout)
-
-    def scratch_dir(self) -> str:
-        if not self._scratch_made:
-            self.sh(f"mkdir -p {q(str(self.workspace / 'scratch'))}")
-            self._scratch_made = True
-        return "../../scratch"
-
     # Set-up --------------------------------------------------------------------------------
     def setup(self, payload: Payload) -> None:
         """Take the lease, then the workspace, then push what the board lacks."""
@@ -233,45 +226,6 @@ class SshDevice(Device):
                 "if [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = \"$d\" ]; then "
                 f"{kill_tree('$p')}; echo HARNESS_KILLED $p; fi; done; true")
 
-    def _push(self, entries: list[tuple[Path, PurePosixPath, int]]) -> PushStats:
-        """sha256 of every file not known from this session in one command, then the
-        missing ones in one tar stream."""
-        stats = PushStats()
-        local = {str(r): file_sha256(p.resolve()) for p, r, _ in entries}
-        unknown = [r for r, sha in local.items() if self._remote_sha.get(r) != sha]
-        if unknown:
-            self._remote_sha.update(self._board_sha256(unknown))
-        missing = [(p.resolve(), r, m) for p, r, m in entries
-                   if self._remote_sha.get(str(r)) != local[str(r)]]
-        stats.skipped = len(entries) - len(missing)
-        if missing:
-            self._check_not_lost()
-            try:
-                self.transport.push(self.workspace, missing)
-            except SshError as exc:
-                names = ", ".join(p.name for p, _, _ in missing[:4])
-                raise self._offline(f"push of {names}", exc) from exc
-            for _, remote, _ in missing:
-                self._remote_sha[str(remote)] = local[str(remote)]
-            stats.pushed = len(missing)
-        self.stats.pushed += stats.pushed
-        self.stats.skipped += stats.skipped
-        return stats
-
-    def push_files(self, files: dict[Path, PurePosixPath], mode: int = 0o644) -> PushStats:
-        return self._push([(p, r, mode) for p, r in files.items()])
-
-    def _board_sha256(self, remotes: list[str]) -> dict[str, str]:
-        """sha256 of each remote file the board has, matched by order."""
-        _, out = self.sh("; ".join(f"sha256sum {q(r)} 2>/dev/null; echo @" for r in remotes),
-                         timeout=300)
-        found = {}
-        for remote, chunk in zip(remotes, out.split("@\n")):
-            sha = chunk.strip().split(" ")[0] if chunk.strip() else ""
-            if len(sha) == 64:
-                found[remote] = sha
-        return found
-
     # Preflight -----------------------------------------------------------------------------
     def preflight(self) -> list[str]:
         problems: list[str] = []
@@ -279,7 +233,7 @@ class SshDevice(Device):
                         "uname_m": self.identity.machine, "htp_arch": self.soc_config.htp_arch,
                         "workspace": str(self.workspace), "pushes": self.stats.as_dict()}
         files = dict(self.payload.files) if self.payload else {}
-        shas = self._board_sha256([str(r) for r in files.values()])
+        shas = self.remote_sha256([str(r) for r in files.values()])
         for path, remote in files.items():
             if shas.get(str(remote)) != file_sha256(path.resolve()):
                 problems.append(f"{remote} on the board does not match {path}")
@@ -316,11 +270,6 @@ class SshDevice(Device):
             return self._run_forked(server, scenario, artifacts, run_dir, content, before,
                                     timeout)
         return self._run_process(scenario, artifacts, run_dir, content, before, timeout)
-
-    def _pushes(self, before: PushStats) -> dict[str, int]:
-        return {"pushed": self.stats.pushed - before.pushed,
-                "skipped": self.stats.skipped - before.skipped,
-                "session_pushed": self.stats.pushed, "session_skipped": self.stats.skipped}
 
     def _runner_variables(self) -> str:
         ws = str(self.workspace)
@@ -495,13 +444,6 @@ class SshDevice(Device):
         return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs,
                          self._pushes(before), notes + self._failed_run_notes(returncode, stdout))
 
-    def _fetch_outputs(self, run_dir: PurePosixPath) -> tuple[str, str]:
-        nonce = uuid.uuid4().hex[:16]
-        _, text = self.sh("true" + print_outputs(q(str(run_dir / STDERR_FILE)),
-                                                 q(str(run_dir / TRACE_FILE)), nonce))
-        _, outputs = split_outputs(text, nonce)
-        return outputs if outputs is not None else ("", "")
-
     def _kill_run(self, pid: str, run_dir: PurePosixPath) -> None:
         """The run's process group (its pid leads one) and every process still in its run
         directory (a child that left the group, a run whose pid never reached the host)."""
@@ -628,22 +570,7 @@ class SshDevice(Device):
         return DeviceError(f"{self.serial}: the connection dropped during {what}{why}; it is "
                            "back, the session goes on")
 
-    def _check_not_lost(self) -> None:
-        if not self.lost and self.device_lease.lost:
-            self.lost = self.device_lease.lost
-        if self.lost:
-            raise DeviceError(self.lost)
-
     # End -----------------------------------------------------------------------------------
-    def summary(self) -> list[str]:
-        return [f"{self.serial}: pushes this session: {self.stats.pushed} pushed, "
-                f"{self.stats.skipped} skipped (sha256 already on the board); workspace "
-                f"{self.workspace}" + (" (kept)" if self.keep_workspace else ""),
-                f"{self.serial}: scenarios: {self.runs['fork']} as forks of the board's "
-                f"harness-runner --serve, {self.runs['process']} as new runner processes"
-                + (f" (the fork server could not serve: {self.fork_refused})"
-                   if self.fork_refused else "")]
-
     def _remove_workspace(self) -> None:
         pushed = [self.runner_path, *(self.payload.files.values() if self.payload else ())]
         entries = ws_rules.top_entries(self.workspace, pushed) | {RUNNER_NAME}

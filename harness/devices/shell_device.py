@@ -1,0 +1,148 @@
+"""What the devices reached through a shell share (an adb device, a Linux board over ssh): a
+workspace, commands run at a run's depth, hash-skipping pushes, push counts, a lost device.
+
+A kind's device says how to run a shell command (`sh`), how to send files (`_send`) and which
+errors its transport raises (`transport_errors`); the rest is here, so both kinds push, count
+and fail the same way.
+"""
+
+from __future__ import annotations
+
+import abc
+import shlex
+import uuid
+from pathlib import Path, PurePosixPath
+
+from harness.cache import file_sha256
+from harness.devices.base import Device
+from harness.devices.lease import DeviceLease
+from harness.devices.payload import PushStats
+from harness.devices.remote_run import print_outputs, split_outputs
+from harness.errors import DeviceError
+
+q = shlex.quote
+
+PID_FILE = "runner.pid"  # in each run's directory while its runner may be running
+# The other files of a run's directory, whichever way the runner is started.
+SCENARIO_FILE, STDOUT_FILE, STDERR_FILE, TRACE_FILE = (
+    "scenario.json", "stdout.txt", "stderr.txt", "qnn_trace.txt")
+
+
+class ShellDevice(Device):
+    """A device with a workspace that a shell reaches. Subclasses set, in `__init__`,
+    `serial`, `workspace`, `keep_workspace`, `device_lease`, `stats`, `_remote_sha`,
+    `_scratch_made`, `runs` and `fork_refused`."""
+
+    serial: str
+    workspace: PurePosixPath
+    keep_workspace: bool
+    device_lease: DeviceLease
+    stats: PushStats
+    runs: dict[str, int]
+    fork_refused: str
+    _remote_sha: dict[str, str]  # remote path -> sha256 known to be there
+    _scratch_made: bool
+    # The errors the transport raises for a cut connection (they become `_offline`'s errors).
+    transport_errors: tuple[type[BaseException], ...] = (OSError,)
+    # How summary lines name this kind of device ("device", "board").
+    noun = "device"
+
+    @abc.abstractmethod
+    def sh(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
+        """A shell command (already quoted); (exit code, output)."""
+
+    @abc.abstractmethod
+    def _send(self, files: list[tuple[Path, PurePosixPath, int]]) -> None:
+        """Send (local file, remote path, mode) each, in one transfer."""
+
+    @abc.abstractmethod
+    def _offline(self, what: str, exc: Exception | None) -> DeviceError:
+        """The error for a transport cut during `what` (after re-acquiring, if it can)."""
+
+    def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
+        """Run in a directory at the same depth as a run's, so `scratch_dir()` resolves alike."""
+        cwd = self.workspace / "runs" / ".command"
+        return self.sh(f"mkdir -p {q(str(cwd))} && cd {q(str(cwd))} && "
+                       + " ".join(q(a) for a in argv), timeout)
+
+    def scratch_dir(self) -> str:
+        if not self._scratch_made:
+            self.sh(f"mkdir -p {q(str(self.workspace / 'scratch'))}")
+            self._scratch_made = True
+        return "../../scratch"
+
+    # Pushes ------------------------------------------------------------------------------
+    def push_files(self, files: dict[Path, PurePosixPath], mode: int = 0o644) -> PushStats:
+        """Push each file unless the device already holds the same bytes (by sha256)."""
+        return self._push([(path, remote, mode) for path, remote in files.items()])
+
+    def _push(self, entries: list[tuple[Path, PurePosixPath, int]]) -> PushStats:
+        """(local file, remote path, mode) each, pushed unless the device holds its bytes: the
+        sha256 of every file not known from this session in one shell call, then every missing
+        file in one transfer."""
+        stats = PushStats()
+        local = {str(remote): file_sha256(path.resolve()) for path, remote, _ in entries}
+        unknown = [r for r, sha in local.items() if self._remote_sha.get(r) != sha]
+        if unknown:
+            self._remote_sha.update(self.remote_sha256(unknown))
+        missing = [(path.resolve(), remote, mode) for path, remote, mode in entries
+                   if self._remote_sha.get(str(remote)) != local[str(remote)]]
+        stats.skipped = len(entries) - len(missing)
+        if missing:
+            self._check_not_lost()
+            try:
+                self._send(missing)
+            except self.transport_errors as exc:
+                names = ", ".join(path.name for path, _, _ in missing[:4])
+                more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+                raise self._offline(f"push of {names}{more}", exc) from exc  # type: ignore[arg-type]
+            for _, remote, _ in missing:
+                self._remote_sha[str(remote)] = local[str(remote)]
+            stats.pushed = len(missing)
+        self.stats.pushed += stats.pushed
+        self.stats.skipped += stats.skipped
+        return stats
+
+    def remote_sha256(self, remotes: list[str], timeout: float = 300.0) -> dict[str, str]:
+        """sha256 of each remote file the device has; matched by order, not by the printed
+        name, which a device may print differently (a symlinked or remapped path)."""
+        _, out = self.sh("; ".join(f"sha256sum {q(r)} 2>/dev/null; echo @" for r in remotes),
+                         timeout=timeout)
+        found = {}
+        for remote, chunk in zip(remotes, out.split("@\n")):
+            sha = chunk.strip().split(" ")[0] if chunk.strip() else ""
+            if len(sha) == 64:
+                found[remote] = sha
+        return found
+
+    def _pushes(self, before: PushStats) -> dict[str, int]:
+        """A run's push counts, and the session's so far."""
+        return {"pushed": self.stats.pushed - before.pushed,
+                "skipped": self.stats.skipped - before.skipped,
+                "session_pushed": self.stats.pushed, "session_skipped": self.stats.skipped}
+
+    # Runs --------------------------------------------------------------------------------
+    def _fetch_outputs(self, run_dir: PurePosixPath) -> tuple[str, str]:
+        """The runner's stderr and the QNN trace of a run whose own output did not bring them
+        (a timeout cut it short): one shell call."""
+        nonce = uuid.uuid4().hex[:16]
+        _, text = self.sh("true" + print_outputs(q(str(run_dir / STDERR_FILE)),
+                                                 q(str(run_dir / TRACE_FILE)), nonce))
+        _, outputs = split_outputs(text, nonce)
+        return outputs if outputs is not None else ("", "")
+
+    def _check_not_lost(self) -> None:
+        """Raise what happened to a device that is gone for good (or whose lease was lost)."""
+        if not self.lost and self.device_lease.lost:
+            self.lost = self.device_lease.lost
+        if self.lost:
+            raise DeviceError(self.lost)
+
+    def summary(self) -> list[str]:
+        runs = (f"{self.serial}: scenarios: {self.runs['fork']} as forks of the {self.noun}'s "
+                f"harness-runner --serve, {self.runs['process']} as new runner processes")
+        if self.fork_refused:
+            runs += f" (the fork server could not serve: {self.fork_refused})"
+        return [f"{self.serial}: pushes this session: {self.stats.pushed} pushed, "
+                f"{self.stats.skipped} skipped (sha256 already on the {self.noun}); workspace "
+                f"{self.workspace}" + (" (kept)" if self.keep_workspace else ""), runs]
