@@ -35,15 +35,13 @@ from harness.qnn.sdk import executorch_version
 from harness.session import HilSession, Options, worker_info
 from harness.xdist_order import balanced_order
 
-_SESSION_KEY = pytest.StashKey[HilSession]()
-_REPORTS_KEY = pytest.StashKey[dict]()
-_ISSUE_KEY = pytest.StashKey[KnownIssue]()
-_ISSUES_KEY = pytest.StashKey[list]()  # every loaded KnownIssue
-_MET_KEY = pytest.StashKey[dict]()  # issue id -> node ids it applies to
-_FILES_KEY = pytest.StashKey[set]()  # paths of the collected test files
-_PATTERNS_KEY = pytest.StashKey[set]()  # (issue id, test pattern) pairs that matched a test
-_PREFIX_ENV_KEY = pytest.StashKey[str | None]()  # the runtime's variable before this session
-_SESSION_ID_ENV = "EXECUTORCH_HIL_SESSION_ID"
+from harness.plugin.keys import (FILES, ISSUE, ISSUES, MET, PATTERNS, PREFIX_ENV, REPORTS,
+                                 SESSION, SESSION_ID_ENV, SIGTERM)
+
+# The old private names, for one release: use harness.plugin.keys.
+_SESSION_KEY, _REPORTS_KEY, _ISSUE_KEY, _ISSUES_KEY = SESSION, REPORTS, ISSUE, ISSUES
+_MET_KEY, _FILES_KEY, _PATTERNS_KEY, _PREFIX_ENV_KEY = MET, FILES, PATTERNS, PREFIX_ENV
+_SIGTERM_KEY, _SESSION_ID_ENV = SIGTERM, SESSION_ID_ENV
 # JUnit properties and --hil-report (HTML page, results.json): harness/report/plugin.py.
 pytest_plugins = ["harness.report.plugin"]
 
@@ -175,13 +173,13 @@ def session_id(config: pytest.Config) -> str:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and "hil_session_id" in workerinput:
         return workerinput["hil_session_id"]
-    return os.environ.get(_SESSION_ID_ENV) or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    return os.environ.get(SESSION_ID_ENV) or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """xdist controller: give each worker this session's id."""
-    node.workerinput["hil_session_id"] = node.config.stash[_SESSION_KEY].options.session_id
+    node.workerinput["hil_session_id"] = node.config.stash[SESSION].options.session_id
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -201,12 +199,12 @@ def pytest_configure(config: pytest.Config) -> None:
     except HarnessError as exc:
         # Bad input stops the session once, at start-up, with the line to act on.
         raise pytest.UsageError(str(exc)) from None
-    config.stash[_SESSION_KEY] = session
+    config.stash[SESSION] = session
     _handle_sigterm(config)
-    if config.stash[_SESSION_KEY].uses_farm:
-        config.pluginmanager.register(_FarmReports(config.stash[_SESSION_KEY]), "hil-farm-reports")
-    config.stash[_REPORTS_KEY] = {}
-    config.stash[_MET_KEY] = {}
+    if config.stash[SESSION].uses_farm:
+        config.pluginmanager.register(_FarmReports(config.stash[SESSION]), "hil-farm-reports")
+    config.stash[REPORTS] = {}
+    config.stash[MET] = {}
     config.pluginmanager.register(_KnownIssuesMet(config), "hil-known-issues-met")
     workers = xdist_workers(config, opts)
     if workers > 1:
@@ -227,7 +225,7 @@ def _select_runtime(config: pytest.Config) -> None:
         prefix = str(base / config.getini("hil_executorch_prefix"))
     if prefix is None:
         prefix = os.environ.get(runtime.PREFIX_ENV) or None
-    config.stash[_PREFIX_ENV_KEY] = os.environ.get(runtime.PREFIX_ENV)
+    config.stash[PREFIX_ENV] = os.environ.get(runtime.PREFIX_ENV)
     runtime.select(prefix)
 
 
@@ -328,7 +326,7 @@ def _check_start_up(config: pytest.Config, session: HilSession) -> None:
         soc_config(opts.soc)
     known_socs = {k.known_soc(opts): k for k in kinds if k.known_soc(opts)}
     if not config.getoption("ignore_known_issues"):
-        config.stash[_ISSUES_KEY] = load_all([Path(p) for p in config.getoption("known_issues")])
+        config.stash[ISSUES] = load_all([Path(p) for p in config.getoption("known_issues")])
     from harness.programs.pte import check_file
 
     for pte in opts.ptes:
@@ -378,9 +376,6 @@ def _link_latest(artifacts: Path) -> None:
         pass
 
 
-_SIGTERM_KEY = pytest.StashKey[object]()
-
-
 def _handle_sigterm(config: pytest.Config) -> None:
     """SIGTERM (how CI cancels a job) ends the run as Ctrl-C does: pytest's interrupt path, so
     the session closes (runners killed, the lease released, the workspace removed or kept as
@@ -397,24 +392,24 @@ def _handle_sigterm(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it outright
         raise KeyboardInterrupt("SIGTERM")
 
-    config.stash[_SIGTERM_KEY] = signal.signal(signal.SIGTERM, interrupt)
+    config.stash[SIGTERM] = signal.signal(signal.SIGTERM, interrupt)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    previous = config.stash.get(_SIGTERM_KEY, None)
+    previous = config.stash.get(SIGTERM, None)
     if previous is not None:
         import signal
 
         signal.signal(signal.SIGTERM, previous)
-    from harness.runtime import PREFIX_ENV
+    from harness import runtime
 
-    if _PREFIX_ENV_KEY in config.stash:  # a session in this process (pytester) leaves it as it was
-        before = config.stash[_PREFIX_ENV_KEY]
+    if PREFIX_ENV in config.stash:  # a session in this process (pytester) leaves it as it was
+        before = config.stash[PREFIX_ENV]
         if before is None:
-            os.environ.pop(PREFIX_ENV, None)
+            os.environ.pop(runtime.PREFIX_ENV, None)
         else:
-            os.environ[PREFIX_ENV] = before
-    session = config.stash.get(_SESSION_KEY, None)
+            os.environ[runtime.PREFIX_ENV] = before
+    session = config.stash.get(SESSION, None)
     if session is not None:
         try:
             session.close()  # first: on a labgrid farm, the summary then says it was released
@@ -433,20 +428,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _skip_builtin_only_suites(config, items)
     if config.getoption("ignore_known_issues"):
         return
-    issues = config.stash.get(_ISSUES_KEY, [])
+    issues = config.stash.get(ISSUES, [])
     version = executorch_version()
-    qairt = config.stash[_SESSION_KEY].qairt
-    config.stash[_FILES_KEY] = {item.path for item in items}
-    config.stash[_PATTERNS_KEY] = set()
+    qairt = config.stash[SESSION].qairt
+    config.stash[FILES] = {item.path for item in items}
+    config.stash[PATTERNS] = set()
     for item in items:
         if "hil_device" not in getattr(item, "fixturenames", ()):
             continue
         name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
         issue = issue_for(item.path, name, version, issues, qairt)
         if issue is not None:
-            patterns = config.stash[_PATTERNS_KEY]
+            patterns = config.stash[PATTERNS]
             patterns.update((issue.id, p) for p in issue.matching_patterns(item.path, name))
-            item.stash[_ISSUE_KEY] = issue
+            item.stash[ISSUE] = issue
             # An intermittent issue's test passes in a run that did not meet it (XPASS).
             item.add_marker(pytest.mark.xfail(raises=AssertionError,
                 strict=not issue.intermittent,
@@ -498,7 +493,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 def _skip_builtin_only_suites(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With --pte, the shipped suites' tests that are bound to built-in models (not
     parametrized by hil_program) are skipped with the reason; a user's own tests are not."""
-    if not config.stash[_SESSION_KEY].options.ptes:
+    if not config.stash[SESSION].options.ptes:
         return
     from harness.config.paths import SUITES_DIR
 
@@ -517,12 +512,12 @@ def unmatched_issues(config: pytest.Config) -> list[KnownIssue]:
     among patterns whose test file this run collected or that name no existing file at all (a
     misspelt path). A pattern for a suite the run did not select is not stale."""
     version = executorch_version()
-    session = config.stash.get(_SESSION_KEY, None)
+    session = config.stash.get(SESSION, None)
     qairt = session.qairt if session is not None else None
-    matched = config.stash.get(_PATTERNS_KEY, set())
-    collected = {Path(f).resolve() for f in config.stash.get(_FILES_KEY, set())}
+    matched = config.stash.get(PATTERNS, set())
+    collected = {Path(f).resolve() for f in config.stash.get(FILES, set())}
     stale = []
-    for issue in config.stash.get(_ISSUES_KEY, []):
+    for issue in config.stash.get(ISSUES, []):
         if not issue.applies_to(version, qairt):
             continue
         for pattern in issue.tests:
@@ -538,7 +533,7 @@ def unmatched_issues(config: pytest.Config) -> list[KnownIssue]:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    session = config.stash[_SESSION_KEY]
+    session = config.stash[SESSION]
     opts = session.options
     target = ", ".join(kind_for(t).describe(t) for t in session_targets(opts))
     if session.uses_farm:
@@ -549,10 +544,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    session = config.stash.get(_SESSION_KEY, None)
+    session = config.stash.get(SESSION, None)
     lines = session.summary() + session.notices if session is not None else []
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
-        met = config.stash.get(_MET_KEY, {})
+        met = config.stash.get(MET, {})
         if met:
             lines.append("known issues met: " + ", ".join(
                 f"{k} ({len(v)} tests)" for k, v in sorted(met.items())))
@@ -570,7 +565,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """On a labgrid farm: a phone that dropped off for good during an earlier test is replaced
     by another place's before this test's fixtures are set up."""
-    session = item.config.stash.get(_SESSION_KEY, None)
+    session = item.config.stash.get(SESSION, None)
     if session is not None and session.uses_farm and "hil_device" in item.fixturenames:
         try:
             session.fail_over()
@@ -599,12 +594,12 @@ class _FarmReports:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    hil = item.config.stash.get(_SESSION_KEY, None)
+    hil = item.config.stash.get(SESSION, None)
     if (hil is not None and hil.farm_label is not None and
             "hil_device" in getattr(item, "fixturenames", ())):
         report.hil_device = hil.farm_label  # travels to the xdist controller with the report
         report.hil_farm_events = hil.new_farm_events()
-    issue = item.stash.get(_ISSUE_KEY, None)
+    issue = item.stash.get(ISSUE, None)
     if issue is not None and report.when == "call":
         report.hil_known_issue = issue.id  # travels to the xdist controller with the report
     if issue is not None and hasattr(report, "wasxfail") and call.excinfo:
@@ -616,7 +611,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             report.longrepr = f"{problem}\n\nthe test's failure:\n{call.excinfo.value}"
     if report.when == "call" and call.excinfo and (report.failed or hasattr(report, "wasxfail")):
         _add_replay_command(report, _replay_command(item, call.excinfo.value))
-    item.config.stash[_REPORTS_KEY].setdefault(item.nodeid, []).append(report)
+    item.config.stash[REPORTS].setdefault(item.nodeid, []).append(report)
     return report
 
 
@@ -658,7 +653,7 @@ class _KnownIssuesMet:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         issue = getattr(report, "hil_known_issue", None)
         if issue and report.when == "call" and hasattr(report, "wasxfail") and report.skipped:
-            self.config.stash[_MET_KEY].setdefault(issue, []).append(report.nodeid)
+            self.config.stash[MET].setdefault(issue, []).append(report.nodeid)
 
 
 def _not_this_issue(item: pytest.Item, issue: KnownIssue, exc: BaseException) -> str:
@@ -685,7 +680,7 @@ def _not_this_issue(item: pytest.Item, issue: KnownIssue, exc: BaseException) ->
 def hil_session(pytestconfig: pytest.Config) -> HilSession:
     """The session's state: options, the QNN SDK, runners, compiled models and the device
     (built on first use). One per pytest process (per xdist worker)."""
-    return pytestconfig.stash[_SESSION_KEY]
+    return pytestconfig.stash[SESSION]
 
 
 @pytest.fixture(scope="session")
@@ -747,7 +742,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if mark is None:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: a test that takes hil_program "
                                 f"needs @pytest.mark.{MARKER}(<built-in model>, needs=...)")
-    params = params_for(mark, metafunc.config.stash[_SESSION_KEY].options.ptes)
+    params = params_for(mark, metafunc.config.stash[SESSION].options.ptes)
     metafunc.parametrize("hil_program", params, ids=unique_ids(params), indirect=True)
 
 
@@ -796,7 +791,7 @@ def scenario_driver(request: pytest.FixtureRequest, hil_session: HilSession, hil
         shutil.rmtree(artifacts)
     driver = ScenarioDriver(hil_device, artifacts, hil_session.timeout, defer_artifacts=True)
     yield driver
-    reports = request.config.stash[_REPORTS_KEY].get(request.node.nodeid, [])
+    reports = request.config.stash[REPORTS].get(request.node.nodeid, [])
     passed = reports and all(r.passed for r in reports) and not any(
         hasattr(r, "wasxfail") for r in reports)
     if passed and not hil_session.options.keep_artifacts:

@@ -35,7 +35,8 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.results.failures import failure_of, run_failures
-from harness.plugin import _ISSUE_KEY, _SESSION_KEY, unmatched_issues
+from harness.plugin import unmatched_issues
+from harness.plugin.keys import ISSUE, SESSION
 from harness.qnn.sdk import built_against_core_api, executorch_version
 from harness.runtime import qairt_version
 from harness.results import (SCHEMA, failure_entry, junit_properties, qnn_api, run_entry,
@@ -129,7 +130,7 @@ class HilReport:
         return result
 
     def _device_facts(self, device) -> dict:
-        session = self.config.stash[_SESSION_KEY]
+        session = self.config.stash[SESSION]
         info = device.info
         facts = {"worker": self.worker, "serial": info.serial, "kind": info.kind, "soc": info.soc,
                  "abi": info.abi, "android": info.android,
@@ -206,7 +207,7 @@ class HilReport:
         return report
 
     def _test_data(self, item: pytest.Item, call: pytest.CallInfo) -> dict:
-        issue = item.stash.get(_ISSUE_KEY, None)
+        issue = item.stash.get(ISSUE, None)
         data = {"known_issue": issue.id if issue else None,
                 "device": self.facts["serial"] if self.facts else None, "worker": self.worker}
         if issue is not None and call.when == "setup":
@@ -353,7 +354,7 @@ class HilReport:
                        if k != "id"}, "nodeids": [], "outcomes": {}})
                 entry["nodeids"].append(t["nodeid"])
                 entry["outcomes"][t["outcome"]] = entry["outcomes"].get(t["outcome"], 0) + 1
-        session = self.config.stash.get(_SESSION_KEY, None)
+        session = self.config.stash.get(SESSION, None)
         return {
             "schema": SCHEMA,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -492,7 +493,7 @@ def message_of(phases: dict[str, pytest.TestReport], outcome: str) -> str:
 
 def _safe_unmatched(config: pytest.Config) -> list:
     try:
-        return unmatched_issues(config) if config.stash.get(_SESSION_KEY, None) else []
+        return unmatched_issues(config) if config.stash.get(SESSION, None) else []
     except (HarnessError, OSError):
         return []
 

@@ -1,0 +1,34 @@
+"""The plugin's state on pytest's config and items (StashKeys), shared by its modules and by
+harness/report/plugin.py. Public: code outside the plugin reads these, not private names."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.results.known_issues import KnownIssue
+from harness.session import HilSession
+
+# config: this process's HilSession (one per pytest process, per xdist worker); set by
+# pytest_configure (harness/plugin/session.py) once the options passed the start-up checks.
+SESSION = pytest.StashKey[HilSession]()
+# config: node id -> the test's reports so far (setup, call, teardown), for scenario_driver's
+# decision to keep or remove the test's artifacts.
+REPORTS = pytest.StashKey[dict]()
+# item: the known issue a collected test is a strict xfail of.
+ISSUE = pytest.StashKey[KnownIssue]()
+# config: every loaded KnownIssue (the project's file and --known-issues files).
+ISSUES = pytest.StashKey[list]()
+# config: known issue id -> node ids of the tests that ran and failed as it says (XFAIL).
+MET = pytest.StashKey[dict]()
+# config: paths of the collected test files (for stale known issues).
+FILES = pytest.StashKey[set]()
+# config: (issue id, test pattern) pairs that matched a collected test.
+PATTERNS = pytest.StashKey[set]()
+# config: harness.runtime.PREFIX_ENV as it was before this session selected the runtime
+# (None: unset), restored at unconfigure so a session in this process leaves it as it was.
+PREFIX_ENV = pytest.StashKey[str | None]()
+# config: the SIGTERM handler this session replaced, restored at unconfigure.
+SIGTERM = pytest.StashKey[object]()
+
+# The environment variable that gives a session its id (else a timestamp and the pid).
+SESSION_ID_ENV = "EXECUTORCH_HIL_SESSION_ID"
