@@ -72,6 +72,15 @@ class Options:
     # --dsp-heap: ask QNN for DSP heap readings (auto: on Android devices with QNN only)
     dsp_heap: str = "auto"
 
+    @classmethod
+    def from_config(cls, config: "pytest.Config") -> "Options":
+        """The options of a pytest session: its command line, ini file and environment read and
+        checked in one place (harness/plugin/options.py, which first selects the runtime under
+        test); bad input raises HarnessError."""
+        from harness.plugin.options import options_from_config
+
+        return options_from_config(config)
+
 
 class HilSession:
     def __init__(self, options: Options, config: "pytest.Config | None" = None) -> None:
