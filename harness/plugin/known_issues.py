@@ -1,0 +1,130 @@
+"""Known issues (harness/results/known_issues.py) as pytest sees them: collected tests of an
+entry become strict xfails, a failure the entry does not cover fails the test, tests that
+XFAILed count as met, and entries that match no collected test are stale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.config.paths import IN_CHECKOUT
+from harness.plugin.keys import FILES, ISSUE, ISSUES, MET, PATTERNS, SESSION
+from harness.qnn.sdk import executorch_version
+from harness.results.failures import failure_of, run_failures
+from harness.results.known_issues import DEFAULT_PATH, KnownIssue, issue_for, uncovered
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[MET] = {}
+    config.pluginmanager.register(_KnownIssuesMet(config), "hil-known-issues-met")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests of known issues as strict xfails (before -k/-m deselection, so an entry
+    counts as matched whatever subset runs)."""
+    if config.getoption("ignore_known_issues"):
+        return
+    issues = config.stash.get(ISSUES, [])
+    version = executorch_version()
+    qairt = config.stash[SESSION].qairt
+    config.stash[FILES] = {item.path for item in items}
+    config.stash[PATTERNS] = set()
+    for item in items:
+        if "hil_device" not in getattr(item, "fixturenames", ()):
+            continue
+        name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
+        issue = issue_for(item.path, name, version, issues, qairt)
+        if issue is not None:
+            patterns = config.stash[PATTERNS]
+            patterns.update((issue.id, p) for p in issue.matching_patterns(item.path, name))
+            item.stash[ISSUE] = issue
+            # An intermittent issue's test passes in a run that did not meet it (XPASS).
+            item.add_marker(pytest.mark.xfail(raises=AssertionError,
+                strict=not issue.intermittent,
+                reason=f"known {'intermittent ' if issue.intermittent else ''}issue {issue.id} "
+                       f"on executorch {version}: {issue.reason.split('. ')[0]}"))
+    stale = unmatched_issues(config)
+    if stale and config.getoption("strict_known_issues"):
+        raise pytest.UsageError(
+            "--strict-known-issues: known issues for executorch " + version + " that match no "
+            "collected test (stale or misspelt entries):\n  " + "\n  ".join(
+                f"{i.id} in {i.source}: tests {', '.join(i.tests)}" for i in stale))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """The innermost of the plugin's makereport wrappers (this module registers before
+    harness/plugin/replay.py): an xfail turned into a failure here gets its replay command."""
+    report = yield
+    issue = item.stash.get(ISSUE, None)
+    if issue is not None and report.when == "call":
+        report.hil_known_issue = issue.id  # travels to the xdist controller with the report
+    if issue is not None and hasattr(report, "wasxfail") and call.excinfo:
+        problem = _not_this_issue(item, issue, call.excinfo.value)
+        if problem:
+            # Failed, but not only the way the known issue fails: a new bug, not this one.
+            del report.wasxfail
+            report.outcome = "failed"
+            report.longrepr = f"{problem}\n\nthe test's failure:\n{call.excinfo.value}"
+    return report
+
+
+class _KnownIssuesMet:
+    """Counts a known issue as met by the tests that ran and failed as it says (XFAIL), not by
+    every collected test it applies to: a `-k` selection or a skip meets nothing. (Under xdist
+    the workers' reports arrive here in the controller, which prints the line.)"""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        issue = getattr(report, "hil_known_issue", None)
+        if issue and report.when == "call" and hasattr(report, "wasxfail") and report.skipped:
+            self.config.stash[MET].setdefault(issue, []).append(report.nodeid)
+
+
+def _not_this_issue(item: pytest.Item, issue: KnownIssue, exc: BaseException) -> str:
+    """Why this failure is not (only) `issue`, or "" when every failure of the run is it."""
+    driver = getattr(item, "funcargs", {}).get("scenario_driver")
+    failures = [f for r in getattr(driver, "results", []) for f in run_failures(r)]
+    raised = failure_of(exc)
+    if raised.kind == "check" or not failures:
+        failures.append(raised)
+    missed = uncovered(issue, failures)
+    if not missed:
+        return ""
+    lines = [f"known issue {issue.describe()} does not cover every failure of this run:"]
+    for f in failures:
+        mark = "not covered" if f in missed else "covered    "
+        lines.append(f"  {mark} {f.describe()}")
+    first = missed[0]
+    lines.append(f"first failure not covered ({first.kind}):\n    " +
+                 "\n    ".join(first.message.strip().splitlines()[:15]))
+    return "\n".join(lines)
+
+
+def unmatched_issues(config: pytest.Config) -> list[KnownIssue]:
+    """Entries for this ExecuTorch version with a test pattern that no collected test matched,
+    among patterns whose test file this run collected or that name no existing file at all (a
+    misspelt path). A pattern for a suite the run did not select is not stale."""
+    version = executorch_version()
+    session = config.stash.get(SESSION, None)
+    qairt = session.qairt if session is not None else None
+    matched = config.stash.get(PATTERNS, set())
+    collected = {Path(f).resolve() for f in config.stash.get(FILES, set())}
+    stale = []
+    for issue in config.stash.get(ISSUES, []):
+        if not issue.applies_to(version, qairt):
+            continue
+        for pattern in issue.tests:
+            if (issue.id, pattern) in matched:
+                continue
+            files = {f.resolve() for f in issue.base.glob(pattern.split("::")[0])}
+            if not files and issue.source == DEFAULT_PATH and not IN_CHECKOUT:
+                continue  # the project's entry for a test that does not ship in the wheel
+            if not files or files & collected:
+                stale.append(issue)
+                break
+    return stale

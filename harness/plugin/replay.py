@@ -1,0 +1,46 @@
+"""Every failure's message (or an xfail's reason) ends with the `python -m harness replay ...`
+command for the run it failed on (harness/replay.py), so a failing run can be run again on its
+own without reading the artifacts first."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.results.failures import failure_of, run_failures
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Outside harness/plugin/known_issues.py's wrapper (registered after it): sees the outcome
+    after a known issue that does not cover the failure has turned the xfail into a failure."""
+    report = yield
+    if report.when == "call" and call.excinfo and (report.failed or hasattr(report, "wasxfail")):
+        _add_replay_command(report, _replay_command(item, call.excinfo.value))
+    return report
+
+
+def _add_replay_command(report: pytest.TestReport, command: str) -> None:
+    """End a failure's message (or an xfail's reason) with the replay command."""
+    if not command:
+        return
+    if hasattr(report, "wasxfail"):
+        report.wasxfail = f"{report.wasxfail}; replay: {command}"
+    elif isinstance(report.longrepr, str):
+        report.longrepr = f"{report.longrepr}\n\nreplay: {command}"
+    elif hasattr(report.longrepr, "addsection"):  # keeps the traceback and its crash line
+        report.longrepr.addsection("replay", f"replay: {command}")
+
+
+def _replay_command(item: pytest.Item, exc: BaseException) -> str:
+    """`python -m harness replay ...` for the run a failed HIL test failed on: the run its
+    failure names, else its last run with a failure, else its last run ("" without runs)."""
+    from harness.replay import command_line
+
+    driver = getattr(item, "funcargs", {}).get("scenario_driver")
+    results = [r for r in getattr(driver, "results", []) if r.artifacts is not None]
+    if not results:
+        return ""
+    named = failure_of(exc).scenario
+    chosen = ([r for r in results if r.scenario.name == named] or
+              [r for r in results if run_failures(r)] or results)[-1]
+    return command_line(chosen.artifacts, driver.device.replay_args())

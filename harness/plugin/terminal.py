@@ -1,0 +1,41 @@
+"""The terminal: the session's header lines (target, executorch, runner, artifacts, runtime)
+and the hil section of the summary (the device's summary, notices, known issues met and those
+that matched no collected test)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.devices.kinds import kind_for, session_targets
+from harness.plugin.keys import MET, SESSION
+from harness.plugin.known_issues import unmatched_issues
+from harness.qnn.sdk import executorch_version
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    session = config.stash[SESSION]
+    opts = session.options
+    target = ", ".join(kind_for(t).describe(t) for t in session_targets(opts))
+    if session.uses_farm:
+        target = (f"a labgrid place with {' '.join(f'{k}={v}' for k, v in opts.lg_place_tags.items())}"
+                  f" (coordinator {opts.lg_coordinator}) per worker")
+    return [f"hil: target {target}; executorch {executorch_version()}; runner {opts.runner}; "
+            f"artifacts {opts.artifacts_dir}", f"hil: runtime {session.runtime_line()}"]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    session = config.stash.get(SESSION, None)
+    lines = session.summary() + session.notices if session is not None else []
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        met = config.stash.get(MET, {})
+        if met:
+            lines.append("known issues met: " + ", ".join(
+                f"{k} ({len(v)} tests)" for k, v in sorted(met.items())))
+        stale = unmatched_issues(config)
+        if stale:
+            lines.append("known issues that matched no collected test: " +
+                         ", ".join(f"{i.id} ({i.source.name})" for i in stale))
+    if lines:
+        terminalreporter.section("hil")
+        for line in dict.fromkeys(lines):
+            terminalreporter.write_line(line)

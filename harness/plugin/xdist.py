@@ -1,0 +1,65 @@
+"""pytest-xdist: the controller hands its session id to each worker, `-n N` runs with the
+work-stealing scheduler, and the selected tests are ordered by their hil_cost marker so each
+worker's share costs about the same (harness/xdist_order.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.devices.kinds import session_kinds
+from harness.plugin.keys import SESSION
+from harness.plugin.options import xdist_workers
+from harness.xdist_order import balanced_order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "hil_cost(seconds, adb=seconds): rough seconds the test "
+                            "takes on the reference 2-core host on the simulator (and on an adb "
+                            "device, where it differs; unmarked: short); orders a pytest-xdist run "
+                            "so each worker's share costs about the same (harness/xdist_order.py)")
+    opts = config.stash[SESSION].options
+    workers = xdist_workers(config, opts)
+    if workers > 1:
+        kind = session_kinds(opts)[0].name
+        config.pluginmanager.register(_XdistBalance(workers, kind), "hil-xdist-balance")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: give each worker this session's id."""
+    node.workerinput["hil_session_id"] = node.config.stash[SESSION].options.session_id
+
+
+class _XdistBalance:
+    """Under pytest-xdist, arranges the selected tests (after -k/-m deselection, hence last) so
+    each worker's share of xdist's work-stealing split costs about the same
+    (harness/xdist_order.py). Without xdist the order is kept. Every worker arranges its own
+    collection the same way, as xdist requires."""
+
+    def __init__(self, workers: int, kind: str = "simulator") -> None:
+        self.workers = workers
+        # The run's device kind: its own costs (`hil_cost(1.5, adb=2.4)`) where marked, else
+        # the first (the simulator's).
+        self.kind = kind
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        def cost(item: pytest.Item) -> float | None:
+            marker = item.get_closest_marker("hil_cost")
+            if not marker or not marker.args:
+                return None
+            return float(marker.kwargs.get(self.kind, marker.args[0]))
+
+        items[:] = balanced_order(items, [cost(i) for i in items], self.workers)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`-n N` (xdist's `--dist load`) runs with xdist's work-stealing scheduler: an idle worker
+    takes half of the longest queue's tail, and the tests are ordered for its split. Other
+    `--dist` modes are xdist's own."""
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import WorkStealingScheduling
+
+    return WorkStealingScheduling(config, log)
