@@ -29,7 +29,7 @@ _log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     import pytest
 
-    from harness.devices.farm import Lease
+    from harness.devices.farm import LabgridFarm, Lease
 
 
 @dataclasses.dataclass
@@ -73,7 +73,7 @@ class Options:
     dsp_heap: str = "auto"
 
     @classmethod
-    def from_config(cls, config: "pytest.Config") -> "Options":
+    def from_config(cls, config: pytest.Config) -> Options:
         """The options of a pytest session: its command line, ini file and environment read and
         checked in one place (harness/plugin/options.py, which first selects the runtime under
         test); bad input raises HarnessError."""
@@ -83,7 +83,7 @@ class Options:
 
 
 class HilSession:
-    def __init__(self, options: Options, config: "pytest.Config | None" = None) -> None:
+    def __init__(self, options: Options, config: pytest.Config | None = None) -> None:
         self.options = options
         self.config = config  # for the device kinds' own options
         self._device: Device | None = None
@@ -96,7 +96,7 @@ class HilSession:
         # Notices go through the `harness` logger (harness.log); this session's are gathered
         # for the header and summary.
         self._notices = NoticeCollector(self).attach()
-        self._farm = None  # harness.devices.farm.LabgridFarm, on a labgrid farm
+        self._farm: LabgridFarm | None = None  # on a labgrid farm
         self._failover_error: HarnessError | None = None
         self._events_sent = 0  # farm events already handed to a test report
         self.farm_tests: dict[str, list[str]] = {}  # device label -> "nodeid outcome", in order
@@ -154,7 +154,7 @@ class HilSession:
             return self.device.info.serial
         return worker_target(self.options)
 
-    def open_context(self, place: "Lease | None" = None) -> OpenContext:
+    def open_context(self, place: Lease | None = None) -> OpenContext:
         """What a device kind opens a device with (harness.devices.kinds.OpenContext)."""
         return OpenContext(self.options, self.notice, lambda: self.sdk,
                            lambda: self.simulator_runner, self.config, place)
@@ -226,6 +226,7 @@ class HilSession:
         farm_device = self._device
         if not isinstance(farm_device, FarmDevice) or not farm_device.current.lost:
             return
+        assert self._farm is not None  # a FarmDevice comes from the farm
         old, soc = farm_device.lease, farm_device.info.soc
         self._farm.retire(old, "offline", farm_device.current.lost)
         farm_device.current.close()
@@ -252,7 +253,7 @@ class HilSession:
 
     def new_farm_events(self) -> list[str]:
         """What happened to places since the last call (for the controller's summary)."""
-        events = self._farm.events[self._events_sent:] if self._farm is not None else []
+        events: list[str] = self._farm.events[self._events_sent:] if self._farm is not None else []
         self._events_sent += len(events)
         return [f"farm: {self.options.worker}: {e}" for e in events]
 
@@ -260,7 +261,8 @@ class HilSession:
         self.farm_tests.setdefault(label, []).append(f"{nodeid} {outcome}")
 
     def farm_summary(self) -> list[str]:
-        lines = [f"farm: {self.options.worker}: {e}" for e in self._farm.events] if self._farm else []
+        lines: list[str] = ([f"farm: {self.options.worker}: {e}" for e in self._farm.events]
+                            if self._farm else [])
         return lines + [f"farm: tests on {label}: {', '.join(tests)}"
                         for label, tests in self.farm_tests.items()]
 

@@ -21,7 +21,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """On a labgrid farm: a phone that dropped off for good during an earlier test is replaced
     by another place's before this test's fixtures are set up."""
     session = item.config.stash.get(SESSION, None)
-    if session is not None and session.uses_farm and "hil_device" in item.fixturenames:
+    if session is not None and session.uses_farm and "hil_device" in getattr(item, "fixturenames", ()):
         try:
             session.fail_over()
         except HarnessError as exc:

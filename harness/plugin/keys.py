@@ -3,6 +3,8 @@ harness/report/plugin.py. Public: code outside the plugin reads these, not priva
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from harness.results.known_issues import KnownIssue
@@ -28,7 +30,7 @@ PATTERNS = pytest.StashKey[set]()
 # (None: unset), restored at unconfigure so a session in this process leaves it as it was.
 PREFIX_ENV = pytest.StashKey[str | None]()
 # config: the SIGTERM handler this session replaced, restored at unconfigure.
-SIGTERM = pytest.StashKey[object]()
+SIGTERM = pytest.StashKey[Any]()  # signal.getsignal's: a handler, SIG_DFL/SIG_IGN or None
 
 # The environment variable that gives a session its id (else a timestamp and the pid).
 SESSION_ID_ENV = "EXECUTORCH_HIL_SESSION_ID"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.config import load_farm
-from harness.devices.kinds import kind_for, kinds, session_kinds, session_targets
+from harness.devices.kinds import (chosen_devices, kind_for, kinds, session_kinds,
+                                   session_targets)
 from harness.errors import HarnessError
 from harness.plugin.keys import ISSUES, PREFIX_ENV, SESSION_ID_ENV
 from harness.results.known_issues import load_all
@@ -230,7 +231,7 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
     kinds = session_kinds(opts)
     for kind in kinds:
         kind.check_start_up([t for t in targets if kind_for(t) is kind], session.open_context())
-    if opts.devices and not opts.simulator:
+    if chosen_devices(opts):
         repeated = sorted({d for d in opts.devices if opts.devices.count(d) > 1})
         if repeated:
             raise HarnessError(
@@ -249,7 +250,7 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
         soc_config(soc)
     if opts.soc:
         soc_config(opts.soc)
-    known_socs = {k.known_soc(opts): k for k in kinds if k.known_soc(opts)}
+    known_socs = {known: k for k in kinds if (known := k.known_soc(opts)) is not None}
     if not config.getoption("ignore_known_issues"):
         config.stash[ISSUES] = load_all([Path(p) for p in config.getoption("known_issues")])
     from harness.programs.pte import check_file

@@ -27,8 +27,8 @@ def _add_replay_command(report: pytest.TestReport, command: str) -> None:
         report.wasxfail = f"{report.wasxfail}; replay: {command}"
     elif isinstance(report.longrepr, str):
         report.longrepr = f"{report.longrepr}\n\nreplay: {command}"
-    elif hasattr(report.longrepr, "addsection"):  # keeps the traceback and its crash line
-        report.longrepr.addsection("replay", f"replay: {command}")
+    elif callable(getattr(report.longrepr, "addsection", None)):  # keeps the traceback
+        report.longrepr.addsection("replay", f"replay: {command}")  # type: ignore[union-attr]
 
 
 def _replay_command(item: pytest.Item, exc: BaseException) -> str:
@@ -38,7 +38,7 @@ def _replay_command(item: pytest.Item, exc: BaseException) -> str:
 
     driver = getattr(item, "funcargs", {}).get("scenario_driver")
     results = [r for r in getattr(driver, "results", []) if r.artifacts is not None]
-    if not results:
+    if driver is None or not results:
         return ""
     named = failure_of(exc).scenario
     chosen = ([r for r in results if r.scenario.name == named] or

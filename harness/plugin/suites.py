@@ -63,6 +63,6 @@ def _skip_builtin_only_suites(config: pytest.Config, items: list[pytest.Item]) -
               "on yours")
     for item in items:
         if ("hil_device" in getattr(item, "fixturenames", ()) and
-                "hil_program" not in item.fixturenames and
+                "hil_program" not in getattr(item, "fixturenames", ()) and
                 Path(item.path).resolve().is_relative_to(suites)):
             item.add_marker(pytest.mark.skip(reason=reason))
