@@ -53,7 +53,6 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 from collections.abc import Callable
-from typing import Any
 
 from harness import output_limit, storage
 from harness.qnn import dsp_heap
@@ -553,33 +552,15 @@ class AdbDevice(ShellDevice):
         there, raises _ServerEndedBeforeForking (the caller runs the scenario on a new server):
         a server killed while idle can still look alive, its end not yet through the adb
         server, and nothing of the scenario has run (a fork it made before it died is killed)."""
-        request: dict[str, Any] = {
-            "dir": run_dir.name, "scenario": SCENARIO_FILE, "stdout": STDOUT_FILE,
-            "stderr": STDERR_FILE, "inherit_env": True, "env": {TRACE_ENV: TRACE_FILE},
-            "write": {SCENARIO_FILE: content.decode("utf-8")},
-            "truncate": [TRACE_FILE], "pid_file": PID_FILE,
-            "read": [STDOUT_FILE, STDERR_FILE, TRACE_FILE],
-            "read_limit": output_limit.limit_bytes()}
-        pid = ""
+        request = self._fork_request(run_dir, content)
+        child: list[str] = []
         try:
-            server.send(request)
-            started = server.reply(REPLY_TIMEOUT_S)
-            if started is None or "child" not in started:
-                raise ForkServerError(f"the device's fork server did not fork the scenario "
-                                      f"({started}); its log: {server.log_tail()}")
-            pid = str(started["child"])
-            self.stats.pushed += len(started.get("written", []))
-            self.stats.skipped += len(started.get("kept", []))
-            self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
-            done = server.reply(timeout)
-            timed_out = done is None
-            if done is None:  # timed out
-                self._kill_run(pid, run_dir)
-                done = server.reply(REPLY_TIMEOUT_S)
-                if done is None:
-                    raise ForkServerError(f"the device's fork server did not report the end of "
-                                          f"its killed child {pid}")
+            started, done, timed_out = self._fork_exchange(server, request, run_dir, timeout,
+                                                           child, REPLY_TIMEOUT_S)
         except ForkServerError as exc:
+            pid = child[0] if child else ""
+            if pid:  # it forked, so it wrote the scenario file
+                self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
             ended = server.stream.closed  # (not a refusal the server replied with)
             self._drop_server(server)
             if retry and ended and not pid and self._online():
@@ -587,23 +568,13 @@ class AdbDevice(ShellDevice):
                 raise _ServerEndedBeforeForking(str(exc)) from exc
             raise self._interrupted(scenario, "", artifacts, pid, run_dir, str(exc),
                                     stdout_file=run_dir / STDOUT_FILE) from exc
-        files = done.get("files", {})
-        returncode = None if timed_out else (done["exit"] if "exit" in done
-                                             else -int(done.get("signal", 0)))
+        self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
+        returncode = self._fork_returncode(done, timed_out)
         self.log.debug("scenario %s: %s (fork %s)", scenario.name,
-                       "timed out" if timed_out else f"exit {returncode}", pid)
+                       "timed out" if timed_out else f"exit {returncode}", child[0])
         logs = (self._crash_logs(started.get("time")) if returncode is None or returncode < 0
                 else {})
-        self.runs["fork"] += 1
-        stdout = files.get(STDOUT_FILE, "")
-        limit = request["read_limit"]
-        sizes = done.get("sizes", {})
-        notes = output_limit.notes_over({"stdout": sizes.get(STDOUT_FILE, 0),
-                                         "stderr": sizes.get(STDERR_FILE, 0),
-                                         "the QNN trace": sizes.get(TRACE_FILE, 0)}, limit)
-        return RunOutput(returncode, stdout, files.get(STDERR_FILE, ""),
-                         files.get(TRACE_FILE, ""), timed_out, "native", logs,
-                         self._pushes(before), notes + self._failed_run_notes(returncode, stdout))
+        return self._fork_output(done, timed_out, request["read_limit"], logs, before)
 
     def _failed_run_notes(self, returncode: int | None, stdout: str) -> list[str]:
         """For a run that did not finish (no end event, killed, a signal): whether the

@@ -13,12 +13,18 @@ import shlex
 import uuid
 from pathlib import Path, PurePosixPath
 
+from typing import Any, Protocol
+
+from harness import output_limit
 from harness.cache import file_sha256
 from harness.devices.base import Device
 from harness.devices.lease import DeviceLease
 from harness.devices.payload import PushStats
 from harness.devices.remote_run import print_outputs, split_outputs
 from harness.errors import DeviceError
+from harness.qnn.sdk import TRACE_ENV
+from harness.results.run import RunOutput
+from harness.runner.fork_server import ForkServerError
 
 q = shlex.quote
 
@@ -26,6 +32,18 @@ PID_FILE = "runner.pid"  # in each run's directory while its runner may be runni
 # The other files of a run's directory, whichever way the runner is started.
 SCENARIO_FILE, STDOUT_FILE, STDERR_FILE, TRACE_FILE = (
     "scenario.json", "stdout.txt", "stderr.txt", "qnn_trace.txt")
+
+
+class ForkStream(Protocol):
+    """A device's `harness-runner --serve` held open for the session (adb_fork, ssh.fork)."""
+
+    def send(self, request: dict[str, Any]) -> None: ...
+    def reply(self, timeout: float) -> dict[str, Any] | None: ...
+    def log_tail(self) -> str: ...
+
+
+# How long a fork server may take to answer a request it can answer at once (fork, kill).
+FORK_REPLY_S = 30.0
 
 
 class ShellDevice(Device):
@@ -130,6 +148,74 @@ class ShellDevice(Device):
                                                  q(str(run_dir / TRACE_FILE)), nonce))
         _, outputs = split_outputs(text, nonce)
         return outputs if outputs is not None else ("", "")
+
+    # Forks of the device's served runner ----------------------------------------------------
+    def _fork_request(self, run_dir: PurePosixPath, content: bytes) -> dict[str, Any]:
+        """One fork request (runner-protocol.md): the run directory (relative to the server's
+        `runs/`), the scenario file unless there, the trace emptied, the pid file, and the
+        runner's stdout, stderr and trace read back within the output limit."""
+        return {"dir": run_dir.name, "scenario": SCENARIO_FILE, "stdout": STDOUT_FILE,
+                "stderr": STDERR_FILE, "inherit_env": True, "env": {TRACE_ENV: TRACE_FILE},
+                "write": {SCENARIO_FILE: content.decode("utf-8")},
+                "truncate": [TRACE_FILE], "pid_file": PID_FILE,
+                "read": [STDOUT_FILE, STDERR_FILE, TRACE_FILE],
+                "read_limit": output_limit.limit_bytes()}
+
+    def _fork_exchange(self, server: ForkStream, request: dict[str, Any], run_dir: PurePosixPath,
+                       timeout: float, child: list[str], reply_s: float = FORK_REPLY_S,
+                       ) -> tuple[dict[str, Any], dict[str, Any], bool]:
+        """Send `request`; (the fork's start reply, its end reply, whether it timed out). A
+        timeout kills the fork's process group and waits for its end. The child's pid goes
+        into `child` as soon as it is known (the caller's error path needs it).
+        ForkServerError when the server does not fork or does not report the end."""
+        server.send(request)
+        started = server.reply(reply_s)
+        if started is None or "child" not in started:
+            raise ForkServerError(f"the {self.noun}'s fork server did not fork the scenario "
+                                  f"({started}); its log: {server.log_tail()}")
+        pid = str(started["child"])
+        child.append(pid)
+        self.stats.pushed += len(started.get("written", []))
+        self.stats.skipped += len(started.get("kept", []))
+        done = server.reply(timeout)
+        timed_out = done is None
+        if done is None:
+            self._kill_run(pid, run_dir)
+            done = server.reply(reply_s)
+            if done is None:
+                raise ForkServerError(f"the {self.noun}'s fork server did not report the end of "
+                                      f"its killed child {pid}")
+        return started, done, timed_out
+
+    def _fork_output(self, done: dict[str, Any], timed_out: bool, limit: int,
+                     logs: dict[str, str], before: PushStats) -> RunOutput:
+        """The run's output from the fork's end reply."""
+        files = done.get("files", {})
+        returncode = self._fork_returncode(done, timed_out)
+        self.runs["fork"] += 1
+        stdout = files.get(STDOUT_FILE, "")
+        sizes = done.get("sizes", {})
+        notes = output_limit.notes_over({"stdout": sizes.get(STDOUT_FILE, 0),
+                                         "stderr": sizes.get(STDERR_FILE, 0),
+                                         "the QNN trace": sizes.get(TRACE_FILE, 0)}, limit)
+        return RunOutput(returncode, stdout, files.get(STDERR_FILE, ""),
+                         files.get(TRACE_FILE, ""), timed_out, "native", logs,
+                         self._pushes(before), notes + self._failed_run_notes(returncode, stdout))
+
+    @staticmethod
+    def _fork_returncode(done: dict[str, Any], timed_out: bool) -> int | None:
+        """The fork's exit code, minus its signal when one killed it; None after a timeout."""
+        if timed_out:
+            return None
+        return int(done["exit"]) if "exit" in done else -int(done.get("signal", 0))
+
+    @abc.abstractmethod
+    def _kill_run(self, pid: str, run_dir: PurePosixPath) -> None:
+        """Kill a run's process group and whatever is left in its run directory."""
+
+    @abc.abstractmethod
+    def _failed_run_notes(self, returncode: int | None, stdout: str) -> list[str]:
+        """What the device saw about a run that did not finish (a full disk)."""
 
     def _check_not_lost(self) -> None:
         """Raise what happened to a device that is gone for good (or whose lease was lost)."""

@@ -37,7 +37,7 @@ from harness.programs.compile import uses_qnn
 from harness.config import SocConfig
 from harness.devices import workspace as ws_rules
 from harness.devices.base import DeviceInfo
-from harness.devices.shell_device import (PID_FILE, SCENARIO_FILE, STDERR_FILE, STDOUT_FILE,
+from harness.devices.shell_device import (PID_FILE, STDERR_FILE, STDOUT_FILE,
                                           TRACE_FILE, ShellDevice)
 from harness.devices.lease import DeviceLease, LeaseBusy
 from harness.devices.payload import Payload, PushStats
@@ -318,48 +318,20 @@ class SshDevice(ShellDevice):
     def _run_forked(self, server: BoardForkServer, scenario: Scenario, artifacts: Path,
                     run_dir: PurePosixPath, content: bytes, before: PushStats,
                     timeout: float) -> RunOutput:
-        limit = output_limit.limit_bytes()
-        request = {"dir": run_dir.name, "scenario": SCENARIO_FILE, "stdout": STDOUT_FILE,
-                   "stderr": STDERR_FILE, "inherit_env": True, "env": {TRACE_ENV: TRACE_FILE},
-                   "write": {SCENARIO_FILE: content.decode("utf-8")},
-                   "truncate": [TRACE_FILE], "pid_file": PID_FILE,
-                   "read": [STDOUT_FILE, STDERR_FILE, TRACE_FILE], "read_limit": limit}
-        pid = ""
+        request = self._fork_request(run_dir, content)
+        child: list[str] = []
         try:
-            server.send(request)
-            started = server.reply(REPLY_TIMEOUT_S)
-            if started is None or "child" not in started:
-                raise ForkServerError(f"the board's fork server did not fork the scenario "
-                                      f"({started}); its log: {server.log_tail()}")
-            pid = str(started["child"])
-            self.stats.pushed += len(started.get("written", []))
-            self.stats.skipped += len(started.get("kept", []))
-            done = server.reply(timeout)
-            timed_out = done is None
-            if done is None:  # timed out
-                self._kill_run(pid, run_dir)
-                done = server.reply(REPLY_TIMEOUT_S)
-                if done is None:
-                    raise ForkServerError(f"the fork server did not report the end of its "
-                                          f"killed child {pid}")
+            started, done, timed_out = self._fork_exchange(server, request, run_dir, timeout,
+                                                           child, REPLY_TIMEOUT_S)
         except ForkServerError as exc:
             server.close()
             self._servers = {k: v for k, v in self._servers.items() if v is not server}
-            raise self._interrupted(scenario, artifacts, pid, run_dir, str(exc)) from exc
-        files = done.get("files", {})
-        returncode = None if timed_out else (done["exit"] if "exit" in done
-                                             else -int(done.get("signal", 0)))
+            raise self._interrupted(scenario, artifacts, child[0] if child else "", run_dir,
+                                    str(exc)) from exc
+        returncode = self._fork_returncode(done, timed_out)
         logs = (self._crash_logs(started.get("time"), run_dir)
                 if returncode is None or returncode < 0 else {})
-        self.runs["fork"] += 1
-        stdout = files.get(STDOUT_FILE, "")
-        sizes = done.get("sizes", {})
-        notes = output_limit.notes_over({"stdout": sizes.get(STDOUT_FILE, 0),
-                                         "stderr": sizes.get(STDERR_FILE, 0),
-                                         "the QNN trace": sizes.get(TRACE_FILE, 0)}, limit)
-        return RunOutput(returncode, stdout, files.get(STDERR_FILE, ""),
-                         files.get(TRACE_FILE, ""), timed_out, "native", logs,
-                         self._pushes(before), notes + self._failed_run_notes(returncode, stdout))
+        return self._fork_output(done, timed_out, request["read_limit"], logs, before)
 
     # Processes -----------------------------------------------------------------------------
     def _run_command(self, run_dir: PurePosixPath, nonce: str) -> str:
