@@ -343,29 +343,11 @@ class AdbDevice(ShellDevice):
             raise
 
     def _install(self) -> None:
-        self._scratch_made = False
-        ws = self.workspace
-        dirs = f"{q(str(ws / 'files'))} {q(str(ws / 'runs'))}"
-        code, out = self.sh(f"{{ {ws_rules.take_script(ws)}; }} && mkdir -p {dirs} && "
-                            f"{{ {self._leftover_script()}; }}")
-        refused = ws_rules.refusal(ws, out)
-        if refused:
-            raise DeviceError(f"{self.serial}: {refused}")
-        if code != 0:
-            raise DeviceError(f"{self.serial}: cannot create workspace {ws}: {out.strip()}")
-        killed = [l.split()[1] for l in out.splitlines()
-                  if l.startswith("HARNESS_KILLED ") and len(l.split()) > 1]
-        if killed:
-            self.log.warning("killed leftover runner(s) in %s: pid %s", ws, ", ".join(killed))
-            self.notice(f"{self.serial}: killed {len(killed)} runner(s) left running in workspace "
-                        f"{ws} by an earlier session or an interrupted run "
-                        f"(pid {', '.join(killed)})")
-        entries = [(self.runner_source, ws / RUNNER_NAME, 0o755)] if self.runner_source else []
+        self._take_workspace()
+        runner = self.runner_source
+        entries = [(runner, self.workspace / RUNNER_NAME, 0o755)] if runner else []
         entries += [(path, remote, 0o644) for path, remote in self.qnn_libraries.items()]
-        before = dataclasses.replace(self.stats)
-        self._push(entries)
-        self.log.info("workspace %s ready: %d file(s) pushed, %d already there", ws,
-                      self.stats.pushed - before.pushed, self.stats.skipped - before.skipped)
+        self._push_payload(entries)
 
     def _remove_workspace(self) -> None:
         """Remove what this harness wrote in the workspace (`harness.devices.workspace`: only

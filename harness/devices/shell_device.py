@@ -9,14 +9,17 @@ and fail the same way.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import shlex
 import uuid
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from typing import Any, Protocol
 
 from harness import output_limit
 from harness.cache import file_sha256
+from harness.devices import workspace as ws_rules
 from harness.devices.base import Device
 from harness.devices.lease import DeviceLease
 from harness.devices.payload import PushStats
@@ -60,6 +63,7 @@ class ShellDevice(Device):
     fork_refused: str
     _remote_sha: dict[str, str]  # remote path -> sha256 known to be there
     _scratch_made: bool
+    notice: Callable[[str], None]  # a line for the session's header and summary
     # The errors the transport raises for a cut connection (they become `_offline`'s errors).
     transport_errors: tuple[type[BaseException], ...] = (OSError,)
     # How summary lines name this kind of device ("device", "board").
@@ -76,6 +80,45 @@ class ShellDevice(Device):
     @abc.abstractmethod
     def _offline(self, what: str, exc: Exception | None) -> DeviceError:
         """The error for a transport cut during `what` (after re-acquiring, if it can)."""
+
+    @abc.abstractmethod
+    def _leftover_script(self) -> str:
+        """Shell code killing runners an earlier session left running in the workspace, each
+        printed as `HARNESS_KILLED <pid>`."""
+
+    def _refusal(self, text: str) -> str:
+        """The workspace rules' refusal as this kind says it (its shell command in the advice)."""
+        return text
+
+    # Set-up ------------------------------------------------------------------------------
+    def _take_workspace(self, first: str = "") -> None:
+        """One shell call (after `first`): take the workspace by its rules
+        (harness.devices.workspace), make `files/` and `runs/`, and kill the runners an earlier
+        session or an interrupted run left running there."""
+        self._scratch_made = False
+        ws = self.workspace
+        dirs = " ".join(q(str(ws / d)) for d in ("files", "runs"))
+        code, out = self.sh(f"{first}{{ {ws_rules.take_script(ws)}; }} && mkdir -p {dirs} && "
+                            f"{{ {self._leftover_script()}; }}")
+        refused = ws_rules.refusal(ws, out)
+        if refused:
+            raise DeviceError(f"{self.serial}: {self._refusal(refused)}")
+        if code != 0:
+            raise DeviceError(f"{self.serial}: cannot create workspace {ws}: {out.strip()}")
+        killed = [line.split()[1] for line in out.splitlines()
+                  if line.startswith("HARNESS_KILLED ") and len(line.split()) > 1]
+        if killed:
+            self.log.warning("killed leftover runner(s) in %s: pid %s", ws, ", ".join(killed))
+            self.notice(f"{self.serial}: killed {len(killed)} runner(s) left running in workspace "
+                        f"{ws} by an earlier session or an interrupted run "
+                        f"(pid {', '.join(killed)})")
+
+    def _push_payload(self, entries: list[tuple[Path, PurePosixPath, int]]) -> None:
+        """The runner and its libraries, each unless the device has its bytes."""
+        before = dataclasses.replace(self.stats)
+        self._push(entries)
+        self.log.info("workspace %s ready: %d file(s) pushed, %d already there", self.workspace,
+                      self.stats.pushed - before.pushed, self.stats.skipped - before.skipped)
 
     def command(self, argv: list[str], timeout: float = 60.0) -> tuple[int, str]:
         """Run in a directory at the same depth as a run's, so `scratch_dir()` resolves alike."""

@@ -183,29 +183,14 @@ class SshDevice(ShellDevice):
             raise
 
     def _install(self) -> None:
-        self._scratch_made = False
-        ws = self.workspace
-        dirs = " ".join(q(str(ws / d)) for d in ("files", "runs"))
-        code, out = self.sh(f"mkdir -p {q(str(self.root))} && {{ {ws_rules.take_script(ws)}; }} "
-                            f"&& mkdir -p {dirs} && {{ {self._leftover_script()}; }}")
-        refused = ws_rules.refusal(ws, out)
-        if refused:
-            raise DeviceError(f"{self.serial}: " + refused.replace(
-                "`adb shell rm -r", f"`ssh {self.transport.target.ssh_host} rm -r"))
-        if code != 0:
-            raise DeviceError(f"{self.serial}: cannot create workspace {ws}: {out.strip()}")
-        killed = [l.split()[1] for l in out.splitlines()
-                  if l.startswith("HARNESS_KILLED ") and len(l.split()) > 1]
-        if killed:
-            self.notice(f"{self.serial}: killed {len(killed)} runner(s) left running in "
-                        f"workspace {ws} (pid {', '.join(killed)})")
+        self._take_workspace(first=f"mkdir -p {q(str(self.root))} && ")
         payload = self.payload
         entries = [(payload.runner, self.runner_path, 0o755)] if payload else []
         entries += [(p, r, 0o644) for p, r in (payload.files.items() if payload else ())]
-        before = dataclasses.replace(self.stats)
-        self._push(entries)
-        self.log.info("workspace %s ready: %d file(s) pushed, %d already there", ws,
-                      self.stats.pushed - before.pushed, self.stats.skipped - before.skipped)
+        self._push_payload(entries)
+
+    def _refusal(self, text: str) -> str:
+        return text.replace("`adb shell rm -r", f"`ssh {self.transport.target.ssh_host} rm -r")
 
     def _check_runs_here(self) -> None:
         """A board presented as another architecture (--ssh-arch) must run the runner: say so
