@@ -239,13 +239,10 @@ class SimulatorKind(DeviceKind):
     @classmethod
     def open(cls, target: str, context: OpenContext) -> SimulatorDevice:
         opts = context.options
-        soc = cls.known_soc(opts)
-        config = load_soc(opts.device_config) if opts.device_config else soc_config(soc)
-        device = SimulatorDevice(context.sdk(), soc, context.simulator_runner(), opts.abi_bridge,
-                                 isolation=opts.scenario_isolation, jobs=opts.scenario_jobs,
-                                 dsp_heap_setting=opts.dsp_heap,
+        device = SimulatorDevice(context.sdk(), cls.known_soc(opts), context.simulator_runner(),
+                                 opts.abi_bridge, isolation=opts.scenario_isolation,
+                                 jobs=opts.scenario_jobs, dsp_heap_setting=opts.dsp_heap,
                                  device_config=opts.device_config)
-        device.soc_config = config
         if device.isolation_notice:
             context.notice(device.isolation_notice)
         return device
