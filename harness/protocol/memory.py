@@ -11,7 +11,6 @@ from typing import Any
 
 import os
 import re
-from pathlib import Path
 
 # glibc raises its mmap threshold to the size of each large block freed; blocks of that size
 # then come from the heap and stay resident after they are freed, so RSS steps up by 5-16 MB in
@@ -63,15 +62,29 @@ def parse_fdinfo(texts: list[str]) -> dict[str, int]:
     return {"count": count, "bytes": total}
 
 
+def _read(path: str) -> str:
+    """A /proc file's text: os.read until the end, no buffered file object per reading."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
+
+
 def read_self(watch: list[str]) -> dict[str, Any]:
     """Memory of the calling process, in the runner protocol's `memory` shape."""
-    proc = Path("/proc/self")
-    rollup = parse_rollup((proc / "smaps_rollup").read_text())
-    mappings = parse_mappings((proc / "smaps").read_text(), watch) if watch else {}
+    rollup = parse_rollup(_read("/proc/self/smaps_rollup"))
+    mappings = parse_mappings(_read("/proc/self/smaps"), watch) if watch else {}
     infos = []
-    for entry in os.scandir(proc / "fdinfo"):
+    for name in os.listdir("/proc/self/fdinfo"):
         try:
-            infos.append(Path(entry.path).read_text())
+            infos.append(_read(f"/proc/self/fdinfo/{name}"))
         except OSError:
             pass
     return {"rollup": rollup, "mappings": mappings, "dmabuf": parse_fdinfo(infos)}
