@@ -58,8 +58,16 @@ def threads() -> list[str]:
 
 
 MADV_COLLAPSE = 25  # linux/mman.h, Linux 6.1
-HUGE_PAGE = 2 << 20
-MIN_RESIDENT = 448  # of a range's 512 pages: the rest is zero-filled memory a collapse adds
+MIN_RESIDENT = 7 / 8  # of a range's pages: the rest is zero-filled memory a collapse adds
+
+
+def huge_page_size() -> int:
+    """The kernel's PMD-mapped huge page size (2 MB with 4 kB pages), 0 without THP."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 0
 
 
 def anonymous_ranges() -> list[tuple[int, int]]:
@@ -75,30 +83,33 @@ def anonymous_ranges() -> list[tuple[int, int]]:
 
 
 def collapse_to_huge_pages(ranges: list[tuple[int, int]]) -> int:
-    """Collapse each 2 MB-aligned range of `ranges` with at least MIN_RESIDENT of its pages
+    """Collapse each huge-page-aligned range of `ranges` with at least MIN_RESIDENT of its pages
     resident into a huge page; the kB of the calls that succeeded. None does where the kernel
     cannot (before 6.1, or transparent huge pages `never`: EINVAL), nor in a mapping that opted
     out."""
+    huge = huge_page_size()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         madvise, mincore = libc.madvise, libc.mincore
     except (OSError, AttributeError):
         return 0
+    if not huge:
+        return 0
     madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    pages = HUGE_PAGE // os.sysconf("SC_PAGE_SIZE")
+    pages = huge // os.sysconf("SC_PAGE_SIZE")
     resident = ctypes.create_string_buffer(pages)
     runs: list[list[int]] = []  # [start, end) of adjacent ranges that qualify: one call each
     for start, end in ranges:
-        first = -(-start // HUGE_PAGE) * HUGE_PAGE
-        for address in range(first, end - HUGE_PAGE + 1, HUGE_PAGE):
-            if mincore(address, HUGE_PAGE, resident) != 0 or \
-                    sum(b & 1 for b in resident.raw) < MIN_RESIDENT * pages // 512:
+        first = -(-start // huge) * huge
+        for address in range(first, end - huge + 1, huge):
+            if mincore(address, huge, resident) != 0 or \
+                    sum(b & 1 for b in resident.raw) < MIN_RESIDENT * pages:
                 continue
             if runs and runs[-1][1] == address:
-                runs[-1][1] += HUGE_PAGE
+                runs[-1][1] += huge
             else:
-                runs.append([address, address + HUGE_PAGE])
+                runs.append([address, address + huge])
     collapsed = 0
     for start, end in runs:  # a call that fails part-way has collapsed what it could
         if madvise(start, end - start, MADV_COLLAPSE) == 0:
