@@ -151,6 +151,42 @@ def test_the_python_runner_forks_too(hil_session, compiled_model, tmp_path):
         device.close()
 
 
+def test_the_python_forks_report_every_memory_field_a_process_reports(hil_session,
+                                                                    compiled_model, tmp_path):
+    """The Python server collapses its anonymous memory into huge pages before serving (its
+    `ready` line says how much) so that a fork's per-step readings cost less; every step of a
+    fork still reports the rollup fields, mappings and dma-buf reading a new process reports
+    (S4's growth check on them runs in tests/hil/test_isolation.py)."""
+    runner = choose_runner("python")
+    proc = subprocess.Popen(runner.fork_server_command(), env={**os.environ,
+                            **runner.environment()}, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ready = json.loads(proc.stdout.readline())
+    finally:
+        proc.stdin.close()
+        proc.wait(60)
+    assert ready["threads"] == 1 and ready["huge_pages_kb"] >= 0, ready
+    model = compiled_model("linear_relu")
+    scenario = s4_cleanup_reload(model)
+    results = {}
+    for iso in ("fork", "process"):
+        device = SimulatorDevice(hil_session.sdk, hil_session.soc, runner, isolation=iso)
+        try:
+            results[iso] = ScenarioDriver(device, tmp_path / iso, 300).run(scenario)
+        finally:
+            device.close()
+    for iso, result in results.items():
+        assert result.completed, result.crash_report()
+        for step in result.steps:
+            assert set(step.memory) == {"rollup", "mappings", "dmabuf"}, (iso, step.memory)
+            assert step.memory["rollup"]["Rss"] > 0
+    fork, process = results["fork"], results["process"]
+    for a, b in zip(fork.steps, process.steps):
+        assert set(a.memory["rollup"]) == set(b.memory["rollup"])
+        assert set(a.memory["dmabuf"]) == set(b.memory["dmabuf"])
+
+
 def test_the_python_fork_server_refuses_to_fork_with_a_second_thread(tmp_path, hil_session):
     lib = threaded_library(tmp_path)
     runner = choose_runner("python")
