@@ -120,7 +120,7 @@ def collapse_to_huge_pages(ranges: list[tuple[int, int]]) -> int:
 def prepare_to_fork() -> dict:
     """What makes a child's steps cheap (the module's docstring): frozen objects, the child's
     imports done, huge pages. Returns what it did, for the ready message."""
-    import harness.tensors  # noqa: F401  (what Runner.array / tensor import per scenario)
+    import harness.protocol.tensors  # noqa: F401  (what Runner.array / tensor import per scenario)
 
     gc.collect()
     gc.freeze()
