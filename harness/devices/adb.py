@@ -214,13 +214,12 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
     interposer = build.interposer
     android_htp = identity.abi != "x86_64" and interposer is not None
     if android_htp and interposer is not None:  # (the second test only narrows the type)
-        from harness.qnn.sdk import built_against_core_api
+        from harness.qnn.sdk import bridge_environment
 
         real = workspace / "qnn" / "libQnnHtp.so"
         qnn = {src: (real if dst.name == "libQnnHtp.so" else dst) for src, dst in qnn.items()}
         files[interposer] = workspace / "libQnnHtp.so"
-        env = {"HARNESS_QNN_REAL_HTP": str(real), "HARNESS_QNN_ABI_BRIDGE": "auto",
-               "HARNESS_QNN_BRIDGE_ABOVE": built_against_core_api()}
+        env = {"HARNESS_QNN_REAL_HTP": str(real), **bridge_environment("auto")}
     on = dsp_heap.wanted(dsp_heap_setting, android_htp=android_htp)
     env[dsp_heap.ENV] = "1" if on else "0"
     files.update(qnn)

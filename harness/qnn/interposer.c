@@ -6,8 +6,14 @@
  * function table in place:
  *
  *  - ABI bridge: executorch 1.5.1 was compiled against QAIRT 2.37 headers, where the union in
- *    QnnHtpDevice_CustomConfig_t sits at byte 4. Newer QAIRT put it at byte 8. deviceCreate is
- *    wrapped to re-lay every custom device config so newer libraries read what was meant.
+ *    QnnHtpDevice_CustomConfig_t sits at byte 4. Newer QAIRT put it at byte 8, but not every
+ *    newer release: QAIRT 2.47, 2.48, 2.50 and 2.51 (core API 2.36, 2.37, 2.39, 2.40) read it
+ *    at byte 8, QAIRT 2.49 (core API 2.38) at byte 4. So no threshold decides it: the harness
+ *    passes the measured offset per core API version (HARNESS_QNN_UNION_AT), the interposer
+ *    looks up the library's and the caller's, and deviceCreate re-lays every custom device
+ *    config from the caller's offset to the library's when they differ. A library whose version
+ *    is not in the table gets no guess: its deviceCreate with a custom config fails, and stderr
+ *    and the trace name the version.
  *  - Tracer: backend/device/context create and free, graph create/retrieve/execute are written
  *    as one text line each to $HARNESS_QNN_TRACE. The harness reads it as the ground truth for
  *    handle isolation and live counts.
@@ -27,8 +33,12 @@
  * Environment:
  *   HARNESS_QNN_REAL_HTP      path of the real libQnnHtp.so (required)
  *   HARNESS_QNN_TRACE         trace file (optional; no tracing without it)
- *   HARNESS_QNN_ABI_BRIDGE    "1" force on, "0" force off, "auto"/unset: on when the library's
- *                             core API version is newer than HARNESS_QNN_BRIDGE_ABOVE ("2.x")
+ *   HARNESS_QNN_ABI_BRIDGE    "1" force on (union from byte 4 to byte 8), "0" force off,
+ *                             "auto"/unset: from the two variables below
+ *   HARNESS_QNN_UNION_AT      where each QNN core API version's libQnnHtp.so reads the union of
+ *                             QnnHtpDevice_CustomConfig_t: "2.27:4,2.36:8,..." (major.minor:byte)
+ *   HARNESS_QNN_CALLER_API    the core API version the runtime was built against ("2.27"), whose
+ *                             offset in that table is the one the caller writes
  *   HARNESS_QNN_DSP_HEAP      "1": read DSP heap usage through QNN profiling (see above)
  */
 #define _GNU_SOURCE
@@ -96,7 +106,11 @@ typedef struct { uint32_t type, unit; uint64_t value; const char *identifier; } 
 typedef qnn_err_t (*profile_event_data_fn)(uint64_t, event_data_t *);
 
 static void *real_table[FN_COUNT]; /* every entry of the real table, wrapped or not */
-static int bridge_on = 0;
+/* The ABI bridge: move the union of every HTP custom device config from byte relay_from to
+ * byte relay_to (0, 0: leave them); layout_unknown: the library's (or the caller's) offset is
+ * not known, so no custom config can be passed on. */
+static int relay_from = 0, relay_to = 0, layout_unknown = 0;
+static char layout_problem[768];
 static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t trace_seq = 0;
 
@@ -136,17 +150,26 @@ static qnn_err_t w_backend_free(qnn_handle_t h) {
 
 /* QnnDevice_Config_t: {uint32 option; pad; void *payload}; option 0 is CUSTOM, whose payload
  * points at a QnnHtpDevice_CustomConfig_t {uint32 option; union} with the union at byte 4
- * (old headers) or byte 8 (new). The old union holds only 4-byte-aligned members of at most
- * 8 bytes, so 8 bytes are moved. */
+ * (old headers, and QAIRT 2.49) or byte 8 (the others since). The old union holds only
+ * 4-byte-aligned members of at most 8 bytes, so 8 bytes are moved. */
 typedef struct { uint32_t option; void *payload; } device_config_t;
 
+enum { INTERPOSER_ERROR_LAYOUT_UNKNOWN = 1100 }; /* QNN_COMMON_ERROR_GENERAL */
+
 static qnn_err_t w_device_create(qnn_handle_t log, const void **cfg, qnn_handle_t *out) {
-  size_t n = 0, relaid = 0;
+  size_t n = 0, relaid = 0, customs_in = 0;
   while (cfg && cfg[n]) n++;
+  for (size_t i = 0; i < n; i++)
+    if (((const device_config_t *)cfg[i])->option == 0) customs_in++;
+  if (layout_unknown && customs_in) {
+    fprintf(stderr, "[harness interposer] deviceCreate refused: %s\n", layout_problem);
+    trace("device_create rc=%d handle=0x0 bridged=0 layout=unknown", INTERPOSER_ERROR_LAYOUT_UNKNOWN);
+    return INTERPOSER_ERROR_LAYOUT_UNKNOWN;
+  }
   const void **fixed = NULL;
   device_config_t *copies = NULL;
   unsigned char *customs = NULL;
-  if (bridge_on && n) {
+  if (relay_from != relay_to && customs_in) {
     fixed = calloc(n + 1, sizeof *fixed);
     copies = calloc(n, sizeof *copies);
     customs = calloc(n, 32);
@@ -157,8 +180,8 @@ static qnn_err_t w_device_create(qnn_handle_t log, const void **cfg, qnn_handle_
       copies[i] = *c;
       if (c->option == 0 && c->payload) {
         unsigned char *dst = customs + 32 * i;
-        memcpy(dst, c->payload, 4);                       /* option */
-        memcpy(dst + 8, (const char *)c->payload + 4, 8); /* union, moved to byte 8 */
+        memcpy(dst, c->payload, 4);                                        /* option */
+        memcpy(dst + relay_to, (const char *)c->payload + relay_from, 8); /* the union */
         copies[i].payload = dst;
         relaid++;
       }
@@ -385,14 +408,59 @@ static void *const wrappers[FN_COUNT] = {
     [FN_DEVICE_FREE] = (void *)w_device_free,
 };
 
+/* The byte at which `table` ("2.36:8,2.38:4,...") says core API major.minor reads the union, or
+ * 0 when it does not say. */
+static int union_at(const char *table, unsigned major, unsigned minor) {
+  for (const char *p = table; p && *p;) {
+    unsigned maj, min, at;
+    if (sscanf(p, "%u.%u:%u", &maj, &min, &at) == 3 && maj == major && min == minor &&
+        (at == 4 || at == 8))
+      return (int)at;
+    p = strchr(p, ',');
+    if (p) p++;
+  }
+  return 0;
+}
+
+/* Sets relay_from / relay_to / layout_unknown for the library `p`; returns the trace's
+ * bridge= value: 1 re-lays, 0 does not, -1 unknown. */
 static int decide_bridge(const qnn_interface_t *p) {
+  relay_from = relay_to = layout_unknown = 0;
+  layout_problem[0] = 0;
   const char *force = getenv("HARNESS_QNN_ABI_BRIDGE");
-  if (force && strcmp(force, "1") == 0) return 1;
+  if (force && strcmp(force, "1") == 0) {
+    relay_from = 4, relay_to = 8;
+    return 1;
+  }
   if (force && strcmp(force, "0") == 0) return 0;
-  unsigned maj = 0, min = 0;
-  const char *above = getenv("HARNESS_QNN_BRIDGE_ABOVE");
-  if (!above || sscanf(above, "%u.%u", &maj, &min) != 2) return 0;
-  return p->core_api.major > maj || (p->core_api.major == maj && p->core_api.minor > min);
+  const char *table = getenv("HARNESS_QNN_UNION_AT");
+  const char *caller = getenv("HARNESS_QNN_CALLER_API");
+  unsigned cmaj = 0, cmin = 0;
+  int caller_at = caller && sscanf(caller, "%u.%u", &cmaj, &cmin) == 2 ? union_at(table, cmaj, cmin) : 0;
+  int lib_at = union_at(table, p->core_api.major, p->core_api.minor);
+  if (!lib_at || !caller_at) {
+    layout_unknown = 1;
+    int n = 0;
+    if (!caller_at)
+      n = snprintf(layout_problem, sizeof layout_problem,
+                   "the ABI bridge does not know where the runtime (built against QNN core API "
+                   "%s) writes the union of QnnHtpDevice_CustomConfig_t; ",
+                   caller && *caller ? caller : "(HARNESS_QNN_CALLER_API unset)");
+    if (!lib_at)
+      n += snprintf(layout_problem + n, sizeof layout_problem - (size_t)n,
+                    "the ABI bridge does not know where this libQnnHtp.so (QNN core API %u.%u.%u, "
+                    "HTP backend API %u.%u.%u) reads the union of QnnHtpDevice_CustomConfig_t; ",
+                    p->core_api.major, p->core_api.minor, p->core_api.patch, p->backend_api.major,
+                    p->backend_api.minor, p->backend_api.patch);
+    snprintf(layout_problem + n, sizeof layout_problem - (size_t)n,
+             "known core API versions: %s. Measure it and add it to HTP_DEVICE_UNION_AT in "
+             "harness/qnn/sdk.py, or force --qnn-abi-bridge on/off",
+             table && *table ? table : "(none)");
+    return -1;
+  }
+  if (lib_at == caller_at) return 0;
+  relay_from = caller_at, relay_to = lib_at;
+  return 1;
 }
 
 static int patch_provider(qnn_interface_t *p) {
@@ -438,10 +506,14 @@ qnn_err_t QnnInterface_getProviders(const qnn_interface_t ***providers, uint32_t
     for (uint32_t i = 0; i < *count; i++) {
       qnn_interface_t *p = (qnn_interface_t *)(*providers)[i];
       if (i == 0) {
-        bridge_on = decide_bridge(p);
-        trace("api core=%u.%u.%u backend=%u.%u.%u provider=%s bridge=%d", p->core_api.major,
+        int bridge = decide_bridge(p);
+        char union_field[24] = "";
+        if (bridge == 1) snprintf(union_field, sizeof union_field, " union=%d>%d", relay_from, relay_to);
+        trace("api core=%u.%u.%u backend=%u.%u.%u provider=%s bridge=%s%s", p->core_api.major,
               p->core_api.minor, p->core_api.patch, p->backend_api.major, p->backend_api.minor,
-              p->backend_api.patch, p->provider_name ? p->provider_name : "", bridge_on);
+              p->backend_api.patch, p->provider_name ? p->provider_name : "",
+              bridge == 1 ? "1" : bridge == 0 ? "0" : "unknown", union_field);
+        if (bridge < 0) fprintf(stderr, "[harness interposer] %s\n", layout_problem);
       }
       patch_provider(p);
     }

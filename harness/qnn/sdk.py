@@ -28,11 +28,31 @@ REQUIRED = ("libQnnHtp.so", "libQnnSystem.so")
 ALIASES = {"libQnnHtpPrepare.so": "libHtpPrepare.so"}
 
 # QNN core API version each ExecuTorch release was built against. ExecuTorch prints it itself:
-# "Qnn API version 2.40.0 is used. The version is tested against 2.27.0." A newer library moved
-# the union of QnnHtpDevice_CustomConfig_t (see interposer.c), so a library whose core API is
-# above this needs the bridge. Override with --qnn-abi-bridge / HARNESS_QNN_ABI_BRIDGE.
+# "Qnn API version 2.40.0 is used. The version is tested against 2.27.0." Its headers say where
+# the union of QnnHtpDevice_CustomConfig_t lies (HTP_DEVICE_UNION_AT); the interposer re-lays
+# custom device configs when the library reads it elsewhere. Override with --qnn-abi-bridge /
+# HARNESS_QNN_ABI_BRIDGE.
 BUILT_AGAINST_CORE_API = {"1.5.1": "2.27"}
 DEFAULT_BUILT_AGAINST = "2.27"
+
+# Where libQnnHtp.so reads the union of QnnHtpDevice_CustomConfig_t (byte 4 or 8), by the QNN
+# core API version (major.minor) it reports. Measured with deviceCreate of one SOC config
+# (SM8650) written at each offset: the wrong one fails with "Failed to set scatter gather
+# parameters: unknown custom config socModel 0". The union did not move once: QAIRT 2.49
+# (onnxruntime-qnn 2.5.0, core API 2.38.0, backend 5.49.0) reads it at byte 4 like the 2.37
+# headers (core API 2.27) executorch 1.5.1 was built with; 2.47, 2.48, 2.50 and 2.51
+# (onnxruntime-qnn 2.3.0, 2.4.0, 2.6.0, 2.7.0; core API 2.36, 2.37, 2.39, 2.40) at byte 8. A
+# version not listed is not guessed: a custom device config fails with a message naming it.
+HTP_DEVICE_UNION_AT = {"2.27": 4, "2.36": 8, "2.37": 8, "2.38": 4, "2.39": 8, "2.40": 8}
+
+
+def bridge_environment(bridge: str = "auto") -> dict[str, str]:
+    """The interposer's ABI bridge settings: forced on/off, or the table it decides from."""
+    return {
+        "HARNESS_QNN_ABI_BRIDGE": {"on": "1", "off": "0"}.get(bridge, "auto"),
+        "HARNESS_QNN_UNION_AT": ",".join(f"{api}:{at}" for api, at in HTP_DEVICE_UNION_AT.items()),
+        "HARNESS_QNN_CALLER_API": built_against_core_api(),
+    }
 
 
 TRACE_ENV = "HARNESS_QNN_TRACE"
@@ -64,8 +84,7 @@ class QnnSdk:
             "QNN_SDK_ROOT": str(self.root),
             "LD_LIBRARY_PATH": ":".join(search),
             "HARNESS_QNN_REAL_HTP": str(self.real_lib_dir / "libQnnHtp.so"),
-            "HARNESS_QNN_ABI_BRIDGE": {"on": "1", "off": "0"}.get(bridge, "auto"),
-            "HARNESS_QNN_BRIDGE_ABOVE": built_against_core_api(),
+            **bridge_environment(bridge),
         }
         if trace is not None:
             env[TRACE_ENV] = str(trace)

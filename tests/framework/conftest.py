@@ -34,6 +34,7 @@ FILE_KIND = {
     "test_report_data.py": "unit",
     "test_native_build.py": "compiler",
     "test_qnn_sdk.py": "compiler",
+    "test_abi_bridge.py": "compiler",
     "test_runner_select.py": "compiler",
     "test_arm64_build.py": "compiler",
     "test_protocol_conformance.py": "compiler",  # and the executorch pybindings

@@ -19,7 +19,8 @@ def test_layout_puts_the_interposer_first():
     env = sdk.environment(Path("/tmp/t.txt"))
     assert env["LD_LIBRARY_PATH"].split(":")[0] == str(lib)
     assert env["HARNESS_QNN_REAL_HTP"] == str(sdk.real_lib_dir / "libQnnHtp.so")
-    assert env["HARNESS_QNN_BRIDGE_ABOVE"] == "2.27" and env["HARNESS_QNN_TRACE"] == "/tmp/t.txt"
+    assert env["HARNESS_QNN_CALLER_API"] == "2.27" and env["HARNESS_QNN_TRACE"] == "/tmp/t.txt"
+    assert "2.38:4" in env["HARNESS_QNN_UNION_AT"].split(",")
     assert sdk_module.discover().root == sdk.root  # laid out once
 
 
@@ -46,8 +47,9 @@ def test_incomplete_qnn_sdk_root_is_named(monkeypatch, tmp_path):
 @pytest.mark.parametrize("bridge", ["auto", "off"])
 def test_abi_bridge_decides_whether_the_htp_starts(hil_session, compiled_model, tmp_path, bridge,
                                                   simulator_device):
-    """The wheel's QAIRT reports core API 2.40 > 2.27: auto bridges and the backend starts;
-    forcing the bridge off reproduces the ABI break (backend init fails)."""
+    """The wheel's QAIRT 2.51 reports core API 2.40, whose library reads the union at byte 8
+    where executorch 1.5.1 (core API 2.27) writes it at byte 4: auto bridges and the backend
+    starts; forcing the bridge off reproduces the ABI break (backend init fails)."""
     device = simulator_device(hil_session.simulator_runner, bridge)
     driver = ScenarioDriver(device, tmp_path, 300)
     result = driver.run(Scenario(f"bridge_{bridge}").load_module("A", compiled_model("linear_relu"))

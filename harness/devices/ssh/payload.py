@@ -60,10 +60,9 @@ def board_payload(machine: str, build: DeviceBuild, htp_arch: int, workspace: Pu
         files.update(linux_qnn_libraries(sdk_root, htp_arch, qnn))
         if build.interposer is not None:
             files[build.interposer] = workspace / "libQnnHtp.so"
-    from harness.qnn.sdk import built_against_core_api
+    from harness.qnn.sdk import bridge_environment
 
-    env = {"HARNESS_QNN_REAL_HTP": str(qnn / "libQnnHtp.so"), "HARNESS_QNN_ABI_BRIDGE": "auto",
-           "HARNESS_QNN_BRIDGE_ABOVE": built_against_core_api()}
+    env = {"HARNESS_QNN_REAL_HTP": str(qnn / "libQnnHtp.so"), **bridge_environment("auto")}
     on = dsp_heap.wanted(dsp_heap_setting, android_htp=False)
     env[dsp_heap.ENV] = "1" if on else "0"
     return Payload(build.runner, files, env, build.backends,
