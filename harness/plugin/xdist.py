@@ -1,8 +1,12 @@
-"""pytest-xdist: the controller hands its session id to each worker, `-n N` runs with the
-work-stealing scheduler, and the selected tests are ordered by their hil_cost marker so each
+"""pytest-xdist: `-n auto` (the project's default) means one worker per CPU on the simulator and
+one per device on devices, the controller hands its session id to each worker, `-n N` runs with
+the work-stealing scheduler, and the selected tests are ordered by their hil_cost marker so each
 worker's share costs about the same (harness/xdist_order.py)."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +26,31 @@ def pytest_configure(config: pytest.Config) -> None:
     if workers > 1:
         kind = session_kinds(opts)[0].name
         config.pluginmanager.register(_XdistBalance(workers, kind), "hil-xdist-balance")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many workers `-n auto` starts. Each worker needs a device of its own, so a run on
+    devices gets one per device and a run on one device (`--device=SERIAL`) none at all: it
+    stays a plain session, as before `-n auto` was the default. The simulator runs one per CPU
+    (xdist's own answer, None here); PYTEST_XDIST_AUTO_NUM_WORKERS overrides all of it."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    if config.getoption("lg_place_tags", None):
+        return 0  # labgrid places: as many as the run asks for with -n N
+    devices = list(config.getoption("device", None) or [])
+    farm = config.getoption("farm", None)
+    if farm is not None and not devices:
+        from harness.config import load_farm
+        from harness.errors import HarnessError
+
+        try:
+            devices = [e["serial"] for e in load_farm(Path(farm))[1]]
+        except (HarnessError, OSError):
+            return 0  # the session's start-up names what is wrong with the file
+    if devices:
+        return len(devices) if len(devices) > 1 else 0
+    return None
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -8,6 +8,11 @@
 
 Each file is listed once below; a file missing here is a collection error, so a new test file
 says what it needs.
+
+Under pytest-xdist (`-n auto --dist loadgroup`, the default) each file's tests but unit ones keep
+to one worker (`xdist_group`), so a module's fixtures (a loopback phone, an sshd board, compiled programs) are
+built once; the files that use the host's one adb server (`adb`, `ssh`, and ADB_FILES) share one
+group, so no two of them register or list devices at the same time.
 """
 
 from pathlib import Path
@@ -67,6 +72,9 @@ FILE_KIND = {
     "test_farm.py": "adb",  # and labgrid (coordinator, exporter)
 }
 
+# Files of another kind that start or list devices on the host's adb server as well.
+ADB_FILES = {"test_arm64_build.py"}
+
 
 def pytest_configure(config: pytest.Config) -> None:
     for kind in KINDS:
@@ -85,6 +93,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{path}: add it to FILE_KIND in {__file__} "
                                     f"(one of {', '.join(KINDS)})")
         item.add_marker(getattr(pytest.mark, kind))
+        if kind in ("adb", "ssh") or path.name in ADB_FILES:
+            item.add_marker(pytest.mark.xdist_group("adb-server"))
+        elif kind != "unit":  # unit tests build nothing to share: any worker takes them
+            item.add_marker(pytest.mark.xdist_group(path.stem))
 
 
 XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
@@ -94,9 +106,12 @@ XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_X
 def _sessions_started_here_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under `pytest -n N`, this process's worker variables would make every pytest session a
     test starts (pytester, subprocess) worker gwK of an N-worker run, which with one device is a
-    usage error ("more workers than devices"). A test that wants them sets them itself."""
+    usage error ("more workers than devices"); and the project's `-n auto` would give each such
+    session workers of its own (one per CPU, under a test that already has one). A test that
+    wants either sets it itself (`-n 2`)."""
     for name in XDIST_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "0")
 
 
 @pytest.fixture
