@@ -3,7 +3,8 @@
 # the adb client/server, headless Chromium (the --hil-report page's test), the nlohmann/json
 # headers (nlohmann-json3-dev: the native runner's JSON, every runner build), the arm64 cross
 # toolchain and qemu-user (Debian packages: the arm64-linux runner build and the loopback
-# device's arm64 mode), the Python package with its
+# device's arm64 mode), OpenSSH's server (tests/framework/test_ssh_device.py: a localhost board),
+# the Python package with its
 # pinned dependencies (torch==2.13.0 CPU, executorch==1.5.1, onnxruntime-qnn==2.7.0 for the
 # HTP simulator), and warms the caches (QNN SDK layout, interposer, native runner).
 set -euo pipefail
@@ -21,6 +22,8 @@ if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v aarch64-li
   packages+=(g++-aarch64-linux-gnu gcc-aarch64-linux-gnu)
 fi
 command -v qemu-aarch64 >/dev/null 2>&1 || packages+=(qemu-user)
+# sshd on 127.0.0.1 is the SSH board of the framework's tests (and of CI step 9)
+[ -x /usr/sbin/sshd ] || packages+=(openssh-server)
 if [ "${#packages[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then apt_get="apt-get"; else apt_get="sudo apt-get"; fi
   $apt_get update -qq
