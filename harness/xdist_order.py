@@ -8,6 +8,9 @@ of the longest queue's tail. So each share should cost about the same and start 
 longest tests, and what is stolen from its tail is short. The costs are the tests' `hil_cost`
 markers (rough seconds on the reference host); the tests without one are short.
 
+Under `--dist loadgroup` (the project's default) xdist hands out whole groups instead, in the
+order of the collection: there the groups go longest first (`longest_groups_first`).
+
 Measured with the HIL suite on two loopback devices (2-core host): in collection order the
 last test, a 20 s three-module explorer, ran alone at the end (49 s in all); see
 benchmarks/adb_path.py for the figures with this order.
@@ -51,3 +54,18 @@ def balanced_order(items: Sequence[T], costs: Sequence[float | None], workers: i
     for w in range(workers):
         shares[w].extend(next(rest) for _ in range(sizes[w] - len(shares[w])))
     return [items[i] for share in shares for i in share]
+
+
+def longest_groups_first(groups: Sequence[str], costs: Sequence[float | None]) -> list[int]:
+    """The order for xdist's `--dist loadgroup`, as indices into the items: their groups (an
+    `xdist_group` name, or the test's own id), the most costly group first, each group's items
+    together in collection order; groups of equal cost (unmarked: 0) keep collection order.
+    That scheduler hands out whole groups in this order to whichever worker is free, so the long
+    ones start first and the short ones fill in around them, instead of a long group starting
+    last and running alone (greedy longest-processing-time order)."""
+    members: dict[str, list[int]] = {}
+    for index, group in enumerate(groups):
+        members.setdefault(group, []).append(index)
+    total = {g: sum(costs[i] or 0.0 for i in idx) for g, idx in members.items()}
+    ordered = sorted(members, key=lambda g: -total[g])
+    return [i for g in ordered for i in members[g]]

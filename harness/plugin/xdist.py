@@ -13,7 +13,7 @@ import pytest
 from harness.devices.kinds import session_kinds
 from harness.plugin.keys import SESSION
 from harness.plugin.options import xdist_workers
-from harness.xdist_order import balanced_order
+from harness.xdist_order import balanced_order, longest_groups_first
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -25,7 +25,13 @@ def pytest_configure(config: pytest.Config) -> None:
     workers = xdist_workers(config, opts)
     if workers > 1:
         kind = session_kinds(opts)[0].name
-        config.pluginmanager.register(_XdistBalance(workers, kind), "hil-xdist-balance")
+        loadgroup = config.getoption("dist", "no") == "loadgroup"
+        if loadgroup:
+            # xdist would hand out the groups with the most tests first; the plugin orders
+            # them by cost instead, which needs xdist to keep the collection's order.
+            config.option.loadscopereorder = False
+        config.pluginmanager.register(_XdistBalance(workers, kind, loadgroup),
+                                      "hil-xdist-balance")
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -61,12 +67,14 @@ def pytest_configure_node(node) -> None:
 
 class _XdistBalance:
     """Under pytest-xdist, arranges the selected tests (after -k/-m deselection, hence last) so
-    each worker's share of xdist's work-stealing split costs about the same
-    (harness/xdist_order.py). Without xdist the order is kept. Every worker arranges its own
-    collection the same way, as xdist requires."""
+    each worker's share of xdist's work-stealing split costs about the same, or under
+    `--dist loadgroup` so the costliest groups go first (harness/xdist_order.py). Without xdist
+    the order is kept. Every worker arranges its own collection the same way, as xdist
+    requires."""
 
-    def __init__(self, workers: int, kind: str = "simulator") -> None:
+    def __init__(self, workers: int, kind: str = "simulator", loadgroup: bool = False) -> None:
         self.workers = workers
+        self.loadgroup = loadgroup
         # The run's device kind: its own costs (`hil_cost(1.5, adb=2.4)`) where marked, else
         # the first (the simulator's).
         self.kind = kind
@@ -79,7 +87,19 @@ class _XdistBalance:
                 return None
             return float(marker.kwargs.get(self.kind, marker.args[0]))
 
-        items[:] = balanced_order(items, [cost(i) for i in items], self.workers)
+        costs = [cost(i) for i in items]
+        if self.loadgroup:
+            items[:] = [items[i] for i in longest_groups_first([_group(i) for i in items], costs)]
+        else:
+            items[:] = balanced_order(items, costs, self.workers)
+
+
+def _group(item: pytest.Item) -> str:
+    """The unit `--dist loadgroup` hands out: the item's xdist_group names (as xdist joins
+    them), else the test alone."""
+    names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+             for m in item.iter_markers("xdist_group")}
+    return "_".join(sorted(names)) if names else item.nodeid
 
 
 @pytest.hookimpl(optionalhook=True)

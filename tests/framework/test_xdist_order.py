@@ -93,3 +93,43 @@ def test_no_workers_or_one_test_keeps_the_order():
     assert balanced_order(["a"], [1], 2) == ["a"]
     assert balanced_order(["a", "b", "c"], [None, None, None], 2) == ["a", "b", "c"]
     assert balanced_order(["a", "b", "c", "d"], [None, 3, None, 5], 2) == ["d", "a", "b", "c"]
+
+
+class GroupConfig(Config):
+    """What xdist's loadgroup scheduler reads: the workers and, as the plugin sets it, no
+    reordering of the groups by their number of tests."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.option = type("Option", (), {"loadscopereorder": False})()
+
+
+def groups_started(collection: list[str], workers: int) -> list[str]:
+    """The group each worker is handed first by xdist's `--dist loadgroup` scheduler."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    scheduler = LoadGroupScheduling(GroupConfig(workers))
+    nodes = [Node(f"gw{i}") for i in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)
+    for node in nodes:
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    return [collection[node.sent[0]].partition("@")[2] or collection[node.sent[0]]
+            for node in nodes]
+
+
+def test_under_loadgroup_the_costliest_group_starts_first_whatever_its_size():
+    # Many short tests in one file, a 300 s test alone in another, collected last: xdist hands
+    # out groups in collection order, so unordered the long one would start last.
+    groups = ["adb"] * 8 + ["t.py::short"] + ["parity"]
+    costs: list[float | None] = [2.0] * 8 + [None, 300.0]
+    from harness.xdist_order import longest_groups_first
+
+    order = longest_groups_first(groups, costs)
+    assert [groups[i] for i in order] == ["parity"] + ["adb"] * 8 + ["t.py::short"]
+    collection = [f"t{i}.py::t@{groups[i]}" if groups[i] != "t.py::short" else "t.py::short"
+                  for i in order]
+    assert groups_started(collection, 2) == ["parity", "adb"]
+    # A group's tests stay together, in collection order; equal costs keep collection order.
+    assert longest_groups_first(["a", "b", "a", "c"], [None, None, None, None]) == [0, 2, 1, 3]
