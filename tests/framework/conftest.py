@@ -15,6 +15,7 @@ built once; the files that use the host's one adb server (`adb`, `ssh`, and ADB_
 group, so no two of them register or list devices at the same time.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+# pytest plugins that other packages of this environment register (hypothesis, hydra,
+# pytest-benchmark, kgb, anyio) and that neither the harness nor its suites use (the ordering
+# search calls hypothesis's `find`, not its pytest integration). Loading them costs about 3 s
+# of the 4 s a pytest session takes to start here (hypothesis's terminal summary alone imports
+# all of hypothesis), and these tests start about a hundred sessions.
+UNUSED_PLUGINS = ("hypothesispytest", "hydra_pytest", "benchmark", "kgb", "anyio")
 
 
 @pytest.fixture(autouse=True)
@@ -108,10 +115,13 @@ def _sessions_started_here_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch
     test starts (pytester, subprocess) worker gwK of an N-worker run, which with one device is a
     usage error ("more workers than devices"); and the project's `-n auto` would give each such
     session workers of its own (one per CPU, under a test that already has one). A test that
-    wants either sets it itself (`-n 2`)."""
+    wants either sets it itself (`-n 2`). Those sessions also leave out the environment's
+    UNUSED_PLUGINS."""
     for name in XDIST_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "0")
+    blocked = " ".join(f"-p no:{name}" for name in UNUSED_PLUGINS)
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip())
 
 
 @pytest.fixture
