@@ -3,7 +3,8 @@
 The cache key covers everything that changes the output: the model's source, the SoC, the
 precision, the QNN compile options, the ExecuTorch version, the QNN library version and the
 compile worker's own source; a second run with the same key compiles nothing. Compilation runs
-in a child process with the QNN environment (see harness.qnn.sdk).
+in a child process with the QNN environment (see harness.qnn.sdk), forked from a server that
+has the lowering stack imported (harness/programs/compile_server.py).
 """
 
 from __future__ import annotations
@@ -179,22 +180,20 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
         own = current().python_path
         env["PYTHONPATH"] = os.pathsep.join(p for p in (
             str(PACKAGE_PARENT), str(own) if own else "", env.get("PYTHONPATH", "")) if p)
-        cmd = [sys.executable, "-m", "harness.programs.compile_worker", str(spec.path), soc, precision, str(tmp_dir)]
+        argv = [str(spec.path), soc, precision, str(tmp_dir)]
         if options:
-            cmd.append(json.dumps(options, sort_keys=True))
-        try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-        except subprocess.TimeoutExpired as exc:
+            argv.append(json.dumps(options, sort_keys=True))
+        returncode, log = _run_worker(argv, env, out_dir.with_suffix(".log"))
+        if returncode is None:
             raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} timed out after "
-                             f"{COMPILE_TIMEOUT_S} s") from exc
-        log = proc.stdout + proc.stderr
+                             f"{COMPILE_TIMEOUT_S} s")
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
             (log_dir / f"compile-{spec.name}-{soc}-{precision}{tag}.log").write_text(log)
-        if proc.returncode != 0 or not (tmp_dir / "meta.json").exists():
+        if returncode != 0 or not (tmp_dir / "meta.json").exists():
             tail = "\n".join(log.strip().splitlines()[-25:])
             raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} failed "
-                             f"(exit {proc.returncode}):\n{tail}")
+                             f"(exit {returncode}):\n{tail}")
         meta_path = tmp_dir / "meta.json"
         meta = json.loads(meta_path.read_text())
         meta["pte_sha256"] = file_sha256(tmp_dir / "model.pte")
@@ -204,6 +203,29 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
             shutil.rmtree(out_dir)
         tmp_dir.rename(out_dir)
     return CompiledModel.load(out_dir)
+
+
+def _run_worker(argv: list[str], env: dict[str, str], log_path: Path) -> tuple[int | None, str]:
+    """compile_worker with `argv` in this environment's compile fork server
+    (harness/programs/compile_server.py), else in a new process: (exit code or None on a
+    timeout, its output)."""
+    from harness.programs.compile_server import compile_in_server
+
+    try:
+        code = compile_in_server(env, argv, log_path, COMPILE_TIMEOUT_S)
+    except TimeoutError:
+        return None, ""
+    if code is not None:
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
+        log_path.unlink(missing_ok=True)
+        return code, log
+    cmd = [sys.executable, "-m", "harness.programs.compile_worker", *argv]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                              timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, ""
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 def _warn(message: str) -> None:

@@ -45,6 +45,7 @@ FILE_KIND = {
     "test_arm64_build.py": "compiler",
     "test_protocol_conformance.py": "compiler",  # and the executorch pybindings
     "test_compile_options.py": "simulator",
+    "test_compile_server.py": "simulator",  # the lowering stack (torch, ExecuTorch, QNN)
     "test_error_paths.py": "simulator",
     "test_plugin.py": "simulator",
     "test_program.py": "simulator",

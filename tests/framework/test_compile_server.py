@@ -1,0 +1,66 @@
+"""Compiles forked from a server that has the lowering stack imported
+(harness/programs/compile_server.py) give what a new `compile_worker` process gives: the same
+reference tensors and program layout, the same failure with the model's own words; and a
+compile that fails or exits never takes the server down for the next one."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ModelError
+from harness.programs.compile import compile_model
+from harness.programs.models import get_model
+from harness.qnn.sdk import discover
+
+BROKEN = '''NAME = "broken"
+BACKEND = "qnn"
+PRECISIONS = ("fp16",)
+TOLERANCE = {}
+
+
+def build():
+    raise RuntimeError("this model cannot be built: weights file missing")
+'''
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize("server", ["1", "0"])
+def test_a_model_that_fails_to_build_is_a_model_error_in_its_own_words(
+        server, cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXECUTORCH_HIL_COMPILE_SERVER", server)
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "broken.py").write_text(BROKEN)
+    spec = get_model("broken", models)
+    for _ in range(2):  # the server survives a failed compile and serves the next
+        with pytest.raises(ModelError) as err:
+            compile_model(spec, "SM8650", "fp16", discover())
+        assert "compiling broken for SM8650 fp16 failed (exit 1)" in str(err.value)
+        assert "weights file missing" in str(err.value)
+
+
+def test_a_forked_compile_gives_what_a_new_process_gives(tmp_path, monkeypatch):
+    sdk, spec, built = discover(), get_model("linear_relu"), {}
+    for server in ("0", "1"):
+        monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path / server))
+        monkeypatch.setenv("EXECUTORCH_HIL_COMPILE_SERVER", server)
+        built[server] = compile_model(spec, "SM8650", "fp16", sdk)
+    fresh, forked = (Path(built[s].pte).parent for s in ("0", "1"))
+    refs = sorted(p.name for p in (fresh / "ref").iterdir())
+    assert refs and refs == sorted(p.name for p in (forked / "ref").iterdir())
+    match, mismatch, errors = filecmp.cmpfiles(fresh / "ref", forked / "ref", refs, shallow=False)
+    assert not mismatch and not errors, (mismatch, errors)
+    meta = [json.loads((d / "meta.json").read_text()) for d in (fresh, forked)]
+    for m in meta:
+        m.pop("pte_sha256")  # QNN's context binary carries a few bytes that differ per build
+    assert meta[0] == meta[1]
+    assert (fresh / "model.pte").stat().st_size == (forked / "model.pte").stat().st_size
