@@ -57,7 +57,7 @@ def test_a_forked_compile_gives_what_a_new_process_gives(tmp_path, monkeypatch):
     fresh, forked = (Path(built[s].pte).parent for s in ("0", "1"))
     refs = sorted(p.name for p in (fresh / "ref").iterdir())
     assert refs and refs == sorted(p.name for p in (forked / "ref").iterdir())
-    match, mismatch, errors = filecmp.cmpfiles(fresh / "ref", forked / "ref", refs, shallow=False)
+    _same, mismatch, errors = filecmp.cmpfiles(fresh / "ref", forked / "ref", refs, shallow=False)
     assert not mismatch and not errors, (mismatch, errors)
     meta = [json.loads((d / "meta.json").read_text()) for d in (fresh, forked)]
     for m in meta:
