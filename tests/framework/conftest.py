@@ -76,6 +76,19 @@ FILE_KIND = {
 
 # Files of another kind that start or list devices on the host's adb server as well.
 ADB_FILES = {"test_arm64_build.py"}
+# Rough seconds the slowest files take on the reference 2-core host with an empty cache (from
+# `--durations=0`), as a hil_cost on their first test: under xdist the costliest groups start
+# first (harness/xdist_order.py), so none of these starts last and runs alone.
+FILE_COST = {
+    "test_isolation_parity.py": 320, "test_program.py": 120, "test_user_program.py": 100,
+    "test_replay_export.py": 65, "test_wheel.py": 64, "test_protocol_conformance.py": 55,
+    "test_executorch_prefix.py": 50, "test_native_build.py": 50, "test_sessions.py": 40,
+    "test_plugin.py": 35, "test_dtypes.py": 30, "test_report.py": 25,
+    # the adb-server group
+    "test_arm64_build.py": 60, "test_adb_device.py": 48, "test_adb_fork.py": 33,
+    "test_ssh_device.py": 32, "test_adb_robustness.py": 29, "test_lease.py": 27,
+    "test_farm.py": 23, "test_workspace.py": 12,
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -86,10 +99,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
+    costed: set[str] = set()
     for item in items:
         path = Path(item.path)
         if path.parent != here:
             continue
+        if path.name in FILE_COST and path.name not in costed:
+            costed.add(path.name)
+            item.add_marker(pytest.mark.hil_cost(FILE_COST[path.name]))
         kind = FILE_KIND.get(path.name)
         if kind is None:
             raise pytest.UsageError(f"{path}: add it to FILE_KIND in {__file__} "
