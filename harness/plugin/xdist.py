@@ -21,6 +21,8 @@ def pytest_configure(config: pytest.Config) -> None:
                             "takes on the reference 2-core host on the simulator (and on an adb "
                             "device, where it differs; unmarked: short); orders a pytest-xdist run "
                             "so each worker's share costs about the same (harness/xdist_order.py)")
+    config.addinivalue_line("markers", f"slow: a test that takes {SLOW_S:.0f} s or more (a "
+                            "hil_cost that high marks it too); `-m 'not slow'` is the inner loop")
     opts = config.stash[SESSION].options
     workers = xdist_workers(config, opts)
     if workers > 1:
@@ -32,6 +34,18 @@ def pytest_configure(config: pytest.Config) -> None:
             config.option.loadscopereorder = False
         config.pluginmanager.register(_XdistBalance(workers, kind, loadgroup),
                                       "hil-xdist-balance")
+
+
+SLOW_S = 5.0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test whose own hil_cost (on the simulator) is SLOW_S or more is `slow` as well."""
+    for item in items:
+        marker = item.get_closest_marker("hil_cost")
+        if marker and marker.args and float(marker.args[0]) >= SLOW_S:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

@@ -89,6 +89,9 @@ FILE_COST = {
     "test_ssh_device.py": 32, "test_adb_robustness.py": 29, "test_lease.py": 27,
     "test_farm.py": 23, "test_workspace.py": 12,
 }
+# Files that cost this much are `slow` as a whole (their module fixtures are the cost): with
+# the HIL explorers (hil_cost >= 5 s), what `python -m pytest -m "not slow"` leaves out.
+SLOW_FILE_S = 50
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -107,6 +110,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if path.name in FILE_COST and path.name not in costed:
             costed.add(path.name)
             item.add_marker(pytest.mark.hil_cost(FILE_COST[path.name]))
+        if FILE_COST.get(path.name, 0) >= SLOW_FILE_S:
+            item.add_marker(pytest.mark.slow)
         kind = FILE_KIND.get(path.name)
         if kind is None:
             raise pytest.UsageError(f"{path}: add it to FILE_KIND in {__file__} "
