@@ -67,10 +67,36 @@ def uses_qnn(backend: str) -> bool:
     return "qnn" in backend.split("+")
 
 
+EAGER_REFERENCE = "eager PyTorch on CPU"
+
+
 @dataclasses.dataclass(frozen=True)
 class MethodReference:
+    """A method's fixed inputs and what its executes on them must give.
+
+    A stateful method (one that mutates buffers) has a `sequence`: the expected outputs of its
+    1st, 2nd, ... execute since a Module loaded it, carrying the state; `expected` is the
+    first. A stateless method's every execute must give `expected`."""
+
     inputs: tuple[TensorFile, ...]
     expected: tuple[TensorFile, ...]
+    sequence: tuple[tuple[TensorFile, ...], ...] = ()
+    mutable_buffers: tuple[str, ...] = ()
+
+    @property
+    def stateful(self) -> bool:
+        """Whether its executes carry state, so the n-th must be judged as the n-th."""
+        return bool(self.mutable_buffers or self.sequence)
+
+    def expected_at(self, ordinal: int) -> tuple[TensorFile, ...]:
+        """The expected outputs of the `ordinal`-th execute (1-based) since the method was
+        loaded; beyond a stateful reference's length a ModelError (the reference cannot say)."""
+        if not self.sequence:
+            return self.expected
+        if not 1 <= ordinal <= len(self.sequence):
+            raise ModelError(f"the stateful reference covers executes 1..{len(self.sequence)} of "
+                             f"a method since its load, not execute {ordinal}")
+        return self.sequence[ordinal - 1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,14 +116,24 @@ class CompiledModel:
     # Read back from the serialized program: per QNN delegate, its method, use_multi_contexts
     # and max_sf_buf_size (what the runtime sees). Empty for XNNPACK models.
     qnn_delegates: tuple = ()
+    # What the expected outputs are: EAGER_REFERENCE for registry models, "the solo run" or
+    # an ETRecord for a user's program. Failure messages name it.
+    reference: str = EAGER_REFERENCE
+
+    @property
+    def stateful(self) -> bool:
+        return any(ref.stateful for ref in self.methods.values())
 
     @classmethod
     def load(cls, directory: Path) -> CompiledModel:
         meta = json.loads((directory / "meta.json").read_text())
+        def tensors(items: list) -> tuple[TensorFile, ...]:
+            return tuple(TensorFile.from_json(t, directory) for t in items)
+
         methods = {
-            name: MethodReference(
-                tuple(TensorFile.from_json(t, directory) for t in ref["inputs"]),
-                tuple(TensorFile.from_json(t, directory) for t in ref["expected"]))
+            name: MethodReference(tensors(ref["inputs"]), tensors(ref["expected"]),
+                                  tuple(tensors(s) for s in ref.get("sequence", ())),
+                                  tuple(ref.get("mutable_buffers", ())))
             for name, ref in meta["methods"].items()
         }
         return cls(meta["name"], meta["backend"], meta["soc"], meta["precision"],
@@ -110,6 +146,7 @@ class CompiledModel:
         out = [self.pte]
         for ref in self.methods.values():
             out += [t.file for t in (*ref.inputs, *ref.expected)]
+            out += [t.file for outputs in ref.sequence[1:] for t in outputs]
         return out
 
 

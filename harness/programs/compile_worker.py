@@ -12,10 +12,16 @@ size into every QNN delegate's compile spec and prints it as "spill-fill buffer 
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import sys
 from pathlib import Path
+
+STATE_EXECUTES = 8
+"""How many executes of one method, from a fresh Module, a stateful program's reference covers:
+the expected outputs of the 1st, 2nd, ... execute since the method was loaded (eager PyTorch
+carrying the buffers' state through the same sequence of executes on the same inputs)."""
 
 
 def load_model_module(path: Path):
@@ -38,8 +44,30 @@ def _quantize(module, inputs):
     return convert_pt2e(prepared)
 
 
+def mutable_buffers(module, inputs) -> list[str]:
+    """The buffers a method mutates (torch.export's graph signature): a stateful method."""
+    import torch
+
+    # The export keeps in-place ops; its functional form names the mutated buffers.
+    exported = torch.export.export(copy.deepcopy(module), inputs, strict=True).run_decompositions({})
+    return sorted(set(exported.graph_signature.buffers_to_mutate.values()))
+
+
+def backend_config(buffers: list[str]):
+    """The ExecuTorch emit config that serializes the initial value of `buffers`. Without it
+    ExecuTorch gives a mutated buffer "a meaningless initial state, only the shape and dtype
+    will be serialized" (the emitter's words), so eager PyTorch would not be the program's
+    meaning; with it the program starts from the module's initial values."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    if not buffers:
+        return None
+    return ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(sorted(set(buffers)))])
+
+
 def lower_qnn(methods: dict, soc: str, precision: str, options: dict | None = None,
-              facts: dict | None = None) -> bytes:
+              facts: dict | None = None, buffers: tuple[str, ...] = ()) -> bytes:
     """Lower to QNN; `facts` (if given) receives what the build learned (spill-fill size)."""
     from executorch.backends.qualcomm.utils.utils import (
         generate_htp_compiler_spec,
@@ -77,7 +105,7 @@ def lower_qnn(methods: dict, soc: str, precision: str, options: dict | None = No
         print(f"spill-fill buffer size: {size} bytes (methods {', '.join(methods)})", flush=True)
         if facts is not None:
             facts["spill_fill_bytes"] = size
-    return edge.to_executorch().buffer
+    return edge.to_executorch(backend_config(list(buffers))).buffer
 
 
 def qnn_delegate_specs(buffer: bytes) -> list[dict]:
@@ -123,14 +151,14 @@ def lower_mixed(methods: dict, soc: str, precision: str, skip_ops: tuple[str, ..
     return edge.to_executorch().buffer
 
 
-def lower_xnnpack(methods: dict) -> bytes:
+def lower_xnnpack(methods: dict, buffers: tuple[str, ...] = ()) -> bytes:
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     programs = {name: torch.export.export(m, x, strict=True) for name, (m, x) in methods.items()}
     edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
-    return edge.to_executorch().buffer
+    return edge.to_executorch(backend_config(list(buffers))).buffer
 
 
 def main(argv: list[str]) -> int:
@@ -143,11 +171,15 @@ def main(argv: list[str]) -> int:
 
     model = load_model_module(model_path)
     methods = model.build()
+    # Fresh copies before lowering touches anything: the reference starts from the initial state.
+    eager = {name: (copy.deepcopy(m), x) for name, (m, x) in methods.items()}
+    mutated = {name: mutable_buffers(m, x) for name, (m, x) in eager.items()}
+    buffers = tuple(b for names in mutated.values() for b in names)
     if model.BACKEND == "qnn":
-        buffer = lower_qnn(methods, soc, precision, options, facts)
+        buffer = lower_qnn(methods, soc, precision, options, facts, buffers)
         facts["qnn_delegates"] = qnn_delegate_specs(buffer)
     elif model.BACKEND == "xnnpack":
-        buffer = lower_xnnpack(methods)
+        buffer = lower_xnnpack(methods, buffers)
     elif model.BACKEND == "qnn+xnnpack":
         buffer = lower_mixed(methods, soc, precision, tuple(getattr(model, "QNN_SKIP_OPS", ())))
         facts["qnn_delegates"] = qnn_delegate_specs(buffer)
@@ -157,15 +189,23 @@ def main(argv: list[str]) -> int:
     (out_dir / "model.pte").write_bytes(buffer)
     reference: dict[str, dict] = {}
     with torch.no_grad():
-        for name, (module, inputs) in methods.items():
-            outputs = module(*inputs)
-            outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        for name, (module, inputs) in eager.items():
+            runs = STATE_EXECUTES if mutated[name] else 1
+            sequence = []
+            for n in range(runs):
+                outputs = module(*inputs)
+                outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+                tag = "" if n == 0 else f"_s{n}"
+                sequence.append([save_tensor(t, out_dir / "ref" / f"{name}{tag}_out{i}.bin")
+                                 .to_json(out_dir) for i, t in enumerate(outputs)])
             reference[name] = {
                 "inputs": [save_tensor(t, out_dir / "ref" / f"{name}_in{i}.bin").to_json(out_dir)
                            for i, t in enumerate(inputs)],
-                "expected": [save_tensor(t, out_dir / "ref" / f"{name}_out{i}.bin").to_json(out_dir)
-                             for i, t in enumerate(outputs)],
+                "expected": sequence[0],
             }
+            if mutated[name]:
+                reference[name]["mutable_buffers"] = mutated[name]
+                reference[name]["sequence"] = sequence
     atol, rtol = model.TOLERANCE.get(precision, (1e-3, 1e-3))
     meta = {"name": model.NAME, "backend": model.BACKEND, "soc": soc, "precision": precision,
             "methods": reference, "atol": atol, "rtol": rtol, "pte_bytes": len(buffer)}

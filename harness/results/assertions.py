@@ -71,8 +71,10 @@ def assert_steps_ok(result: ScenarioResult) -> None:
         failures = [f for f in run_failures(result) if f.step == index]
         failure = failures[0] if failures else Failure("error", step.describe(),
                                                         result.scenario.name, index)
+        judged = (f"{failure.message.splitlines()[0]}\n"
+                  if failure.kind == "mismatch" and failure.message else "")
         raise HilFailure(
-            f"scenario {result.scenario.name}: step {index} {step.describe()}\n"
+            f"scenario {result.scenario.name}: step {index} {step.describe()}\n{judged}"
             f"runtime log:\n{runtime_log(result)}\nall steps:\n{result.summary()}", failure)
 
 
@@ -100,6 +102,70 @@ def assert_outputs_consistent(result: ScenarioResult) -> None:
         first = differing[0]
         raise HilFailure(f"scenario {result.scenario.name}: step {first.step} {first.where} "
                          f"gave different outputs: {first.message.splitlines()[0]}", first)
+
+
+def state_divergences(result: ScenarioResult) -> list[str]:
+    """Where two modules of one program disagree on the same-numbered execute of a stateful
+    method since each loaded it (same inputs, same initial state, so the same outputs), as
+    sentences with the values when the runner reported them. Independent of any reference: it
+    sees modules that share or leak state even when every output is wrong."""
+    import base64
+
+    import numpy as np
+
+    from harness.protocol.tensors import numpy_dtype
+
+    first: dict[tuple[str, str, int], tuple[str, int, list[Any]]] = {}
+    out: list[str] = []
+    for i, (s, ordinals) in enumerate(zip(result.steps, result.scenario.ordinals())):
+        if s.event is None:
+            continue
+        subs = [(s.step, s.event, ordinals[0])] if s.step.op == "execute" else [
+            (sub, ev, nth) for sub, ev, nth in zip(s.step.substeps, s.event.get("substeps") or [],
+                                                   ordinals) if sub.op == "execute"]
+        for sub, ev, nth in subs:
+            model = result.scenario.models.get(sub.module or "")
+            ref = model.methods.get(sub.method or "") if model is not None else None
+            if ref is None or not ref.stateful or ev.get("status") not in ("ok", "mismatch"):
+                continue
+            key = (str(model.pte), sub.method or "", nth or 0)  # type: ignore[union-attr]
+            outputs = ev.get("outputs") or []
+            if key not in first:
+                first[key] = (sub.module or "", i, outputs)
+                continue
+            other, j, before = first[key]
+            if [o.get("sha256") for o in before] == [o.get("sha256") for o in outputs]:
+                continue
+
+            def shown(items: list[Any]) -> str:
+                if not items or "data" not in items[0]:
+                    return f"sha256 {str(items[0].get('sha256'))[:12]}" if items else "nothing"
+                values = np.frombuffer(base64.b64decode(items[0]["data"]),
+                                       dtype=numpy_dtype(items[0]["dtype"]))
+                return np.array2string(values[:6], precision=4)
+
+            if other == sub.module:
+                why = (f"module {other} did not start from the same state after it was "
+                       "loaded again")
+            else:
+                why = (f"modules {other} and {sub.module} do not each start from the program's "
+                       "initial state and keep their own")
+            out.append(f"step {i} {sub.describe()}: module {sub.module}'s execute {nth} of "
+                       f"{sub.method} gave {shown(outputs)}, module {other}'s execute {nth} "
+                       f"(step {j}) gave {shown(before)}: {why}")
+    return out
+
+
+@_check("separate states")
+def assert_separate_states(result: ScenarioResult) -> None:
+    """Every module of a stateful program goes through the same states: the n-th execute of a
+    method since a module loaded it gives what the n-th of any other module of the program
+    gave (`state_divergences`)."""
+    assert_completed(result)
+    found = state_divergences(result)
+    if found:
+        raise check_failed(result, f"scenario {result.scenario.name}: " + "\n".join(found) +
+                           f"\nall steps:\n{result.summary()}", "\n".join(found))
 
 
 def context_owners(result: ScenarioResult) -> dict[str, str]:

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any, Literal, get_args
 
+from harness.errors import HarnessError
 from harness.results.run import ScenarioResult, StepResult, log_tail
 from harness.scenario import Step
 
@@ -67,6 +68,7 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
     same method on the same inputs, and how the run ended if it did not finish."""
     name = result.scenario.name
     out: list[Failure] = []
+    ordinals = result.scenario.ordinals()
     for i, s in enumerate(result.steps):
         if s.event is None:
             continue
@@ -76,7 +78,7 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
             out.append(Failure("error", _step_words(result, i, message), name, i, s.step.describe()))
         elif status == "mismatch":
             head = (f"outputs differ from the reference beyond tolerance (max abs diff "
-                    f"{s.event.get('max_abs_diff')})")
+                    f"{s.event.get('max_abs_diff')}); {mismatch_detail(result, i, ordinals[i])}")
             out.append(Failure("mismatch", _step_words(result, i, head), name, i, s.step.describe()))
         elif status not in ("ok", "error"):
             out.append(Failure("error", _step_words(result, i, f"status {status}"), name, i,
@@ -100,37 +102,99 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
     return out
 
 
+def reference_words(result: ScenarioResult, step: Step, ordinal: int | None) -> str:
+    """Which reference an execute was judged against, in words for a failure message."""
+    model = result.scenario.models.get(step.module or "")
+    if model is None:
+        return "reference: unknown"
+    ref = model.methods.get(step.method or "")
+    if ref is not None and ref.stateful:
+        return (f"reference: {model.reference}, carrying the state: execute {ordinal} of "
+                f"{step.method} since module {step.module} loaded it")
+    return f"reference: {model.reference}"
+
+
+def mismatch_detail(result: ScenarioResult, index: int, ordinals: tuple[int | None, ...]) -> str:
+    """The reference used and, where the runner reported the outputs' bytes, the values."""
+    s = result.steps[index]
+    parts = []
+    for k, sub, ev in _executes(s):
+        if ev.get("status") != "mismatch":
+            continue
+        nth = ordinals[k] if k < len(ordinals) else None
+        words = reference_words(result, sub, nth)
+        values = _values(result, sub, nth, ev)
+        parts.append(words + (f"; {values}" if values else ""))
+    return "; ".join(parts) or reference_words(result, s.step, ordinals[0] if ordinals else None)
+
+
+def _values(result: ScenarioResult, step: Step, ordinal: int | None, event: dict[str, Any],
+            shown: int = 6) -> str:
+    """"output 0 got [..] expected [..]" for the first differing output whose bytes the runner
+    reported (`emit_outputs`); "" when it did not."""
+    import base64
+
+    import numpy as np
+
+    from harness.protocol.tensors import numpy_dtype
+
+    try:
+        expected = result.scenario.expected_for(step, ordinal)
+    except HarnessError:
+        return ""
+    for j, (out, ref) in enumerate(zip(event.get("outputs") or [], expected)):
+        if "data" not in out or out.get("dtype") != ref.dtype:
+            continue
+        try:
+            got = np.frombuffer(base64.b64decode(out["data"]), dtype=numpy_dtype(out["dtype"]))
+            want = np.fromfile(ref.file, dtype=numpy_dtype(ref.dtype))
+        except (OSError, ValueError, TypeError):
+            continue
+        if got.shape != want.shape or np.array_equal(got, want):
+            continue
+        return (f"output {j} got {np.array2string(got[:shown], precision=4)}, expected "
+                f"{np.array2string(want[:shown], precision=4)} (first {min(shown, got.size)} of "
+                f"{got.size})")
+    return ""
+
+
 def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
     """Ok executes whose outputs differ from the first ok execute of the same program's method
-    (same inputs: the scenario's reference inputs), in step order."""
+    (same inputs: the scenario's reference inputs), in step order. A stateful method's executes
+    are held to the same-numbered execute since the load (its state differs between them)."""
     out: list[Failure] = []
-    first: dict[tuple[str, str], tuple[int, list[Any]]] = {}
+    first: dict[tuple[str, str, int], tuple[int, list[Any]]] = {}
+    ordinals = result.scenario.ordinals()
     for i, s in enumerate(result.steps):
         if s.event is None:
             continue
-        for sub, ev in _executes(s):
+        for k, sub, ev in _executes(s):
             model = result.scenario.models.get(sub.module or "")
             if model is None or ev.get("status") != "ok":
                 continue
-            key = (str(model.pte), sub.method or "")
+            ref = model.methods.get(sub.method or "")
+            nth = (ordinals[i][k] or 0) if ref is not None and ref.stateful else 0
+            key = (str(model.pte), sub.method or "", nth)
             digests = [o.get("sha256") for o in ev.get("outputs") or []]
             if key in first and first[key][1] != digests:
                 head = (f"outputs differ from step {first[key][0]}'s execute of the same "
-                        "program's method on the same inputs")
+                        "program's method on the same inputs"
+                        + (f" (both execute {nth} since their module loaded it)" if nth else ""))
                 out.append(Failure("mismatch", _step_words(result, i, head), result.scenario.name,
                                    i, sub.describe()))
             first.setdefault(key, (i, digests))
     return out
 
 
-def _executes(step_result: StepResult) -> Iterator[tuple[Step, dict[str, Any]]]:
-    """(step, its event) of every execute in a reported step, its sub-steps' too."""
+def _executes(step_result: StepResult) -> Iterator[tuple[int, Step, dict[str, Any]]]:
+    """(index among the step's flat sub-steps, step, its event) of every execute in a
+    reported step, its sub-steps' too."""
     event = step_result.event or {}
     if step_result.step.op == "execute":
-        yield step_result.step, event
-    for sub, ev in zip(step_result.step.substeps, event.get("substeps") or []):
+        yield 0, step_result.step, event
+    for k, (sub, ev) in enumerate(zip(step_result.step.substeps, event.get("substeps") or [])):
         if sub.op == "execute":
-            yield sub, ev
+            yield k, sub, ev
 
 
 def failure_of(exc: BaseException) -> Failure:

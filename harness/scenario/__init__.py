@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
 from harness.protocol.tensors import TensorFile
 from harness.protocol import (MAX_PARALLEL, OPS, PARALLEL_OPS, SCENARIO_VERSION, ScenarioError,
@@ -208,24 +209,43 @@ class Scenario:
                 seen.setdefault(path, None)
         return list(seen)
 
+    def ordinals(self) -> list[tuple[int | None, ...]]:
+        """Per step, per flat sub-step, which execute of its method since the module loaded
+        it (1-based) an execute is; None for any other op. A stateful method's reference
+        depends on it (`MethodReference.expected_at`)."""
+        return execute_ordinals(self.steps)
+
+    def expected_for(self, step: Step, ordinal: int | None) -> tuple[TensorFile, ...]:
+        """What the runner compares `step` (an execute) with: the method's reference for its
+        `ordinal`-th execute."""
+        assert step.module is not None and step.method is not None
+        ref = self.models[step.module].methods[step.method]
+        try:
+            return ref.expected_at(ordinal or 1)
+        except ModelError as exc:
+            raise ScenarioError(f"scenario {self.name}: {step.describe()}: {exc}") from None
+
     def to_json(self, place: Callable[[Path], str] = str) -> dict[str, Any]:
         """The runner's scenario document; `place` maps a host file to the runner's path.
         Validated against the protocol (ScenarioError), so a runner never refuses what the
         builder wrote."""
-        steps = [self._step_json(step, place) for step in self.steps]
+        steps = [self._step_json(step, place, nth)
+                 for step, nth in zip(self.steps, self.ordinals())]
         doc = {"version": SCENARIO_VERSION, "name": self.name,
                "watch_mappings": list(self.watch_mappings), "steps": steps}
         validate_scenario(doc)
         return doc
 
-    def _step_json(self, step: Step, place: Callable[[Path], str]) -> dict[str, Any]:
+    def _step_json(self, step: Step, place: Callable[[Path], str],
+                   ordinals: tuple[int | None, ...] = (None,)) -> dict[str, Any]:
         doc: dict[str, Any] = {"op": step.op}
         if step.module:
             doc["module"] = step.module
         if step.method:
             doc["method"] = step.method
         if step.op == "parallel":
-            doc["steps"] = [self._step_json(sub, place) for sub in step.substeps]
+            doc["steps"] = [self._step_json(sub, place, (nth,))
+                            for sub, nth in zip(step.substeps, ordinals)]
             doc.update({k: v for k, v in step.args.items() if k != "steps"})
             return doc
         doc.update(step.args)
@@ -237,13 +257,37 @@ class Scenario:
             model = self.models[step.module]
             ref = model.methods[step.method]
             doc["inputs"] = [_tensor(t, place) for t in ref.inputs]
-            doc["expected"] = [_tensor(t, place) for t in ref.expected]
+            doc["expected"] = [_tensor(t, place) for t in self.expected_for(step, ordinals[0])]
             doc["atol"], doc["rtol"] = model.atol, model.rtol
         return doc
 
     def write(self, path: Path, place: Callable[[Path], str] = str) -> Path:
         path.write_text(json.dumps(self.to_json(place)))  # one line: the C encoder is fast
         return path
+
+
+def execute_ordinals(steps: list[Step]) -> list[tuple[int | None, ...]]:
+    """Per step, per flat sub-step: the ordinal of an execute among its method's executes
+    since the module loaded it, else None. A Module's method state starts at its load: a new
+    `load_module`, a `destroy_module` or an `unload_method` starts the count again (each
+    ExecuTorch Method holds its own mutable buffers, initialised when it is loaded)."""
+    counts: dict[tuple[str, str], int] = {}
+    out: list[tuple[int | None, ...]] = []
+    for step in steps:
+        row: list[int | None] = []
+        for sub in step.flat:
+            module, method = sub.module or "", sub.method or ""
+            nth: int | None = None
+            if sub.op in ("load_module", "destroy_module"):
+                for key in [k for k in counts if k[0] == module]:
+                    del counts[key]
+            elif sub.op == "unload_method":
+                counts.pop((module, method), None)
+            elif sub.op == "execute":
+                nth = counts[(module, method)] = counts.get((module, method), 0) + 1
+            row.append(nth)
+        out.append(tuple(row))
+    return out
 
 
 def _tensor(tensor: TensorFile, place: Callable[[Path], str]) -> dict[str, Any]:
