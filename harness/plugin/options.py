@@ -85,6 +85,12 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--pte", action="append", default=[], metavar="PATH",
                     help="run the HIL suites on this program instead of the built-in models "
                          "(repeatable; also the ini option hil_pte)")
+    group.addoption("--etrecord", action="append", default=[], metavar="[PTE=]FILE",
+                    help="the ETRecord of a --pte program (upstream devtools' format), whose "
+                         "edge program run on CPU is the reference its outputs are judged "
+                         "against, state carried; FILE alone with one --pte, PTE=FILE with "
+                         "several (repeatable). Without it NAME.etrecord beside NAME.pte is "
+                         "used when it exists, else the program's own solo run")
     group.addoption("--models-dir", action="append", default=[], metavar="DIR",
                     help="a directory of model files (NAME, BACKEND, PRECISIONS, TOLERANCE, "
                          "build()) that compiled_model(name) also finds (repeatable; also the "
@@ -181,10 +187,11 @@ def options_from_config(config: pytest.Config) -> Options:
     sid = session_id(config)
     ptes = [_resolved(p) for p in config.getoption("pte")] or \
         [_resolved(p) for p in config.getini("hil_pte")]
+    etrecords = _etrecords(config.getoption("etrecord"), ptes)
     models_dirs = [_resolved(p) for p in config.getoption("models_dir")] + \
         [_resolved(p) for p in config.getini("hil_models_dirs")]
     return Options(
-        ptes=ptes, models_dirs=models_dirs,
+        ptes=ptes, etrecords=etrecords, models_dirs=models_dirs,
         devices=devices, simulator=config.getoption("simulator"),
         soc=config.getoption("soc"), device_config=config.getoption("device_config"),
         artifacts_dir=(Path(config.getoption("artifacts_dir")) / sid).resolve(),
@@ -287,3 +294,29 @@ def xdist_workers(config: pytest.Config, opts: Options) -> int:
         times, star, _ = str(spec).partition("*")
         count += int(times) if star and times.isdigit() else 1
     return count
+
+
+def _etrecords(values: list[str], ptes: list[Path]) -> dict[Path, Path]:
+    """--etrecord values as {program: record}: `FILE` with exactly one --pte, else
+    `PTE=FILE` naming one of the --pte programs. Bad input is a HarnessError that says what to
+    write instead."""
+    out: dict[Path, Path] = {}
+    for value in values:
+        pte_text, sep, record_text = value.rpartition("=")
+        if not sep:
+            if len(ptes) != 1:
+                raise HarnessError(f"--etrecord {value}: with {len(ptes)} --pte programs say "
+                                   "which one it belongs to: --etrecord PROGRAM.pte=FILE")
+            pte = ptes[0]
+        else:
+            pte = _resolved(pte_text)
+            if pte not in ptes:
+                raise HarnessError(f"--etrecord {value}: {pte} is not one of the --pte "
+                                   f"programs ({', '.join(map(str, ptes)) or 'none given'})")
+        record = _resolved(record_text)
+        if not record.is_file():
+            raise HarnessError(f"--etrecord {value}: {record}: no such file")
+        if pte in out:
+            raise HarnessError(f"--etrecord: two ETRecords for {pte}: {out[pte]} and {record}")
+        out[pte] = record
+    return out

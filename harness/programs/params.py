@@ -25,6 +25,7 @@ NEEDS = {
     "two_methods": "two methods with QNN delegates (sharing one context)",
     "multi_context": "a build with use_multi_contexts",
     "spill_fill": "a nonzero spill-fill buffer size in its QNN delegates",
+    "xnnpack": "XNNPACK delegates and no QNN delegate (a control where QNN holds no state)",
     "stateful": "a method that mutates buffers, with a reference that carries its state",
 }
 
@@ -79,9 +80,11 @@ def unmet_needs(model: CompiledModel, needs: tuple[str, ...]) -> str:
             "multi_context": (bool(model.options.get("multi_contexts")),
                               "not built with use_multi_contexts"),
             "spill_fill": (bool(model.spill_fill_bytes), "no spill-fill size in its delegates"),
+            "xnnpack": ("xnnpack" in model.backend.split("+") and not uses_qnn(model.backend),
+                        f"its backend: {model.backend}"),
             "stateful": (any(r.sequence for r in model.methods.values()),
-                         "no mutable buffer with a stateful reference (a --pte program needs "
-                         "its ETRecord: NAME.etrecord beside it, or --etrecord)")}
+                         "no method mutates a buffer (`python -m harness inspect` lists a "
+                         "program's mutable buffers)")}
     missing = [f"{NEEDS[n]} ({have[n][1]})" for n in needs if not have[n][0]]
     if not missing:
         return ""

@@ -23,6 +23,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -41,7 +42,7 @@ FILE_IDENTIFIER = b"ET12"
 EXTENDED_HEADER_MAGIC = b"eh00"
 MIN_PROGRAM_BYTES = 8  # root table offset + file identifier
 # Version of the JSON written by to_json(); cached answers of another version are re-read.
-JSON_FORMAT = 3
+JSON_FORMAT = 4
 CHILD_TIMEOUT_S = 300
 CHILD_ERROR_EXIT = 3
 
@@ -95,6 +96,41 @@ class QnnDelegate:
 
 
 @dataclasses.dataclass(frozen=True)
+class MutableBuffer:
+    """A buffer a method mutates: its state lives across executes of one Module.
+
+    `holder` is who keeps its storage: "runtime" (the ExecuTorch method's planned memory, the
+    update copied back by an `aten::copy_` the program carries) or a backend id (the delegate
+    owns it: a QNN mutable buffer lowered with `skip_mutable_buffer=False`). `initialized` says
+    whether the program carries its initial value (InitializedMutableBufferPass); None when
+    the holder's format does not tell (inside a delegate)."""
+
+    method: str
+    name: str  # the lowered placeholder's name in a delegate ("b_k_cache"), else "value N"
+    holder: str
+    spec: TensorSpec | None = None
+    initialized: bool | None = None
+
+    @property
+    def delegated(self) -> bool:
+        return self.holder != "runtime"
+
+    def describe(self) -> str:
+        where = ("held by the ExecuTorch runtime (planned memory)" if not self.delegated
+                 else f"inside the {self.holder} delegate")
+        init = {True: "initial value serialized", False: "no initial value serialized (its "
+                "state starts undefined)", None: "its initial value is the delegate's to load "
+                "(the program does not show it)"}[self.initialized]
+        spec = f" {self.spec}" if self.spec is not None else ""
+        return f"mutable buffer {self.name}{spec} of {self.method}: {where}; {init}"
+
+
+# Tensor names upstream's QNN builder gives a delegated mutable buffer's graph input
+# (backends/qualcomm/builders/node_visitor.py: "input_{id}_mutbuf_{index}_{name}@{wrapper}").
+QNN_MUTABLE_BUFFER_NAME = re.compile(rb"input_\d+_mutbuf_(\d+)_([A-Za-z0-9_.]+?)@\d+")
+
+
+@dataclasses.dataclass(frozen=True)
 class MethodInfo:
     name: str
     inputs: tuple[TensorSpec, ...]
@@ -114,6 +150,12 @@ class ProgramInfo:
     # Values of the constant methods (no inputs, one int, float or bool output), e.g. an LLM
     # export's get_max_context_len: what the program says about itself.
     metadata: dict[str, int | float | bool] = dataclasses.field(default_factory=dict)
+    mutable_buffers: tuple[MutableBuffer, ...] = ()
+
+    @property
+    def stateful(self) -> bool:
+        """Whether some method carries state across executes (a mutable buffer)."""
+        return bool(self.mutable_buffers)
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -144,6 +186,11 @@ class ProgramInfo:
             "qnn_delegates": [{**dataclasses.asdict(d), "socs": list(d.socs)}
                               for d in self.qnn_delegates],
             "metadata": self.metadata,
+            "mutable_buffers": [
+                {"method": b.method, "name": b.name, "holder": b.holder,
+                 "delegated": b.delegated, "initialized": b.initialized,
+                 "spec": _spec_json(b.spec) if b.spec is not None else None}
+                for b in self.mutable_buffers],
             # Derived, for readers of `inspect --json`; from_json ignores them.
             "backends": list(self.backends),
             "socs": list(self.socs),
@@ -160,7 +207,11 @@ class ProgramInfo:
             for name, m in data["methods"].items()}
         return cls(Path(data["path"]), int(data["size"]), data["sha256"], methods,
                    tuple(QnnDelegate(**{**d, "socs": tuple(d.get("socs") or ())})
-                         for d in data["qnn_delegates"]), dict(data.get("metadata") or {}))
+                         for d in data["qnn_delegates"]), dict(data.get("metadata") or {}),
+                   tuple(MutableBuffer(b["method"], b["name"], b["holder"],
+                                       _spec(b["spec"]) if b.get("spec") else None,
+                                       b.get("initialized"))
+                         for b in data.get("mutable_buffers") or ()))
 
     def describe(self) -> str:
         """The human-readable text of `python -m harness inspect`."""
@@ -184,6 +235,10 @@ class ProgramInfo:
                     f"{d.backend_type} arch {arch}, {precision}, "
                     f"multi-context {'on' if d.use_multi_contexts else 'off'}, "
                     f"spill-fill {d.max_sf_buf_size} bytes")
+        if self.mutable_buffers:
+            lines += [f"  {b.describe()}" for b in self.mutable_buffers]
+        else:
+            lines.append("  mutable buffers: none (no method carries state across executes)")
         return "\n".join(lines)
 
 
@@ -311,6 +366,38 @@ def _qnn_delegate(method: str, spec_value: bytes) -> QnnDelegate:
     )
 
 
+def _mutable_buffers(plan: Any, delegate_data: list[Any]) -> list[MutableBuffer]:
+    """A method's mutable buffers: those the runtime holds (the destination of an
+    `aten::copy_` that is not a method input) and those inside its QNN delegates (found by the
+    tensor names upstream's QNN builder gives them in the context binary)."""
+    out: list[MutableBuffer] = []
+    seen: set[int] = set()
+    for chain in plan.chains:
+        for instruction in chain.instructions:
+            args = instruction.instr_args
+            if type(args).__name__ != "KernelCall":
+                continue
+            op = plan.operators[args.op_index]
+            if op.name != "aten::copy_" or not args.args:
+                continue
+            index = int(args.args[0])
+            if index in plan.inputs or index in seen:
+                continue
+            seen.add(index)
+            val = plan.values[index].val
+            out.append(MutableBuffer(plan.name, f"value {index}", "runtime",
+                                     _value_spec(plan.values[index]),
+                                     bool(getattr(val, "data_buffer_idx", 0))))
+    for delegate in plan.delegates:
+        if delegate.id != QNN_BACKEND_ID or delegate.processed.index >= len(delegate_data):
+            continue
+        blob = bytes(delegate_data[delegate.processed.index].data)
+        names = dict.fromkeys(m.group(2).decode("ascii", "replace")
+                              for m in QNN_MUTABLE_BUFFER_NAME.finditer(blob))
+        out += [MutableBuffer(plan.name, name, QNN_BACKEND_ID) for name in names]
+    return out
+
+
 def _one_line(exc: BaseException) -> str:
     """`struct.error: unpack_from requires ...`: enough to tell the failures apart, no traceback."""
     kind = type(exc)
@@ -350,7 +437,9 @@ def inspect_program(path: Path) -> ProgramInfo:
         methods: dict[str, MethodInfo] = {}
         delegates: list[QnnDelegate] = []
         metadata: dict[str, int | float | bool] = {}
+        buffers: list[MutableBuffer] = []
         for plan in program.execution_plan:
+            buffers += _mutable_buffers(plan, program.backend_delegate_data)
             if (value := _constant(plan)) is not None:
                 metadata[plan.name] = value
             methods[plan.name] = MethodInfo(
@@ -378,7 +467,7 @@ def inspect_program(path: Path) -> ProgramInfo:
         raise ModelError(f"{path}: damaged or truncated ExecuTorch program, it does not "
                          f"deserialize ({_one_line(exc)})") from exc
     return ProgramInfo(path, size, hashlib.sha256(data).hexdigest(), methods, tuple(delegates),
-                       metadata)
+                       metadata, tuple(buffers))
 
 
 # --- the cached, out-of-process reader ---------------------------------------------------------

@@ -27,6 +27,11 @@ from harness.errors import ModelError
 from harness.programs.pte import ProgramInfo, TensorSpec
 from harness.protocol.tensors import DTYPES, FLOAT_DTYPES, TensorFile, numpy_dtype, write_array
 
+SOLO_REFERENCE = ("the program's own solo run (one module, nothing else live; it has no "
+                  "ETRecord, so a runtime that is consistently wrong agrees with it)")
+SOLO_STATE_EXECUTES = 8
+"""Executes of a stateful method (one with a mutable buffer) in the solo run: the n-th execute
+of any Module is held to the solo run's n-th."""
 PROGRAM_ATOL = 1e-4
 PROGRAM_RTOL = 1e-4
 INPUT_SEED = 0
@@ -213,7 +218,11 @@ def program_model(info: ProgramInfo, soc: str, work_dir: Path) -> CompiledModel:
     """The program as a CompiledModel whose methods have inputs but no expected outputs yet
     (see `with_reference`)."""
     inputs = make_inputs(info, work_dir / "inputs")
-    methods = {name: MethodReference(inputs[name], ()) for name in info.methods}
+    buffers: dict[str, tuple[str, ...]] = {}
+    for b in info.mutable_buffers:
+        buffers[b.method] = (*buffers.get(b.method, ()), b.name)
+    methods = {name: MethodReference(inputs[name], (), (), buffers.get(name, ()))
+               for name in info.methods}
     delegates = tuple({"method": d.method, "use_multi_contexts": d.use_multi_contexts,
                        "max_sf_buf_size": d.max_sf_buf_size} for d in info.qnn_delegates)
     sizes = [d.max_sf_buf_size for d in info.qnn_delegates]
@@ -222,17 +231,24 @@ def program_model(info: ProgramInfo, soc: str, work_dir: Path) -> CompiledModel:
         pte=info.path, methods=methods, atol=PROGRAM_ATOL, rtol=PROGRAM_RTOL,
         options={"multi_contexts": True} if info.multi_context else {},
         spill_fill_bytes=max(sizes) if info.multi_context and sizes else None,
-        qnn_delegates=delegates)
+        qnn_delegates=delegates, reference=SOLO_REFERENCE)
+
+
+def solo_executes(model: CompiledModel, method: str) -> int:
+    """How often the solo run executes `method`: a stateful one SOLO_STATE_EXECUTES times."""
+    return SOLO_STATE_EXECUTES if model.methods[method].stateful else 1
 
 
 def solo_scenario(model: CompiledModel):
-    """One module, each method executed once with its outputs reported in full."""
+    """One module, each method executed once (a stateful one SOLO_STATE_EXECUTES times) with
+    its outputs reported in full."""
     from harness.scenario import Scenario
 
     sc = Scenario(f"solo_{_safe(model.name)}")
     sc.load_module(SOLO_MODULE, model)
     for method in model.methods:
-        sc.execute(SOLO_MODULE, method, emit_outputs=True)
+        for _ in range(solo_executes(model, method)):
+            sc.execute(SOLO_MODULE, method, emit_outputs=True)
     return sc.destroy_module(SOLO_MODULE)
 
 
@@ -259,26 +275,37 @@ def solo_failure_text(info: ProgramInfo, failure, artifacts: Path) -> str:
 
 
 def with_reference(model: CompiledModel, result, out_dir: Path) -> CompiledModel:
-    """`model` with each method's expected outputs taken from its solo run `result`."""
+    """`model` with each method's expected outputs taken from its solo run `result` (of a
+    stateful method, the sequence of its executes)."""
     methods = {}
-    for i, method in enumerate(model.methods):
-        step = result.steps[1 + i]
-        outputs = (step.event or {}).get("outputs") or []
-        if not step.ok:
-            raise ModelError(f"{model.pte}: the solo run of method {method!r} (one module, nothing "
-                             f"else live) failed, so it has no reference: {step.describe()}")
-        if any("data" not in o for o in outputs):
-            # A non-tensor output (an int or bool of a metadata method) has no tensor file to
-            # compare with: its executes are held to each other by their outputs' hashes.
-            methods[method] = model.methods[method]
+    index = 1
+    for method in model.methods:
+        runs = solo_executes(model, method)
+        steps, index = result.steps[index:index + runs], index + runs
+        sequence: list[tuple[TensorFile, ...]] = []
+        for n, step in enumerate(steps):
+            outputs = (step.event or {}).get("outputs") or []
+            if not step.ok:
+                raise ModelError(f"{model.pte}: the solo run of method {method!r} (one module, "
+                                 f"nothing else live) failed, so it has no reference: "
+                                 f"{step.describe()}")
+            if any("data" not in o for o in outputs):
+                sequence = []  # a non-tensor output: held to other executes by its hashes
+                break
+            expected = []
+            for j, o in enumerate(outputs):
+                tag = "" if n == 0 else f"_exec{n + 1}"
+                path = out_dir / method / f"out{j}{tag}.bin"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(base64.b64decode(o["data"]))
+                expected.append(TensorFile(o["dtype"], tuple(o["shape"]), path))
+            sequence.append(tuple(expected))
+        ref = model.methods[method]
+        if not sequence:
+            methods[method] = ref
             continue
-        expected = []
-        for j, o in enumerate(outputs):
-            path = out_dir / method / f"out{j}.bin"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(base64.b64decode(o["data"]))
-            expected.append(TensorFile(o["dtype"], tuple(o["shape"]), path))
-        methods[method] = MethodReference(model.methods[method].inputs, tuple(expected))
+        methods[method] = dataclasses.replace(
+            ref, expected=sequence[0], sequence=tuple(sequence) if ref.stateful else ())
     return dataclasses.replace(model, methods=methods)
 
 

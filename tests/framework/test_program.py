@@ -328,3 +328,54 @@ def test_cli_usage():
     help_text = subprocess.run([sys.executable, "-m", "harness", "--help"], cwd=REPO,
                                env=_env(), capture_output=True, text=True).stdout
     assert "inspect PTE" in help_text
+
+
+# --- mutable buffers: which methods carry state, and who holds it -----------------------------
+
+def test_mutable_buffers_say_which_methods_carry_state_and_who_holds_it(compiled, inspected):
+    """A buffer the compile saw mutated is in the program's report, in the delegate that
+    holds it (QNN, `skip_mutable_buffer=False`) or in the runtime's planned memory (XNNPACK)."""
+    for key, info in inspected.items():
+        stateful = sorted(m for m, ref in compiled[key].methods.items() if ref.mutable_buffers)
+        assert sorted({b.method for b in info.mutable_buffers}) == stateful, key
+    expected = {
+        "stateful_accumulator-SM8650-fp16": [("forward", "b_acc", "QnnBackend", True, None, None)],
+        "kv_cache-SM8650-fp16": [("forward", "b_k_cache", "QnnBackend", True, None, None)],
+        "stateful_accumulator_xnn-SM8650-fp32": [
+            ("forward", "value 0", "runtime", False, True, TensorSpec("float32", (16,)))],
+        "kv_cache_xnn-SM8650-fp32": [
+            ("forward", "value 0", "runtime", False, True, TensorSpec("float32", (1, 8, 4)))],
+    }
+    for key, rows in expected.items():
+        got = [(b.method, b.name, b.holder, b.delegated, b.initialized, b.spec)
+               for b in inspected[key].mutable_buffers]
+        assert got == rows, key
+    assert inspected["linear_relu-SM8650-fp16"].mutable_buffers == ()
+
+
+def test_cli_says_which_buffers_are_mutable(compiled, inspected, program_cache):
+    qnn, xnn = compiled["kv_cache-SM8650-fp16"].pte, compiled["kv_cache_xnn-SM8650-fp32"].pte
+    plain = compiled["linear_relu-SM8650-fp16"].pte
+    proc = _inspect_cli(str(qnn), str(xnn), str(plain), cache=program_cache)
+    assert proc.returncode == 0, proc.stderr
+    for words in ("mutable buffer b_k_cache of forward: inside the QnnBackend delegate",
+                  "mutable buffer value 0 float32[1, 8, 4] of forward: held by the ExecuTorch "
+                  "runtime (planned memory); initial value serialized",
+                  "mutable buffers: none"):
+        assert words in proc.stdout, f"{words!r} not in\n{proc.stdout}"
+    as_json = _inspect_cli(str(qnn), "--json", cache=program_cache)
+    assert as_json.returncode == 0, as_json.stderr
+    [doc] = json.loads(as_json.stdout)
+    assert doc["mutable_buffers"] == [{"method": "forward", "name": "b_k_cache",
+                                       "holder": "QnnBackend", "delegated": True,
+                                       "initialized": None, "spec": None}]
+
+
+def test_mutable_buffer_without_initial_value_is_described():
+    buffer = hp.MutableBuffer("step", "value 3", "runtime", TensorSpec("int64", (1,)), False)
+    assert not buffer.delegated
+    assert buffer.describe() == ("mutable buffer value 3 int64[1] of step: held by the ExecuTorch "
+                                 "runtime (planned memory); no initial value serialized (its "
+                                 "state starts undefined)")
+    info = ProgramInfo(Path("/x/s.pte"), 1, "cd" * 32, {}, (), {}, (buffer,))
+    assert info.stateful and ProgramInfo.from_json(json.loads(json.dumps(info.to_json()))) == info

@@ -90,7 +90,7 @@ def test_two_modules_alternating_keep_separate_states(hil_program, scenario_driv
     _run(scenario_driver, alternate(hil_program))
 
 
-@pytest.mark.hil_programs(*CONTROLS, precisions=("fp32",), needs=("stateful",))
+@pytest.mark.hil_programs(*CONTROLS, precisions=("fp32",), needs=("xnnpack", "stateful"))
 @pytest.mark.parametrize("scenario", [single_module, second_module, reload, alternate],
                          ids=["single_module", "second_module", "reload", "alternate"])
 def test_control_xnnpack(hil_program, scenario_driver, scenario):
