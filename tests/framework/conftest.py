@@ -54,6 +54,7 @@ FILE_KIND = {
     "test_isolation_parity.py": "simulator",  # runs tests/hil twice (minutes)
     "test_sessions.py": "simulator",
     "test_user_program.py": "simulator",
+    "test_etrecord.py": "simulator",
     "test_dtypes.py": "simulator",
     "test_corpus.py": "unit",
     "test_program_inputs.py": "unit",
