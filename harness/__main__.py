@@ -14,7 +14,8 @@
   inspect PTE... [--json]
                      what each .pte was compiled for: methods and their input/output specs,
                      delegates, backends, SoC(s), QNN compile options (multi-context,
-                     spill-fill size, HTP arch, fp16); --json prints a JSON list instead
+                     spill-fill size, HTP arch, fp16), mutable buffers and who holds them
+                     (the runtime or a delegate); --json prints a JSON list instead
   replay RUN_DIR|scenario.json [--device SERIAL | --simulator] [--runs N]
                      run one recorded scenario again (a failed test's run directory) and check
                      it as the test did; exit 1 when a check fails again, 0 when all hold

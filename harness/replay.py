@@ -127,20 +127,39 @@ def _models(doc: dict, parsed, recorded: dict) -> dict[str, CompiledModel]:
     pte: dict[str, Path] = {}
     methods: dict[str, dict[str, MethodReference]] = {}
     tolerance: dict[str, tuple[float, float]] = {}
+    # A stateful method's executes each carry the expected outputs of their number since the
+    # load: kept as a sequence per (module, method), so the replay judges each the same way.
+    counts: dict[tuple[str, str], int] = {}
+    sequences: dict[tuple[str, str], dict[int, tuple[TensorFile, ...]]] = {}
     for raw, step in _flat(doc["steps"], parsed.steps):
+        if step.op in ("load_module", "destroy_module"):
+            for key in [k for k in counts if k[0] == step.module]:
+                del counts[key]
+        if step.op == "unload_method":
+            counts.pop((step.module, step.method), None)
         if step.op == "load_module":
             pte[step.module] = parsed.path(step.pte)
             methods.setdefault(step.module, {})
         elif step.op in ("load_method", "execute", "unload_method") and step.module:
             refs = methods.setdefault(step.module, {})
+            expected = tuple(TensorFile(t.dtype, tuple(t.shape), parsed.path(t.file))
+                             for t in step.expected)
             if step.op == "execute" or step.method not in refs:
                 refs[step.method] = MethodReference(
                     tuple(TensorFile(t.dtype, tuple(t.shape), parsed.path(t.file))
-                          for t in step.inputs),
-                    tuple(TensorFile(t.dtype, tuple(t.shape), parsed.path(t.file))
-                          for t in step.expected))
+                          for t in step.inputs), expected)
             if step.op == "execute":
                 tolerance[step.module] = (raw.get("atol", 0.0), raw.get("rtol", 0.0))
+                key = (step.module, step.method)
+                counts[key] = counts.get(key, 0) + 1
+                sequences.setdefault(key, {}).setdefault(counts[key], expected)
+    for (module, method), by_number in sequences.items():
+        if len({by_number[n] for n in by_number}) > 1 and sorted(by_number) == list(
+                range(1, len(by_number) + 1)):
+            ref = methods[module][method]
+            sequence = tuple(by_number[n] for n in sorted(by_number))
+            methods[module][method] = dataclasses.replace(ref, expected=sequence[0],
+                                                          sequence=sequence)
     models = {}
     for module, path in pte.items():
         info = recorded.get(module) or {}
@@ -148,7 +167,8 @@ def _models(doc: dict, parsed, recorded: dict) -> dict[str, CompiledModel]:
         atol, rtol = tolerance.get(module, (0.0, 0.0))
         models[module] = CompiledModel(info.get("name") or path.stem, backend,
                                        info.get("soc", ""), info.get("precision", ""), path,
-                                       methods.get(module, {}), atol, rtol)
+                                       methods.get(module, {}), atol, rtol,
+                                       reference=info.get("reference") or RECORDED_REFERENCE)
     return models
 
 
@@ -179,14 +199,20 @@ def gone_paths(scenario: Scenario) -> list[str]:
     return [p for p in dict.fromkeys(named) if p.startswith("/") and not Path(p).exists()]
 
 
+RECORDED_REFERENCE = "the expected outputs the recorded scenario carries"
+
+
 # Checks -------------------------------------------------------------------------------------
 def checks_for(scenario: Scenario) -> list[tuple[str, Callable[[ScenarioResult], None]]]:
     """The checks a HIL test makes of every run (steps, outputs, and for QNN programs the
     trace-based isolation and live counts), by name."""
     from harness.results.assertions import (assert_isolation, assert_live_counts,
-                                    assert_outputs_consistent, assert_steps_ok)
+                                    assert_outputs_consistent, assert_separate_states,
+                                    assert_steps_ok)
 
     checks = [("steps", assert_steps_ok), ("outputs", assert_outputs_consistent)]
+    if any(m.stateful for m in scenario.models.values()):
+        checks.append(("separate states", assert_separate_states))
     if any(uses_qnn(m.backend) for m in scenario.models.values()):
         checks += [("isolation", assert_isolation), ("live counts", assert_live_counts)]
     return checks

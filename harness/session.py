@@ -360,8 +360,14 @@ class HilSession:
                 except ModelError as exc:
                     self._program_errors[path] = exc  # once, not again per test
                     raise
-                self._programs[path] = dataclasses.replace(
-                    model, methods=refs, reference=etrecord_describe(record))
+                words = etrecord_describe(record)
+                undefined = [f"{b.name} of {b.method}" for b in info.mutable_buffers
+                             if b.initialized is False]
+                if undefined:  # the ETRecord starts from values the program does not carry
+                    words += (f"; the program serializes no initial value for "
+                              f"{', '.join(undefined)}, which ExecuTorch then leaves "
+                              "undefined (export with InitializedMutableBufferPass)")
+                self._programs[path] = dataclasses.replace(model, methods=refs, reference=words)
                 return self._programs[path]
             driver = ScenarioDriver(device, work / "solo", self.timeout)
             result = driver.run(solo_scenario(model), allow_crash=True)

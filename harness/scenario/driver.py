@@ -162,7 +162,8 @@ def write_run_record(path: Path, scenario: Scenario, device: Device) -> None:
 
     info = device.info
     models = {module: {"name": m.name, "backend": m.backend, "soc": m.soc,
-                       "precision": m.precision, "pte": str(Path(m.pte).absolute())}
+                       "precision": m.precision, "pte": str(Path(m.pte).absolute()),
+                       "reference": m.reference}
               for module, m in scenario.models.items()}
     # The scenario as the host reads it: an adb device keeps its own copy, with the device's
     # relative paths, as scenario.json.

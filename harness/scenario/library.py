@@ -1,4 +1,5 @@
-"""The named scenarios of the upstream fix "Isolate cached delegates by Module lifetime".
+"""The named scenarios of the proposed upstream fix "Isolate cached delegates by Module lifetime"
+(upstream PR 24462, in review).
 
 Built here once so the HIL suites, the benchmarks and anyone's own tests drive exactly the same
 steps. `name` defaults to the scenario's id; pass another to keep artifacts apart.

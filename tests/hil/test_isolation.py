@@ -1,4 +1,5 @@
-"""Isolation scenarios from the upstream fix "Isolate cached delegates by Module lifetime".
+"""Isolation scenarios from the proposed upstream fix "Isolate cached delegates by Module lifetime"
+(upstream PR 24462, in review).
 
 S1 and S3 fail on executorch 1.5.1 (a process-wide delegate cache); they are strict xfails
 through device_configs/known_issues.yaml, and fail with the runtime's own error under
