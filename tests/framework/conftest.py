@@ -55,6 +55,7 @@ FILE_KIND = {
     "test_sessions.py": "simulator",
     "test_user_program.py": "simulator",
     "test_etrecord.py": "simulator",
+    "test_stateful_reference.py": "unit",
     "test_dtypes.py": "simulator",
     "test_corpus.py": "unit",
     "test_program_inputs.py": "unit",
