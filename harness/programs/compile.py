@@ -82,6 +82,10 @@ class MethodReference:
     expected: tuple[TensorFile, ...]
     sequence: tuple[tuple[TensorFile, ...], ...] = ()
     mutable_buffers: tuple[str, ...] = ()
+    # Other input sets of a stateless method, each (inputs, expected): execute variant 1 is
+    # variants[0] (`Scenario.execute(..., variant=1)`); two modules executing at once on
+    # different inputs must each give their own input's outputs.
+    variants: tuple[tuple[tuple[TensorFile, ...], tuple[TensorFile, ...]], ...] = ()
 
     @property
     def stateful(self) -> bool:
@@ -133,7 +137,9 @@ class CompiledModel:
         methods = {
             name: MethodReference(tensors(ref["inputs"]), tensors(ref["expected"]),
                                   tuple(tensors(s) for s in ref.get("sequence", ())),
-                                  tuple(ref.get("mutable_buffers", ())))
+                                  tuple(ref.get("mutable_buffers", ())),
+                                  tuple((tensors(v["inputs"]), tensors(v["expected"]))
+                                        for v in ref.get("variants", ())))
             for name, ref in meta["methods"].items()
         }
         return cls(meta["name"], meta["backend"], meta["soc"], meta["precision"],
@@ -147,6 +153,7 @@ class CompiledModel:
         for ref in self.methods.values():
             out += [t.file for t in (*ref.inputs, *ref.expected)]
             out += [t.file for outputs in ref.sequence[1:] for t in outputs]
+            out += [t.file for inputs, expected in ref.variants for t in (*inputs, *expected)]
         return out
 
 

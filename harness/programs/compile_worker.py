@@ -161,6 +161,26 @@ def lower_xnnpack(methods: dict, buffers: tuple[str, ...] = ()) -> bytes:
     return edge.to_executorch(backend_config(list(buffers))).buffer
 
 
+def input_variant(module, inputs, outputs) -> tuple[tuple, tuple] | None:
+    """A second input set of a stateless method, with its eager outputs: each floating input's
+    elements in another order (seeded), so the values stay in the range the program was
+    calibrated on while the outputs differ. Two modules executing at once on different inputs
+    each need their own expected outputs (tests/hil/test_concurrent_execute.py). None when an
+    input is not floating point or the outputs would not differ."""
+    import torch
+
+    if not inputs or not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in inputs):
+        return None
+    generator = torch.Generator().manual_seed(1)
+    shuffled = tuple(t.flatten()[torch.randperm(t.numel(), generator=generator)].reshape(t.shape)
+                     .contiguous() for t in inputs)
+    got = module(*shuffled)
+    got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+    if all(torch.equal(a, b) for a, b in zip(got, outputs)):
+        return None
+    return shuffled, got
+
+
 def main(argv: list[str]) -> int:
     model_path, soc, precision, out_dir = Path(argv[0]), argv[1], argv[2], Path(argv[3])
     options = json.loads(argv[4]) if len(argv) > 4 else {}
@@ -206,6 +226,15 @@ def main(argv: list[str]) -> int:
             if mutated[name]:
                 reference[name]["mutable_buffers"] = mutated[name]
                 reference[name]["sequence"] = sequence
+            else:
+                variant = input_variant(module, inputs, outputs)
+                if variant is not None:
+                    v_inputs, v_outputs = variant
+                    reference[name]["variants"] = [{
+                        "inputs": [save_tensor(t, out_dir / "ref" / f"{name}_v1_in{i}.bin")
+                                   .to_json(out_dir) for i, t in enumerate(v_inputs)],
+                        "expected": [save_tensor(t, out_dir / "ref" / f"{name}_v1_out{i}.bin")
+                                     .to_json(out_dir) for i, t in enumerate(v_outputs)]}]
     atol, rtol = model.TOLERANCE.get(precision, (1e-3, 1e-3))
     meta = {"name": model.NAME, "backend": model.BACKEND, "soc": soc, "precision": precision,
             "methods": reference, "atol": atol, "rtol": rtol, "pte_bytes": len(buffer)}

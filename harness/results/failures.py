@@ -160,10 +160,10 @@ def _values(result: ScenarioResult, step: Step, ordinal: int | None, event: dict
 
 def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
     """Ok executes whose outputs differ from the first ok execute of the same program's method
-    (same inputs: the scenario's reference inputs), in step order. A stateful method's executes
+    on the same inputs (the reference inputs or the same variant), in step order. A stateful method's executes
     are held to the same-numbered execute since the load (its state differs between them)."""
     out: list[Failure] = []
-    first: dict[tuple[str, str, int], tuple[int, list[Any]]] = {}
+    first: dict[tuple[str, str, int, int | str], tuple[int, list[Any]]] = {}
     ordinals = result.scenario.ordinals()
     for i, s in enumerate(result.steps):
         if s.event is None:
@@ -174,7 +174,10 @@ def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
                 continue
             ref = model.methods.get(sub.method or "")
             nth = (ordinals[i][k] or 0) if ref is not None and ref.stateful else 0
-            key = (str(model.pte), sub.method or "", nth)
+            # An execute on another input set (a variant; a replayed step's own input files)
+            # is held only to executes on the same inputs.
+            inputs = sub.variant or repr(sub.args.get("inputs"))
+            key = (str(model.pte), sub.method or "", nth, inputs)
             digests = [o.get("sha256") for o in ev.get("outputs") or []]
             if key in first and first[key][1] != digests:
                 head = (f"outputs differ from step {first[key][0]}'s execute of the same "

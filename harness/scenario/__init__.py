@@ -38,6 +38,9 @@ class Step:
     module: str | None = None
     method: str | None = None
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # An execute's input set: 0 the method's reference inputs, n its n-th variant
+    # (MethodReference.variants); the runner sees only the files it names.
+    variant: int = 0
 
     @property
     def substeps(self) -> tuple[Step, ...]:
@@ -95,10 +98,22 @@ class Scenario:
     def load_method(self, module: str, method: str) -> Scenario:
         return self._add(Step("load_method", module, self._method(module, method)))
 
-    def execute(self, module: str, method: str, emit_outputs: bool = False) -> Scenario:
-        """`emit_outputs`: the runner reports the outputs' bytes too (a reference run)."""
+    def execute(self, module: str, method: str, emit_outputs: bool = False,
+                variant: int = 0) -> Scenario:
+        """`emit_outputs`: the runner reports the outputs' bytes too (a reference run).
+        `variant`: execute on the method's n-th other input set (MethodReference.variants),
+        judged against that set's own expected outputs."""
         args = {"emit_outputs": True} if emit_outputs else {}
-        return self._add(Step("execute", module, self._method(module, method), args))
+        method = self._method(module, method)
+        self._check_variant(module, method, variant)
+        return self._add(Step("execute", module, method, args, variant))
+
+    def _check_variant(self, module: str, method: str, variant: int) -> None:
+        ref = self.models[module].methods[method]
+        if not isinstance(variant, int) or not 0 <= variant <= len(ref.variants):
+            have = f"variants 1..{len(ref.variants)}" if ref.variants else "no variants"
+            raise ScenarioError(f"scenario {self.name}: {self.models[module].name}.{method} has "
+                                f"{have} of its inputs, not variant {variant!r}")
 
     def unload_method(self, module: str, method: str) -> Scenario:
         return self._add(Step("unload_method", module, self._method(module, method)))
@@ -140,7 +155,8 @@ class Scenario:
         Each sub-step is `(op, module, method_or_None)`, op one of PARALLEL_OPS, every one on a
         different module, e.g. `("load_method", "A", "forward")`, `("destroy_module", "B")`. For
         `load_module` the third element is the module's CompiledModel (or None when an earlier
-        `load_module` of that name gave it one), and an optional fourth its backend_options.
+        `load_module` of that name gave it one), and an optional fourth its backend_options;
+        for `execute` an optional fourth is its input variant (`execute(..., variant=n)`).
         """
         if not substeps:
             raise ScenarioError(f"scenario {self.name}: parallel needs at least one sub-step")
@@ -159,7 +175,7 @@ class Scenario:
                                     f"{', '.join(PARALLEL_OPS)}, got {op!r}")
             if not isinstance(module, str) or not _NAME.match(module):
                 raise ScenarioError(f"module name {module!r} must match {_NAME.pattern}")
-            if rest and op != "load_module":
+            if rest and op not in ("load_module", "execute"):
                 raise ScenarioError(f"scenario {self.name}: parallel {op} takes "
                                     "(op, module, method_or_None)")
             if op == "load_module":
@@ -182,7 +198,11 @@ class Scenario:
                 if third is None:
                     raise ScenarioError(f"scenario {self.name}: parallel {op} of {module} "
                                         "needs a method")
-                steps.append(Step(op, module, self._method(module, third)))
+                method = self._method(module, third)
+                variant = rest[0] if rest and op == "execute" else 0
+                if variant:
+                    self._check_variant(module, method, variant)
+                steps.append(Step(op, module, method, {}, variant))
         _check_distinct_modules(steps, f"scenario {self.name}: parallel")
         self.models.update(new_models)
         return self._add(Step("parallel", None, None, {"steps": tuple(steps)}))
@@ -220,6 +240,8 @@ class Scenario:
         `ordinal`-th execute."""
         assert step.module is not None and step.method is not None
         ref = self.models[step.module].methods[step.method]
+        if step.variant:
+            return ref.variants[step.variant - 1][1]
         try:
             return ref.expected_at(ordinal or 1)
         except ModelError as exc:
@@ -256,7 +278,8 @@ class Scenario:
             assert step.module is not None and step.method is not None
             model = self.models[step.module]
             ref = model.methods[step.method]
-            doc["inputs"] = [_tensor(t, place) for t in ref.inputs]
+            inputs = ref.variants[step.variant - 1][0] if step.variant else ref.inputs
+            doc["inputs"] = [_tensor(t, place) for t in inputs]
             doc["expected"] = [_tensor(t, place) for t in self.expected_for(step, ordinals[0])]
             doc["atol"], doc["rtol"] = model.atol, model.rtol
         return doc
