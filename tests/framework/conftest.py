@@ -102,6 +102,9 @@ def pytest_configure(config: pytest.Config) -> None:
                                            "(see tests/framework/conftest.py)")
 
 
+# tryfirst: xdist's worker adds each item's xdist_group to its node id in its own
+# pytest_collection_modifyitems, which otherwise runs before this one and sees no group.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     costed: set[str] = set()
