@@ -34,9 +34,13 @@ COMPILE_TIMEOUT_S = 900
 # - multi_contexts: HTP `use_multi_contexts` (generate_htp_compiler_spec), so contexts of one
 #   program can register as one group that reserves a single spill-fill allocation;
 # - spill_fill: after lowering, write the program's maximum spill-fill buffer size into every
-#   delegate's compile spec (update_spill_fill_size); needs multi_contexts.
+#   delegate's compile spec (update_spill_fill_size); needs multi_contexts;
+# - unplanned_io: inputs and outputs left out of memory planning
+#   (MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)), as upstream's QNN
+#   LLM flow lowers: the app owns every input and output buffer (the runners bind their own).
 # Each option adds its tag to the cache directory name.
-COMPILE_OPTIONS = {"multi_contexts": "mc", "spill_fill": "sf"}
+COMPILE_OPTIONS = {"multi_contexts": "mc", "spill_fill": "sf", "unplanned_io": "uio"}
+QNN_ONLY_OPTIONS = ("multi_contexts", "spill_fill")
 
 
 def normalize_options(options: dict | None) -> dict[str, bool]:
@@ -204,9 +208,10 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
         raise ModelError(f"model {spec.name} supports precisions {', '.join(spec.precisions)}, "
                          f"not {precision!r}")
     options = normalize_options(options)
-    if options and not uses_qnn(spec.backend):
+    qnn_only = sorted(k for k in options if k in QNN_ONLY_OPTIONS)
+    if qnn_only and not uses_qnn(spec.backend):
         raise ModelError(f"model {spec.name} is a {spec.backend} model; compile options "
-                         f"{', '.join(options)} are QNN options")
+                         f"{', '.join(qnn_only)} are QNN options")
     tag = options_tag(options)
     out_dir = cache_root() / "models" / cache_dir_name(spec, soc, precision, sdk.version, options)
     with file_lock(out_dir.with_suffix(".lock")):

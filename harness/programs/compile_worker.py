@@ -53,17 +53,25 @@ def mutable_buffers(module, inputs) -> list[str]:
     return sorted(set(exported.graph_signature.buffers_to_mutate.values()))
 
 
-def backend_config(buffers: list[str]):
-    """The ExecuTorch emit config that serializes the initial value of `buffers`. Without it
+def backend_config(buffers: list[str], unplanned_io: bool = False):
+    """The ExecuTorch emit config: it serializes the initial value of `buffers` (without it
     ExecuTorch gives a mutated buffer "a meaningless initial state, only the shape and dtype
-    will be serialized" (the emitter's words), so eager PyTorch would not be the program's
-    meaning; with it the program starts from the module's initial values."""
+    will be serialized", the emitter's words, so eager PyTorch would not be the program's
+    meaning), and with `unplanned_io` leaves the methods' inputs and outputs out of memory
+    planning, as upstream's QNN LLM flow does (the app binds its own buffers)."""
     from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
-    if not buffers:
+    if not buffers and not unplanned_io:
         return None
-    return ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(sorted(set(buffers)))])
+    kwargs: dict = {}
+    if buffers:
+        kwargs["passes"] = [InitializedMutableBufferPass(sorted(set(buffers)))]
+    if unplanned_io:
+        kwargs["memory_planning_pass"] = MemoryPlanningPass(alloc_graph_input=False,
+                                                            alloc_graph_output=False)
+    return ExecutorchBackendConfig(**kwargs)
 
 
 def lower_qnn(methods: dict, soc: str, precision: str, options: dict | None = None,
@@ -105,7 +113,8 @@ def lower_qnn(methods: dict, soc: str, precision: str, options: dict | None = No
         print(f"spill-fill buffer size: {size} bytes (methods {', '.join(methods)})", flush=True)
         if facts is not None:
             facts["spill_fill_bytes"] = size
-    return edge.to_executorch(backend_config(list(buffers))).buffer
+    return edge.to_executorch(backend_config(list(buffers),
+                                             bool(options.get("unplanned_io")))).buffer
 
 
 def qnn_delegate_specs(buffer: bytes) -> list[dict]:
@@ -151,14 +160,14 @@ def lower_mixed(methods: dict, soc: str, precision: str, skip_ops: tuple[str, ..
     return edge.to_executorch().buffer
 
 
-def lower_xnnpack(methods: dict, buffers: tuple[str, ...] = ()) -> bytes:
+def lower_xnnpack(methods: dict, buffers: tuple[str, ...] = (), unplanned_io: bool = False) -> bytes:
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     programs = {name: torch.export.export(m, x, strict=True) for name, (m, x) in methods.items()}
     edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
-    return edge.to_executorch(backend_config(list(buffers))).buffer
+    return edge.to_executorch(backend_config(list(buffers), unplanned_io)).buffer
 
 
 def input_variant(module, inputs, outputs) -> tuple[tuple, tuple] | None:
@@ -199,7 +208,7 @@ def main(argv: list[str]) -> int:
         buffer = lower_qnn(methods, soc, precision, options, facts, buffers)
         facts["qnn_delegates"] = qnn_delegate_specs(buffer)
     elif model.BACKEND == "xnnpack":
-        buffer = lower_xnnpack(methods, buffers)
+        buffer = lower_xnnpack(methods, buffers, bool(options.get("unplanned_io")))
     elif model.BACKEND == "qnn+xnnpack":
         buffer = lower_mixed(methods, soc, precision, tuple(getattr(model, "QNN_SKIP_OPS", ())))
         facts["qnn_delegates"] = qnn_delegate_specs(buffer)

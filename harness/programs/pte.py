@@ -42,7 +42,7 @@ FILE_IDENTIFIER = b"ET12"
 EXTENDED_HEADER_MAGIC = b"eh00"
 MIN_PROGRAM_BYTES = 8  # root table offset + file identifier
 # Version of the JSON written by to_json(); cached answers of another version are re-read.
-JSON_FORMAT = 4
+JSON_FORMAT = 5
 CHILD_TIMEOUT_S = 300
 CHILD_ERROR_EXIT = 3
 
@@ -70,6 +70,10 @@ class TensorSpec:
 
     dtype: str
     shape: tuple[int, ...]
+    # Whether the program memory-plans the tensor (MethodMeta's is_memory_planned): False for
+    # the inputs and outputs of a program lowered with alloc_graph_input/output=False, whose
+    # app owns their buffers; None for non-tensors and for specs not read from a program.
+    planned: bool | None = dataclasses.field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
@@ -136,6 +140,34 @@ class MethodInfo:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     delegates: tuple[str, ...]  # backend ids of the method's delegates, in plan order
+
+    @property
+    def unplanned_inputs(self) -> tuple[int, ...]:
+        """Indices of the tensor inputs the program does not memory-plan."""
+        return tuple(i for i, t in enumerate(self.inputs) if t.planned is False)
+
+    @property
+    def unplanned_outputs(self) -> tuple[int, ...]:
+        """Indices of the tensor outputs the program does not memory-plan: a runner must bind
+        buffers of its own to them (set_output_data_ptr) before every execute."""
+        return tuple(i for i, t in enumerate(self.outputs) if t.planned is False)
+
+    def planning_text(self) -> str:
+        """`inspect`'s line on who owns the method's I/O buffers."""
+        def part(what: str, specs: tuple[TensorSpec, ...], unplanned: tuple[int, ...]) -> str:
+            tensors = [i for i, t in enumerate(specs) if t.planned is not None]
+            if not tensors:
+                return f"{what} -"
+            if not unplanned:
+                return f"{what} planned"
+            if len(unplanned) == len(tensors):
+                return f"{what} not planned"
+            return f"{what} {', '.join(map(str, unplanned))} not planned"
+        text = (f"{part('inputs', self.inputs, self.unplanned_inputs)}, "
+                f"{part('outputs', self.outputs, self.unplanned_outputs)}")
+        if self.unplanned_inputs or self.unplanned_outputs:
+            text += " (the app owns those buffers; the runners bind their own)"
+        return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +253,7 @@ class ProgramInfo:
             lines.append(f"    inputs:    {_specs_text(m.inputs)}")
             lines.append(f"    outputs:   {_specs_text(m.outputs)}")
             lines.append(f"    delegates: {', '.join(m.delegates) or '(none: portable CPU ops)'}")
+            lines.append(f"    memory:    {m.planning_text()}")
         lines.append(f"  backends: {', '.join(self.backends) or '(none)'}")
         if self.qnn_delegates:
             lines.append(f"  SoC: {', '.join(self.socs)}")
@@ -243,11 +276,14 @@ class ProgramInfo:
 
 
 def _spec_json(t: TensorSpec) -> dict[str, Any]:
-    return {"dtype": t.dtype, "shape": list(t.shape)}
+    out: dict[str, Any] = {"dtype": t.dtype, "shape": list(t.shape)}
+    if t.planned is not None:
+        out["planned"] = t.planned
+    return out
 
 
 def _spec(data: dict[str, Any]) -> TensorSpec:
-    return TensorSpec(data["dtype"], tuple(data["shape"]))
+    return TensorSpec(data["dtype"], tuple(data["shape"]), data.get("planned"))
 
 
 def _specs_text(specs: tuple[TensorSpec, ...]) -> str:
@@ -325,7 +361,10 @@ def _value_spec(value: Any) -> TensorSpec:
     val = value.val
     if hasattr(val, "scalar_type") and hasattr(val, "sizes"):
         name = _enum_name(val.scalar_type).upper()
-        return TensorSpec(SCALAR_TYPES.get(name, name.lower()), tuple(int(s) for s in val.sizes))
+        # The emitter gives a tensor an allocation_info exactly when memory planning placed it
+        # (what the runtime's MethodMeta reports as is_memory_planned).
+        return TensorSpec(SCALAR_TYPES.get(name, name.lower()), tuple(int(s) for s in val.sizes),
+                          getattr(val, "allocation_info", None) is not None)
     return TensorSpec(type(val).__name__.lower(), ())
 
 

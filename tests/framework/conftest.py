@@ -57,6 +57,7 @@ FILE_KIND = {
     "test_etrecord.py": "simulator",
     "test_stateful_reference.py": "unit",
     "test_dtypes.py": "simulator",
+    "test_unplanned_io_runners.py": "simulator",
     "test_corpus.py": "unit",
     "test_program_inputs.py": "unit",
     "test_wheel.py": "simulator",

@@ -124,6 +124,54 @@ void Runner::destroy(LiveModule& m) {
   }
   m.methods.clear();
   m.module.reset();
+  m.unplanned_outputs.clear();  // after the methods that pointed into them
+}
+
+bool Runner::bind_unplanned_outputs(LiveModule& m, const std::string& method,
+                                    StepResult& r) {
+  auto it = m.unplanned_outputs.find(method);
+  if (it == m.unplanned_outputs.end()) {
+    auto meta = m.module->method_meta(method);
+    if (!meta.ok()) {
+      return true;  // execute gives the runtime's own error for this method
+    }
+    std::vector<UnplannedOutput> owned;
+    for (size_t i = 0; i < meta->num_outputs(); ++i) {
+      auto tag = meta->output_tag(i);
+      if (!tag.ok() || tag.get() != executorch::runtime::Tag::Tensor) {
+        continue;
+      }
+      auto info = meta->output_tensor_meta(i);
+      if (!info.ok() || info->is_memory_planned()) {
+        continue;
+      }
+      UnplannedOutput out;
+      out.index = i;
+      out.data.assign(info->nbytes(), 0);
+      std::vector<executorch::aten::SizesType> sizes(
+          info->sizes().begin(), info->sizes().end());
+      std::vector<executorch::aten::DimOrderType> dim_order(
+          info->dim_order().begin(), info->dim_order().end());
+      out.tensor = executorch::extension::make_tensor_ptr(
+          std::move(sizes), out.data.empty() ? nullptr : out.data.data(),
+          std::move(dim_order), {}, info->scalar_type());
+      owned.push_back(std::move(out));
+    }
+    it = m.unplanned_outputs.emplace(method, std::move(owned)).first;
+  }
+  for (auto& out : it->second) {
+    // Loads the method first when it is not loaded, as execute would.
+    Error err = m.module->set_output(method, EValue(*out.tensor), out.index);
+    if (err != Error::Ok) {
+      r.status = "error";
+      r.error_code = static_cast<int>(err);
+      r.message = runtime_error_message(
+          "set_output(" + method + ", " + std::to_string(out.index) + ")",
+          r.error_code);
+      return false;
+    }
+  }
+  return true;
 }
 
 Runner::StepResult Runner::load_module(const Step& step) {
@@ -219,8 +267,16 @@ Runner::StepResult Runner::execute(const Step& step) {
     tensors.push_back(make_input(spec, buffers.back()));
     inputs.emplace_back(*tensors.back());
   }
-  // Loads the method first when it is not loaded (with the module's backend
-  // options), exactly as the protocol's implicit load asks.
+  // Outputs the program leaves to the app get this runner's buffers (inputs
+  // need nothing: Method::set_input points an unplanned input at the data it
+  // is given). Loads the method first when it is not loaded (with the
+  // module's backend options), exactly as the protocol's implicit load asks.
+  if (!bind_unplanned_outputs(*m, step.method, r)) {
+    if (m->module->is_method_loaded(step.method)) {
+      note_method(*m, step.method);
+    }
+    return r;
+  }
   auto result = m->module->execute(step.method, inputs);
   if (m->module->is_method_loaded(step.method)) {
     note_method(*m, step.method);
@@ -273,6 +329,7 @@ Runner::StepResult Runner::unload_method(const Step& step) {
       break;
     }
   }
+  m->unplanned_outputs.erase(step.method);  // freed with the method
   return r;
 }
 

@@ -1,12 +1,14 @@
 // Executes a validated scenario step by step and writes the event stream.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include <executorch/extension/module/module.h>
+#include <executorch/extension/tensor/tensor_ptr.h>
 
 #include "events.h"
 #include "scenario.h"
@@ -39,11 +41,29 @@ class Runner {
 
   // One live module: the ExecuTorch Module plus the methods this runner
   // loaded through it, in load order.
+  // Storage for one method output the program does not memory-plan (an LLM
+  // export's logits and KV caches, lowered with alloc_graph_output=False):
+  // the app owns it, so this runner does, as an app must.
+  struct UnplannedOutput {
+    size_t index = 0;
+    std::vector<uint8_t> data;
+    executorch::extension::TensorPtr tensor;
+  };
+
   struct LiveModule {
     std::string name;
+    // Declared before `module` so that it outlives the methods that point
+    // into it, whatever order the members are destroyed in.
+    std::map<std::string, std::vector<UnplannedOutput>> unplanned_outputs;
     std::unique_ptr<executorch::extension::Module> module;
     std::vector<std::string> methods;
   };
+
+  // Binds the method's unplanned outputs (allocated at the first execute
+  // after each load of the method) with Module::set_output before an execute;
+  // false with `r` holding the runtime's error when it refuses one.
+  bool bind_unplanned_outputs(LiveModule& m, const std::string& method,
+                              StepResult& r);
 
   StepResult load_module(const Step& step);
   StepResult load_method(const Step& step);

@@ -1,0 +1,84 @@
+"""Programs whose inputs and outputs are not memory-planned (upstream's QNN LLM flow lowers with
+`MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)`): `inspect` says so, and
+both runners bind buffers of their own, so every execute gives the eager outputs, as a fixed
+program or as a user's `--pte` (solo run, then its own reference)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness.programs.pte import read_program
+from harness.programs.user import program_model, solo_scenario, with_reference
+from harness.runner.select import choose_runner
+from harness.scenario import Scenario
+from harness.scenario.driver import ScenarioDriver
+
+RUNNERS = ("native", "python")
+
+
+@pytest.fixture(scope="module")
+def programs(hil_session):
+    """prefill_decode built twice: with planned I/O (the default) and without."""
+    return {kind: hil_session.model("prefill_decode", "fp16", options)
+            for kind, options in (("planned", None), ("unplanned", {"unplanned_io": True}))}
+
+
+def driver(simulator_device, runner, where):
+    choice = choose_runner(runner)
+    assert choice.kind == runner, choice.notice
+    return ScenarioDriver(simulator_device(choice), where, 300)
+
+
+def test_inspect_says_which_inputs_and_outputs_are_planned(programs):
+    unplanned = read_program(programs["unplanned"].pte)
+    planned = read_program(programs["planned"].pte)
+    for name, method in unplanned.methods.items():
+        assert method.unplanned_inputs == tuple(range(len(method.inputs))), name
+        assert method.unplanned_outputs == tuple(range(len(method.outputs))), name
+        assert "inputs not planned, outputs not planned" in method.planning_text()
+    for method in planned.methods.values():
+        assert not method.unplanned_inputs and not method.unplanned_outputs
+        assert method.planning_text() == "inputs planned, outputs planned"
+    text = subprocess.run([sys.executable, "-m", "harness", "inspect", "--json",
+                           str(programs["unplanned"].pte)], capture_output=True, text=True,
+                          timeout=300)
+    assert text.returncode == 0, text.stderr[-2000:]
+    doc = json.loads(text.stdout)
+    doc = doc[0] if isinstance(doc, list) else doc
+    outputs = doc["methods"]["decode"]["outputs"]
+    assert [o["planned"] for o in outputs] == [False] * len(outputs)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_the_runner_binds_its_own_output_buffers(programs, simulator_device, runner, tmp_path):
+    """Every execute of both methods, across an unload and a destroy + reload, gives the eager
+    outputs: the buffers are bound before every execute and freed with their method."""
+    model = programs["unplanned"]
+    sc = Scenario("unplanned").load_module("A", model)
+    sc.execute("A", "prefill").execute("A", "decode").execute("A", "decode")
+    sc.unload_method("A", "decode").execute("A", "decode").destroy_module("A")
+    sc.load_module("A", model).execute("A", "decode").execute("A", "prefill").destroy_module("A")
+    result = driver(simulator_device, runner, tmp_path).run(sc)
+    assert result.completed and all(s.ok for s in result.steps), result.summary()
+    executes = [s for s in result.steps if s.step.op == "execute"]
+    assert len(executes) == 6 and all(s.event["outputs"] for s in executes)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_an_unplanned_program_given_as_pte_gets_its_reference(programs, simulator_device,
+                                                               runner, tmp_path):
+    """The user-program path (--pte): the solo run that makes the reference succeeds, and a
+    second module's run matches it, so the suites start instead of ending in a setup error."""
+    info = read_program(programs["unplanned"].pte)
+    model = program_model(info, "SM8650", tmp_path / "work")
+    run = driver(simulator_device, runner, tmp_path / "runs")
+    solo = run.run(solo_scenario(model))
+    assert solo.completed and all(s.ok for s in solo.steps), solo.summary()
+    reference = with_reference(model, solo, tmp_path / "reference")
+    sc = Scenario("again").load_module("B", reference)
+    for method in reference.methods:
+        sc.execute("B", method)
+    result = run.run(sc.destroy_module("B"))
+    assert result.completed and all(s.ok for s in result.steps), result.summary()
