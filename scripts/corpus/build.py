@@ -78,6 +78,9 @@ def build_one(name: str, precision: str, kind: str, methods: dict, lower, out: P
     eager = _eager_accepts(methods, input_arrays(info))
     return {"kind": kind, "precision": precision, "methods": list(info.methods),
             "delegated": sorted({d.method for d in info.qnn_delegates}),
+            # Methods whose inputs or outputs the app owns (not memory-planned).
+            "unplanned_io": sorted(m.name for m in info.methods.values()
+                                   if m.unplanned_inputs or m.unplanned_outputs),
             "eager_refuses_inputs": eager, "build_s": round(time.monotonic() - started, 1)}
 
 
@@ -95,7 +98,7 @@ def main(argv: list[str]) -> int:
     programs = {name: (precision, kind, methods, upstream.lower, name in upstream.GIVEN_INPUTS)
                 for name, (precision, kind, methods) in upstream.catalogue().items()}
     for name, (precision, kind, methods) in llm.catalogue().items():
-        programs[name] = (precision, kind, methods, llm.lower, False)
+        programs[name] = (precision, kind, methods, llm.lowering(name), False)
     manifest: dict[str, dict] = {}
     failed = []
     for name, (precision, kind, methods, lower, given) in programs.items():

@@ -15,7 +15,9 @@ and export steps:
 - outputs: uint16 logits [1, ar, vocab] and the ten uint8 cache updates (the new entries only);
 - quantization as the flow's recipe does it: 16a8w by default, the KV path 8-bit through
   upstream's `annotate_kv_8bit`, quantized I/O through `TagQuantIO` and `BuildQuantIo`;
-- the `get_*` metadata as constant methods (no delegate, no inputs), as the flow writes them.
+- the `get_*` metadata as constant methods (no delegate, no inputs), as the flow writes them;
+- `llm_hybrid_unplanned`: the same program with inputs and outputs not memory-planned, as the
+  flow lowers for its runner (the app owns the KV caches and logits).
 """
 
 from __future__ import annotations
@@ -134,14 +136,37 @@ def metadata(ar_len: int) -> dict:
     return meta
 
 
-def catalogue() -> dict[str, tuple[str, str, dict]]:
-    """{name: (precision, kind, {method: (module, inputs)})} like upstream.catalogue()."""
+# Programs lowered as upstream's flow lowers for its runner: inputs and outputs left out of
+# memory planning (MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)), so
+# the app owns the KV caches and logits and binds them (set_input / set_output_data_ptr).
+UNPLANNED_IO = {"llm_hybrid_unplanned"}
+
+
+def _methods() -> dict:
     methods = {"kv_forward": (_decoder(1), _example_inputs(1)),
                "prefill_forward": (_decoder(AR_PREFILL), _example_inputs(AR_PREFILL))}
     # One set of weights for both graphs, as the flow loads one checkpoint into both.
     methods["prefill_forward"][0].load_state_dict(methods["kv_forward"][0].state_dict())
-    return {"llm_hybrid": ("16a8w", "LLM hybrid: prefill + decode, KV-cache I/O, metadata",
-                           methods)}
+    return methods
+
+
+def catalogue() -> dict[str, tuple[str, str, dict]]:
+    """{name: (precision, kind, {method: (module, inputs)})} like upstream.catalogue()."""
+    return {
+        "llm_hybrid": ("16a8w", "LLM hybrid: prefill + decode, KV-cache I/O, metadata",
+                       _methods()),
+        "llm_hybrid_unplanned": ("16a8w", "LLM hybrid as the flow lowers it for its runner: "
+                                 "I/O not memory-planned (the app binds KV caches, logits)",
+                                 _methods()),
+    }
+
+
+def lowering(name: str):
+    """The lowering of catalogue program `name`: `lower`, with unplanned I/O where the flow
+    lowers so."""
+    import functools
+
+    return functools.partial(lower, unplanned_io=name in UNPLANNED_IO)
 
 
 def _quantize(module, inputs):
@@ -178,7 +203,7 @@ def _quant_io_dtype(node):
     return None
 
 
-def lower(methods: dict, soc: str, precision: str) -> bytes:
+def lower(methods: dict, soc: str, precision: str, unplanned_io: bool = False) -> bytes:
     from executorch.backends.qualcomm._passes import TagQuantIO
     from executorch.backends.qualcomm._passes.build_quant_io import BuildQuantIo
     from executorch.backends.qualcomm._passes.qnn_pass_manager import QnnPassManager
@@ -193,6 +218,7 @@ def lower(methods: dict, soc: str, precision: str) -> bytes:
         to_edge_transform_and_lower_to_qnn,
     )
     from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
 
     assert precision == "16a8w", precision
     specs = generate_qnn_executorch_compiler_spec(
@@ -211,4 +237,7 @@ def lower(methods: dict, soc: str, precision: str) -> bytes:
         modules, {name: x for name, (_, x) in methods.items()},
         {name: specs for name in methods}, constant_methods=metadata(1),
         dep_table=deps, passes_job=passes)
-    return edge.to_executorch(ExecutorchBackendConfig(passes=[BuildQuantIo()])).buffer
+    planning = (MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)
+                if unplanned_io else MemoryPlanningPass())
+    return edge.to_executorch(ExecutorchBackendConfig(
+        passes=[BuildQuantIo()], memory_planning_pass=planning)).buffer

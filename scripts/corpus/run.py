@@ -12,7 +12,9 @@ session with `--pte`, prints program x outcome, and exits 1 on any of:
   runtime's own words, see harness.results.known_issues) or whose S4 does not pass;
 - a program with two delegated methods whose S2 does not pass or whose S3 is not an XFAIL;
 - a skip other than S2/S3 of a program with fewer than two delegated methods;
-- a program whose inputs, as the suites feed them, eager PyTorch refuses.
+- a program whose inputs, as the suites feed them, eager PyTorch refuses;
+- a corpus without a program whose inputs and outputs are not memory-planned (upstream's LLM
+  flow lowers so; the runners must bind their own buffers).
 """
 
 from __future__ import annotations
@@ -126,13 +128,17 @@ def problems(table: dict, manifest: dict) -> list[str]:
             got = row.get(column, ("missing", ""))[0]
             if got != outcome and got not in ("ERROR", "FAIL"):
                 out.append(f"{program} {column}: {got}, expected {outcome}")
+    if not any(facts.get("unplanned_io") for facts in manifest.values()):
+        out.append("no program of the corpus has unplanned inputs/outputs (llm_hybrid_unplanned "
+                   "should): the step would not meet what upstream's LLM export needs")
     return out
 
 
 def render(table: dict, manifest: dict) -> str:
     """program x outcome, with each program's kind and precision."""
-    head = ["program", "precision", "kind", *COLUMNS]
-    rows = [[name, facts["precision"], facts["kind"],
+    head = ["program", "precision", "I/O", "kind", *COLUMNS]
+    rows = [[name, facts["precision"], "unplanned" if facts.get("unplanned_io") else "planned",
+             facts["kind"],
              *(table.get(name, {}).get(c, ("-", ""))[0] for c in COLUMNS)]
             for name, facts in manifest.items()]
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]

@@ -31,9 +31,10 @@ def junit(tmp_path, programs: dict[str, dict[str, str]]) -> Path:
     return path
 
 
-def manifest(*names, two=()):
+def manifest(*names, two=(), unplanned=("llm_hybrid", "conv")):
     return {n: {"kind": "k", "precision": "fp16", "eager_refuses_inputs": "",
-                "delegated": ["a", "b"] if n in two else ["forward"]} for n in names}
+                "delegated": ["a", "b"] if n in two else ["forward"],
+                "unplanned_io": ["a"] if n in unplanned else []} for n in names}
 
 
 def test_outcomes_per_program_and_column(tmp_path):
@@ -66,3 +67,11 @@ def test_what_fails_the_step(tmp_path):
     assert "missing: no test ran" in found
     assert len(found) == 6, found
     assert "conv" in corpus.render(table, facts).splitlines()[2]
+
+
+def test_a_corpus_without_an_unplanned_io_program_fails_the_step(tmp_path):
+    table = corpus.outcomes(junit(tmp_path, {"llm_hybrid": {}}))
+    planned = manifest("llm_hybrid", two=("llm_hybrid",), unplanned=())
+    assert [p for p in corpus.problems(table, planned) if "unplanned" in p]
+    assert corpus.problems(table, manifest("llm_hybrid", two=("llm_hybrid",))) == []
+    assert "unplanned" in corpus.render(table, manifest("llm_hybrid")).splitlines()[2]

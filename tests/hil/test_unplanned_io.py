@@ -5,7 +5,8 @@ with `Module::set_output` before every execute, freed with the method). Without 
 the delegate is given none ("clientBuf is null", QNN error 6004) and every suite would end in
 a setup error. The program is `prefill_decode` (two methods sharing weights and one context, as
 an LLM export's prefill and decode do); outputs are compared with eager PyTorch. S1 and S3 meet
-the delegate-cache bug (qnn-delegate-cache-module-lifetime) as on planned programs.
+the delegate-cache bug (qnn-delegate-cache-module-lifetime) as on planned programs. The test
+names avoid "s1".."s4", so that `-k s4` keeps selecting the isolation suite's own tests.
 """
 
 import pytest
@@ -20,8 +21,8 @@ UNPLANNED = {"unplanned_io": True}
 
 @pytest.mark.hil_programs("prefill_decode", options=UNPLANNED, needs=("qnn", "two_methods"))
 @pytest.mark.parametrize("destroy_first", ["A", "B"])
-def test_s1_unplanned_io_two_modules(hil_program, scenario_driver, destroy_first):
-    sc = s1_two_modules(hil_program, destroy_first, f"s1_unplanned_destroy_{destroy_first}")
+def test_unplanned_io_two_modules_of_one_program(hil_program, scenario_driver, destroy_first):
+    sc = s1_two_modules(hil_program, destroy_first, f"unplanned_destroy_{destroy_first}")
     result = scenario_driver.run(sc)
     assert_steps_ok(result)
     assert_outputs_consistent(result)
@@ -30,8 +31,8 @@ def test_s1_unplanned_io_two_modules(hil_program, scenario_driver, destroy_first
 
 
 @pytest.mark.hil_programs("prefill_decode", options=UNPLANNED, needs=("qnn", "two_methods"))
-def test_s2_unplanned_io_methods_share_one_context(hil_program, scenario_driver):
-    result = scenario_driver.run(s2_shared_context(hil_program, "s2_unplanned"))
+def test_unplanned_io_methods_share_one_context(hil_program, scenario_driver):
+    result = scenario_driver.run(s2_shared_context(hil_program, "unplanned_shared_context"))
     assert_steps_ok(result)
     assert_isolation(result)
     assert_live_counts(result)
@@ -41,18 +42,18 @@ def test_s2_unplanned_io_methods_share_one_context(hil_program, scenario_driver)
 
 @pytest.mark.hil_programs("prefill_decode", options=UNPLANNED, needs=("qnn", "two_methods"))
 @pytest.mark.parametrize("unload", ["first", "second"])
-def test_s3_unplanned_io_unload_one_method(hil_program, scenario_driver, unload):
-    result = scenario_driver.run(s3_unload_one(hil_program, unload, f"s3_unplanned_{unload}"))
+def test_unplanned_io_unload_one_method(hil_program, scenario_driver, unload):
+    result = scenario_driver.run(s3_unload_one(hil_program, unload, f"unplanned_unload_{unload}"))
     assert_steps_ok(result)
     assert_isolation(result)
     assert_live_counts(result)
 
 
 @pytest.mark.hil_programs("prefill_decode", options=UNPLANNED, needs=("qnn", "two_methods"))
-def test_s4_unplanned_io_cleanup_and_reload(hil_program, scenario_driver):
+def test_unplanned_io_destroy_and_reload(hil_program, scenario_driver):
     """Load, execute both methods twice, destroy: three times. The runner's output buffers are
     freed with their method and bound afresh after each load; every output is the eager one."""
-    sc = Scenario("s4_unplanned")
+    sc = Scenario("unplanned_reload")
     for cycle in range(3):
         sc.load_module("A", hil_program)
         for method in hil_program.methods:
