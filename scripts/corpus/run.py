@@ -47,7 +47,8 @@ def corpus_dir(soc: str) -> Path:
     from harness.qnn.sdk import executorch_version
 
     sources = [HERE / "build.py", HERE / "upstream.py", HERE / "llm.py",
-               ROOT / "harness" / "compile_worker.py"]
+               ROOT / "harness" / "programs" / "compile_worker.py",
+               ROOT / "harness" / "programs" / "pte.py"]  # the manifest's facts come from it
     key = digest([soc, executorch_version(), *(p.read_bytes() for p in sources)])
     return cache_root() / "corpus" / f"{soc}-{key[:16]}"
 
