@@ -83,6 +83,10 @@ class SshdBoard:
         self.auth_dir = Path(tempfile.mkdtemp(prefix="hil-sshd-auth-"))
         self.auth_dir.chmod(0o755)
         self.authorized = self.auth_dir / "authorized_keys"
+        # A lease directory of this board's own (the harness keeps one per host, in /tmp): the
+        # boards of one host here are separate boards, whichever processes stand them up. In
+        # auth_dir, which the user can reach (a pytest tmp dir is 0700), made in start().
+        self.lease_dir = str(self.auth_dir / "lease" / ".executorch-hil-lease")
         shutil.copyfile(f"{self.client_key}.pub", self.authorized)
         self.authorized.chmod(0o644)
         self.sshd_config = self.dir / "sshd_config"
@@ -118,6 +122,9 @@ class SshdBoard:
             self.auth_dir.mkdir(mode=0o755, exist_ok=True)
             shutil.copyfile(f"{self.client_key}.pub", self.authorized)
             self.authorized.chmod(0o644)
+        lease_parent = Path(self.lease_dir).parent
+        lease_parent.mkdir(exist_ok=True)
+        lease_parent.chmod(0o1777)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
         with open(self.log, "ab") as log:  # sshd keeps its own copy of the descriptor
             self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.sshd_config)],

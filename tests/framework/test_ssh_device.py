@@ -49,7 +49,8 @@ def options(tmp_path: Path, **changes) -> Options:
 def open_(board, tmp_path, target=None, **changes):
     notices: list[str] = []
     device = open_board(target or board.target, options(tmp_path, **changes),
-                        notice=notices.append, sdk=discover, ssh_config=board.client_config)
+                        notice=notices.append, sdk=discover, ssh_config=board.client_config,
+                        lease_dir=board.lease_dir)
     device.notices = notices
     return device
 

@@ -28,8 +28,10 @@ def check_arch(value: str) -> str:
 
 def open_board(target: str, options, *, notice: Callable[[str], None],
                sdk: Callable[[], QnnSdk], ssh_config: Path | None = None,
-               arch: str = "auto") -> ssh_device.SshDevice:
-    """A ready SshDevice for `target` (`options`: the session's harness.session.Options)."""
+               arch: str = "auto", lease_dir: str = ssh_device.LEASE_DIR) -> ssh_device.SshDevice:
+    """A ready SshDevice for `target` (`options`: the session's harness.session.Options).
+    `lease_dir`: where on the board its lease lives (one per host by default; a test that
+    stands several boards up on one host gives each its own)."""
     parsed = parse_target(target)
     check_arch(arch)
     if ssh_config is not None and not Path(ssh_config).is_file():
@@ -56,7 +58,7 @@ def open_board(target: str, options, *, notice: Callable[[str], None],
             reacquire_s=options.reacquire_s or ssh_device.REACQUIRE_S, soc_source=source,
             notice=notice, session_id=options.session_id, worker=options.worker,
             lease_wait=options.lease_wait, isolation=options.scenario_isolation,
-            machine=machine, machine_source="--ssh-arch")
+            machine=machine, machine_source="--ssh-arch", lease_dir=lease_dir)
         if options.runner == "python":
             notice("ssh boards always use the native runner; --runner=python applies to the "
                    "simulator only")
