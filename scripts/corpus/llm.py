@@ -155,8 +155,7 @@ def catalogue() -> dict[str, tuple[str, str, dict]]:
     return {
         "llm_hybrid": ("16a8w", "LLM hybrid: prefill + decode, KV-cache I/O, metadata",
                        _methods()),
-        "llm_hybrid_unplanned": ("16a8w", "LLM hybrid as the flow lowers it for its runner: "
-                                 "I/O not memory-planned (the app binds KV caches, logits)",
+        "llm_hybrid_unplanned": ("16a8w", "LLM hybrid, I/O not memory-planned (app-owned)",
                                  _methods()),
     }
 
