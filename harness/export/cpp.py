@@ -99,7 +99,7 @@ def render(plan: Plan) -> str:
     taken: set[str] = set()
     var = {m: identifier(m, taken) for m in plan.modules}
     lang = Language("//", ";", "  ", _literal, var.__getitem__, _parallel)
-    declarations = "\n".join(f"  Live {var[m]}{{{_literal(m)}, nullptr, {{}}}};"
+    declarations = "\n".join(f"  Live {var[m]}{{{_literal(m)}, {{}}, nullptr, {{}}}};"
                              for m in plan.modules)
     return fill(TEMPLATE, plan, "C++", lang, DECLARATIONS=declarations)
 

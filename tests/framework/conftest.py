@@ -87,6 +87,7 @@ FILE_COST = {
     "test_replay_export.py": 65, "test_wheel.py": 64, "test_protocol_conformance.py": 55,
     "test_executorch_prefix.py": 50, "test_native_build.py": 50, "test_sessions.py": 40,
     "test_plugin.py": 35, "test_dtypes.py": 30, "test_report.py": 25, "test_etrecord.py": 60,
+    "test_unplanned_io_runners.py": 60,
     # the adb-server group
     "test_arm64_build.py": 60, "test_adb_device.py": 48, "test_adb_fork.py": 33,
     "test_ssh_device.py": 32, "test_adb_robustness.py": 29, "test_lease.py": 27,

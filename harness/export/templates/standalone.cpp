@@ -208,11 +208,62 @@ void end(int expected_contexts) {
 
 // A module of the scenario: its Module while live (null otherwise) and the methods it has
 // loaded, in load order (what destroy_module unloads, as the framework's runner does).
+// A buffer for one output the program does not memory-plan (an LLM export lowered with
+// alloc_graph_output=False leaves its logits and KV caches to the app).
+struct UnplannedOutput {
+  size_t index = 0;
+  std::vector<uint8_t> data;
+  executorch::extension::TensorPtr tensor;
+};
+
 struct Live {
   const char* name;
+  // Before `module`, so that it outlives the methods that point into it.
+  std::map<std::string, std::vector<UnplannedOutput>> unplanned;
   std::unique_ptr<Module> module;
   std::vector<std::string> methods;
 };
+
+// Binds a buffer of this program's own to each output `method` does not memory-plan (made at
+// the first execute after a load), as an app must before every execute; false if refused.
+bool bind_unplanned_outputs(Live& m, const char* method, bool allowed) {
+  auto it = m.unplanned.find(method);
+  if (it == m.unplanned.end()) {
+    auto meta = m.module->method_meta(method);
+    if (!meta.ok()) {
+      return true;  // execute reports the runtime's own error
+    }
+    std::vector<UnplannedOutput> owned;
+    for (size_t i = 0; i < meta->num_outputs(); ++i) {
+      auto tag = meta->output_tag(i);
+      auto info = meta->output_tensor_meta(i);
+      if (!tag.ok() || tag.get() != executorch::runtime::Tag::Tensor || !info.ok() ||
+          info->is_memory_planned()) {
+        continue;
+      }
+      UnplannedOutput out;
+      out.index = i;
+      out.data.assign(info->nbytes(), 0);
+      std::vector<executorch::aten::SizesType> sizes(info->sizes().begin(), info->sizes().end());
+      std::vector<executorch::aten::DimOrderType> order(info->dim_order().begin(),
+                                                        info->dim_order().end());
+      out.tensor = executorch::extension::make_tensor_ptr(
+          std::move(sizes), out.data.empty() ? nullptr : out.data.data(), std::move(order), {},
+          info->scalar_type());
+      owned.push_back(std::move(out));
+    }
+    it = m.unplanned.emplace(method, std::move(owned)).first;
+  }
+  for (auto& out : it->second) {
+    Error err = m.module->set_output(method, EValue(*out.tensor), out.index);
+    if (err != Error::Ok) {
+      check_status(err, std::string("set_output(") + method + ", " + std::to_string(out.index) +
+                   ")", allowed);
+      return false;
+    }
+  }
+  return true;
+}
 
 void note_method(Live& m, const std::string& method) {
   for (const auto& name : m.methods) {
@@ -278,6 +329,7 @@ bool live(Live& m, bool allowed) {
       break;
     }
   }
+  m.unplanned.erase(method);  // freed with the method
 }
 
 // Every method in load order, then the Module itself (its program, data loader and
@@ -291,6 +343,7 @@ bool live(Live& m, bool allowed) {
   }
   m.methods.clear();
   m.module.reset();
+  m.unplanned.clear();  // after the methods that pointed into them
 }
 
 [[maybe_unused]] void execute(Live& m, const char* program, const char* method, const std::vector<Spec>& inputs,
@@ -310,6 +363,12 @@ bool live(Live& m, bool allowed) {
     values.emplace_back(*tensors.back());
   }
   // Loads the method first when it is not loaded, as the framework's runner's execute does.
+  if (!bind_unplanned_outputs(m, method, allowed)) {
+    if (m.module->is_method_loaded(method)) {
+      note_method(m, method);
+    }
+    return;
+  }
   auto result = m.module->execute(method, values);
   if (m.module->is_method_loaded(method)) {
     note_method(m, method);
