@@ -50,14 +50,16 @@ print(out.returncode, len(out.stdout), len(out.stderr), len(out.notes),
 
 
 def test_a_200_mb_flood_leaves_the_harness_memory_flat():
-    """Held whole, 200 MB on each stream took the reader past 1 GB."""
+    """Held whole, 200 MB on each stream took the reader past 1 GB. Capped, its peak is about
+    115 MB on an idle host and was 329 and 390 MB in full xdist runs (glibc's heap under load;
+    the buffers themselves stay at the limit), so the bound sits between those and 1 GB."""
     proc = subprocess.run([sys.executable, "-c", FLOOD], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     code, out, err, notes, peak_mb = (int(v) for v in proc.stdout.split())
     assert code == 3 and notes == 2
     assert out < 17 * 1024 * 1024 and err < 17 * 1024 * 1024
-    assert peak_mb < 250, f"peak {peak_mb} MB for a 400 MB flood"
+    assert peak_mb < 600, f"peak {peak_mb} MB for a 400 MB flood"
 
 
 def test_a_flooding_runner_on_the_simulator_is_cut_and_says_so(simulator_device, tmp_path,
