@@ -8,6 +8,9 @@ NAME = "prefill_decode"
 BACKEND = "qnn"
 PRECISIONS = ("fp16", "int8")
 TOLERANCE = {"fp16": (0.02, 0.02), "int8": (0.15, 0.15)}
+# A decode loop as an LLM runner drives one: prefill once, then decode steps, each taking the
+# state the execute before it returned (input 1 <- output 0); tests/hil/test_decode_loop.py.
+DECODE_LOOP = {"after": "prefill", "method": "decode", "feed": [[1, 0]], "steps": 4}
 
 
 def build():

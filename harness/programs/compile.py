@@ -127,6 +127,10 @@ class CompiledModel:
     # What the expected outputs are: EAGER_REFERENCE for registry models, "the solo run" or
     # an ETRecord for a user's program. Failure messages name it.
     reference: str = EAGER_REFERENCE
+    # A model's DECODE_LOOP as compile_worker.decode_loop_reference wrote it: after, method,
+    # feed, first_variant, steps (the loop's executes are those variants of `method`); {} for
+    # a model without one.
+    decode_loop: dict = dataclasses.field(default_factory=dict)
 
     @property
     def stateful(self) -> bool:
@@ -149,7 +153,8 @@ class CompiledModel:
         return cls(meta["name"], meta["backend"], meta["soc"], meta["precision"],
                    directory / "model.pte", methods, meta["atol"], meta["rtol"],
                    meta.get("options", {}), meta.get("spill_fill_bytes"),
-                   tuple(meta.get("qnn_delegates", ())))
+                   tuple(meta.get("qnn_delegates", ())),
+                   decode_loop=dict(meta.get("decode_loop") or {}))
 
     def files(self) -> list[Path]:
         """Every file a runner needs: the program and its reference tensors."""

@@ -190,6 +190,39 @@ def input_variant(module, inputs, outputs) -> tuple[tuple, tuple] | None:
     return shuffled, got
 
 
+def decode_loop_reference(loop: dict, eager: dict, reference: dict, out_dir: Path) -> dict:
+    """The eager chain of a decode loop (a model's DECODE_LOOP: after `after` executes once,
+    `steps` executes of `method`, each fed, by `feed`'s (input, output) pairs, the outputs of
+    the execute before it), as variants of `method`: step k's inputs with the fed ones set to
+    eager's outputs of step k - 1, and its eager outputs. A runner feeds the runtime's own
+    outputs instead (the step's `feed`) and compares with these."""
+    import torch
+
+    from harness.protocol.tensors import save_tensor
+
+    after, method, feed, steps = loop["after"], loop["method"], loop["feed"], int(loop["steps"])
+    module, inputs = eager[method]
+    with torch.no_grad():
+        prev = eager[after][0](*eager[after][1])
+        prev = tuple(prev) if isinstance(prev, (tuple, list)) else (prev,)
+        variants = reference[method].setdefault("variants", [])
+        first = len(variants) + 1
+        for k in range(steps):
+            fed = list(inputs)
+            for i, o in feed:
+                fed[i] = prev[o]
+            got = module(*fed)
+            got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+            variants.append({
+                "inputs": [save_tensor(t, out_dir / "ref" / f"{method}_loop{k}_in{i}.bin")
+                           .to_json(out_dir) for i, t in enumerate(fed)],
+                "expected": [save_tensor(t, out_dir / "ref" / f"{method}_loop{k}_out{i}.bin")
+                             .to_json(out_dir) for i, t in enumerate(got)]})
+            prev = got
+    return {"after": after, "method": method, "feed": [list(p) for p in feed],
+            "first_variant": first, "steps": steps}
+
+
 def main(argv: list[str]) -> int:
     model_path, soc, precision, out_dir = Path(argv[0]), argv[1], argv[2], Path(argv[3])
     options = json.loads(argv[4]) if len(argv) > 4 else {}
@@ -244,6 +277,9 @@ def main(argv: list[str]) -> int:
                                    .to_json(out_dir) for i, t in enumerate(v_inputs)],
                         "expected": [save_tensor(t, out_dir / "ref" / f"{name}_v1_out{i}.bin")
                                      .to_json(out_dir) for i, t in enumerate(v_outputs)]}]
+    loop = getattr(model, "DECODE_LOOP", None)
+    if loop:
+        facts["decode_loop"] = decode_loop_reference(loop, eager, reference, out_dir)
     atol, rtol = model.TOLERANCE.get(precision, (1e-3, 1e-3))
     meta = {"name": model.NAME, "backend": model.BACKEND, "soc": soc, "precision": precision,
             "methods": reference, "atol": atol, "rtol": rtol, "pte_bytes": len(buffer)}

@@ -138,7 +138,7 @@ OP_FIELDS: dict[str, OpFields] = {
     "load_module": OpFields(("module", "pte"), ("backend_options",)),
     "load_method": OpFields(("module", "method")),
     "execute": OpFields(("module", "method"), ("inputs", "expected", "atol", "rtol",
-                                               "emit_outputs")),
+                                               "emit_outputs", "feed")),
     "unload_method": OpFields(("module", "method")),
     "destroy_module": OpFields(("module",)),
     "snapshot": OpFields(()),
@@ -207,6 +207,9 @@ class ScenarioStep:
     atol: float = 0.0
     rtol: float = 0.0
     emit_outputs: bool = False
+    # execute: (input index, output index) pairs: that input takes that output of the module's
+    # previous execute instead of its file's data (a decode loop feeding the KV caches back)
+    feed: tuple[tuple[int, int], ...] = ()
     backend: str | None = None
     key: str | None = None
     value: OptionValue | None = None  # set_option
@@ -334,6 +337,25 @@ class _StepReader:
             self.fail(f"backend_options: at most {MAX_BACKENDS} backends")
         return out
 
+    def feed(self, inputs: int) -> tuple[tuple[int, int], ...]:
+        raw = self.raw.get("feed")
+        if raw is None:
+            return ()
+        if not isinstance(raw, list):
+            self.fail(f"field 'feed' must be an array, got {_kind(raw)}")
+        pairs: list[tuple[int, int]] = []
+        for i, pair in enumerate(raw):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(
+                    _is_int(v) and 0 <= v <= MAX_SHAPE_ENTRY for v in pair)):
+                self.fail(f"feed[{i}] must be [input index, output index], two non-negative "
+                          "integers")
+            if pair[0] >= inputs:
+                self.fail(f"feed[{i}]: input {pair[0]} is not one of the step's {inputs} inputs")
+            if any(pair[0] == p[0] for p in pairs):
+                self.fail(f"feed[{i}]: input {pair[0]} is fed twice")
+            pairs.append((int(pair[0]), int(pair[1])))
+        return tuple(pairs)
+
     def tensors(self, key: str) -> tuple[TensorSpec, ...]:
         raw = self.raw.get(key)
         if raw is None:
@@ -392,6 +414,7 @@ class _StepReader:
             if emit is not None and not isinstance(emit, bool):
                 self.fail(f"field 'emit_outputs' must be a bool, got {_kind(emit)} {emit!r}")
             fields["emit_outputs"] = bool(emit)
+            fields["feed"] = self.feed(len(fields["inputs"]))
         elif op in ("set_option", "get_option"):
             fields["backend"] = self.string("backend")
             fields["key"] = self.option_key(self.string("key"), "key")

@@ -163,7 +163,7 @@ def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
     on the same inputs (the reference inputs or the same variant), in step order. A stateful method's executes
     are held to the same-numbered execute since the load (its state differs between them)."""
     out: list[Failure] = []
-    first: dict[tuple[str, str, int, int | str], tuple[int, list[Any]]] = {}
+    first: dict[tuple[str, str, int, tuple[int | str, str]], tuple[int, list[Any]]] = {}
     ordinals = result.scenario.ordinals()
     for i, s in enumerate(result.steps):
         if s.event is None:
@@ -176,7 +176,9 @@ def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
             nth = (ordinals[i][k] or 0) if ref is not None and ref.stateful else 0
             # An execute on another input set (a variant; a replayed step's own input files)
             # is held only to executes on the same inputs.
-            inputs = sub.variant or repr(sub.args.get("inputs"))
+            # A fed execute (a decode loop's step) takes an earlier execute's outputs as well.
+            inputs = (sub.variant or repr(sub.args.get("inputs")),
+                      repr(sub.args.get("feed")) if sub.args.get("feed") else "")
             key = (str(model.pte), sub.method or "", nth, inputs)
             digests = [o.get("sha256") for o in ev.get("outputs") or []]
             if key in first and first[key][1] != digests:

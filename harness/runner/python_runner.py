@@ -80,6 +80,11 @@ class Runner:
         # Absolute and normalized, as the kernel prints mapped paths in /proc/self/smaps.
         self.watch = [os.path.realpath(scenario.path(p)) for p in scenario.watch_mappings]
         self.trace = os.environ.get("HARNESS_QNN_TRACE")
+        # Each module's last execute's outputs as arrays (None for a non-tensor), kept when a
+        # step feeds outputs back as inputs (a decode loop).
+        self.keeps_outputs = any(s.feed or any(sub.feed for sub in s.steps)
+                                 for s in scenario.steps)
+        self.last_outputs: dict[str | None, list[Any]] = {}
 
     def array(self, spec: TensorSpec):
         import numpy as np
@@ -143,7 +148,24 @@ class Runner:
         loaded = self.methods[step.module]
         if step.method not in loaded:
             loaded[step.method] = module.load_method(step.method)
-        outputs = loaded[step.method].call([self.tensor(t) for t in step.inputs])
+        arrays = [self.array(t) for t in step.inputs]
+        for index, source in step.feed:  # the module's previous outputs, as a decode loop feeds
+            last = self.last_outputs.get(step.module) or []
+            if source >= len(last) or last[source] is None:
+                raise StepError(f"feed: module '{step.module}' has no output {source} of an "
+                                f"earlier execute (it gave {len(last)})")
+            if last[source].nbytes != arrays[index].nbytes:
+                raise StepError(f"feed: output {source} of the previous execute has "
+                                f"{last[source].nbytes} bytes; input {index} takes "
+                                f"{arrays[index].nbytes}")
+            arrays[index] = np.frombuffer(last[source].tobytes(), dtype=arrays[index].dtype
+                                          ).reshape(arrays[index].shape).copy()
+        from harness.protocol.tensors import numpy_to_torch
+
+        outputs = loaded[step.method].call([numpy_to_torch(a) for a in arrays])
+        if self.keeps_outputs:
+            self.last_outputs[step.module] = [torch_to_numpy(o) if hasattr(o, "detach") else None
+                                              for o in outputs]
         report = []
         worst = 0.0
         mismatch = False

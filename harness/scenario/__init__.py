@@ -99,11 +99,14 @@ class Scenario:
         return self._add(Step("load_method", module, self._method(module, method)))
 
     def execute(self, module: str, method: str, emit_outputs: bool = False,
-                variant: int = 0) -> Scenario:
+                variant: int = 0, feed: tuple[tuple[int, int], ...] = ()) -> Scenario:
         """`emit_outputs`: the runner reports the outputs' bytes too (a reference run).
         `variant`: execute on the method's n-th other input set (MethodReference.variants),
-        judged against that set's own expected outputs."""
-        args = {"emit_outputs": True} if emit_outputs else {}
+        judged against that set's own expected outputs. `feed`: (input, output) pairs: that
+        input takes that output of the module's previous execute (a decode loop)."""
+        args: dict[str, Any] = {"emit_outputs": True} if emit_outputs else {}
+        if feed:
+            args["feed"] = [[int(i), int(o)] for i, o in feed]
         method = self._method(module, method)
         self._check_variant(module, method, variant)
         return self._add(Step("execute", module, method, args, variant))

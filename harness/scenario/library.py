@@ -8,6 +8,7 @@ steps. `name` defaults to the scenario's id; pass another to keep artifacts apar
 from __future__ import annotations
 
 from harness.programs.compile import CompiledModel
+from harness.protocol import ScenarioError
 from harness.scenario import Scenario
 
 
@@ -95,3 +96,23 @@ def s4_cleanup_reload(model: CompiledModel, cycles: int = 3, name: str = "") -> 
         sc.load_module("A", model)
         sc.destroy_module("A").destroy_module("B").snapshot().label(f"cycle{cycle}_released")
     return sc
+
+
+def decode_loop(sc: Scenario, module: str, model: CompiledModel, steps: int | None = None) -> Scenario:
+    """Append `model`'s decode loop (its DECODE_LOOP) on `module`: one execute of the loop's
+    first method, then `steps` (default: all the reference has) executes of its decode method,
+    each fed the outputs of the execute before it, as an LLM runner feeds its KV caches; each
+    judged against eager PyTorch's same step. `module` must be loaded."""
+    loop = model.decode_loop
+    if not loop:
+        raise ScenarioError(f"model {model.name} has no decode loop (DECODE_LOOP)")
+    count = loop["steps"] if steps is None else steps
+    if not 0 < count <= loop["steps"]:
+        raise ScenarioError(f"model {model.name}: its decode loop has {loop['steps']} steps, "
+                            f"not {count}")
+    sc.execute(module, loop["after"])
+    feed = tuple((int(i), int(o)) for i, o in loop["feed"])
+    for k in range(count):
+        sc.execute(module, loop["method"], variant=loop["first_variant"] + k, feed=feed)
+    return sc
+

@@ -266,3 +266,31 @@ def test_labels_name_steps_for_the_result_and_stay_host_side(tmp_path):
                                                                         "device": 0}
     assert LiveCounts(context=2)["context"] == 2 and dict(LiveCounts(1, 2, 3)) == {
         "backend": 1, "context": 2, "device": 3}
+
+
+def test_a_decode_loop_feeds_each_step_and_is_judged_by_its_own_step(tmp_path):
+    """decode_loop: the first method once, then the decode method on its loop variants (eager's
+    chain), each with the feed; the JSON carries the feed, and each step's expected outputs
+    are that step's."""
+    from harness.scenario.library import decode_loop
+
+    def files(tag):
+        return ((TensorFile("float32", (1, 16), tmp_path / f"{tag}_in.bin"),
+                 TensorFile("float32", (1, 16), tmp_path / f"{tag}_state.bin")),
+                (TensorFile("float32", (1, 16), tmp_path / f"{tag}_out.bin"),))
+    decode = MethodReference(*files("ref"), variants=(files("v1"), files("loop0"), files("loop1")))
+    prefill = MethodReference(*files("prefill"))
+    model = CompiledModel("pd", "qnn", "SM8650", "fp16", tmp_path / "pd.pte",
+                          {"prefill": prefill, "decode": decode}, 0.01, 0.01,
+                          decode_loop={"after": "prefill", "method": "decode", "feed": [[1, 0]],
+                                       "first_variant": 2, "steps": 2})
+    sc = decode_loop(Scenario("loop").load_module("A", model), "A", model)
+    steps = sc.to_json(lambda p: p.name)["steps"]
+    assert [s.get("feed") for s in steps[1:]] == [None, [[1, 0]], [[1, 0]]]
+    assert [s["expected"][0]["file"] for s in steps[1:]] == ["prefill_out.bin", "loop0_out.bin",
+                                                            "loop1_out.bin"]
+    assert steps[3]["inputs"][1]["file"] == "loop1_state.bin"  # dtype and shape of the fed input
+    with pytest.raises(ScenarioError, match="has 2 steps, not 3"):
+        decode_loop(Scenario("x").load_module("A", model), "A", model, steps=3)
+    with pytest.raises(ScenarioError, match="no decode loop"):
+        decode_loop(Scenario("y").load_module("A", fake_model(tmp_path)), "A", fake_model(tmp_path))

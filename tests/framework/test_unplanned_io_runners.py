@@ -115,3 +115,29 @@ def test_replay_and_a_cpp_export_bind_the_outputs_too(programs, simulator_device
     run = subprocess.run(["bash", str(out / "run.sh")], env=_clean_env(), capture_output=True,
                          text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_fed_input_takes_the_previous_outputs_not_its_file(programs, simulator_device, runner,
+                                                             tmp_path):
+    """The decode loop in order passes every step; skipping a step (decode's 2nd loop step fed
+    prefill's state, while its file holds eager's 1st-step state) is a mismatch, which it could
+    not be if the runner read the file; a feed with no earlier execute is a step error."""
+    from harness.scenario.library import decode_loop
+
+    model = programs["unplanned"]
+    loop = model.decode_loop
+    run = driver(simulator_device, runner, tmp_path)
+    good = run.run(decode_loop(Scenario("loop").load_module("A", model), "A", model)
+                   .destroy_module("A"))
+    assert good.completed and all(s.ok for s in good.steps), good.summary()
+    feed = tuple(tuple(p) for p in loop["feed"])
+    skipped = Scenario("skipped").load_module("A", model).execute("A", loop["after"])
+    skipped.execute("A", loop["method"], variant=loop["first_variant"] + 1, feed=feed)
+    bad = run.run(skipped.destroy_module("A"))
+    assert bad.steps[2].status == "mismatch", bad.summary()
+    first = Scenario("nothing_to_feed").load_module("A", model)
+    first.execute("A", loop["method"], variant=loop["first_variant"], feed=feed).allow_error()
+    none = run.run(first.destroy_module("A"))
+    assert none.steps[1].status == "error", none.summary()
+    assert "feed: module 'A' has no output 0 of an earlier execute" in none.steps[1].event["message"]

@@ -127,6 +127,15 @@ void Runner::destroy(LiveModule& m) {
   m.unplanned_outputs.clear();  // after the methods that pointed into them
 }
 
+bool Runner::any_feed(const std::vector<Step>& steps) {
+  for (const auto& step : steps) {
+    if (!step.feed.empty() || any_feed(step.substeps)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool Runner::bind_unplanned_outputs(LiveModule& m, const std::string& method,
                                     StepResult& r) {
   auto it = m.unplanned_outputs.find(method);
@@ -264,7 +273,30 @@ Runner::StepResult Runner::execute(const Step& step) {
   buffers.reserve(step.inputs.size());
   for (const auto& spec : step.inputs) {
     buffers.push_back(read_tensor_file(spec));
-    tensors.push_back(make_input(spec, buffers.back()));
+  }
+  // Fed inputs take the module's previous outputs, as an app's decode loop
+  // passes each step's KV caches to the next.
+  for (const auto& [in, from] : step.feed) {
+    if (from >= m->last_outputs.size()) {
+      r.status = "error";
+      r.error_code = kHarnessErrorCode;
+      r.message = "feed: module '" + step.module + "' has no output " +
+          std::to_string(from) + " of an earlier execute (it gave " +
+          std::to_string(m->last_outputs.size()) + ")";
+      return r;
+    }
+    if (m->last_outputs[from].size() != buffers[in].size()) {
+      r.status = "error";
+      r.error_code = kHarnessErrorCode;
+      r.message = "feed: output " + std::to_string(from) + " of the previous execute has " +
+          std::to_string(m->last_outputs[from].size()) + " bytes; input " +
+          std::to_string(in) + " takes " + std::to_string(buffers[in].size());
+      return r;
+    }
+    buffers[in] = m->last_outputs[from];
+  }
+  for (size_t i = 0; i < step.inputs.size(); ++i) {
+    tensors.push_back(make_input(step.inputs[i], buffers[i]));
     inputs.emplace_back(*tensors.back());
   }
   // Outputs the program leaves to the app get this runner's buffers (inputs
@@ -291,6 +323,16 @@ Runner::StepResult Runner::execute(const Step& step) {
   const std::vector<EValue>& outputs = *result;
   for (const auto& out : outputs) {
     r.outputs.push_back(describe_output(out, step.emit_outputs));
+  }
+  if (keeps_outputs_) {
+    m->last_outputs.assign(outputs.size(), {});
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].isTensor()) {
+        const auto& t = outputs[i].toTensor();
+        const auto* p = static_cast<const uint8_t*>(t.const_data_ptr());
+        m->last_outputs[i].assign(p, p + t.nbytes());
+      }
+    }
   }
   r.max_abs_diff = 0.0;
   if (!step.expected.empty()) {

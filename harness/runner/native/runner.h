@@ -22,7 +22,8 @@ constexpr int kHarnessErrorCode = -1;
 
 class Runner {
  public:
-  explicit Runner(const Scenario& scenario) : scenario_(scenario) {}
+  explicit Runner(const Scenario& scenario)
+      : scenario_(scenario), keeps_outputs_(any_feed(scenario.steps)) {}
 
   // Runs every step, writes start/step/end events. Returns the exit code
   // (0 every step ok, 1 some step error/mismatch).
@@ -57,7 +58,12 @@ class Runner {
     std::map<std::string, std::vector<UnplannedOutput>> unplanned_outputs;
     std::unique_ptr<executorch::extension::Module> module;
     std::vector<std::string> methods;
+    // The bytes of each output of the module's last execute (empty for a
+    // non-tensor output), kept when some step feeds outputs back as inputs.
+    std::vector<std::vector<uint8_t>> last_outputs;
   };
+
+  static bool any_feed(const std::vector<Step>& steps);
 
   // Binds the method's unplanned outputs (allocated at the first execute
   // after each load of the method) with Module::set_output before an execute;
@@ -89,6 +95,7 @@ class Runner {
   static void note_method(LiveModule& m, const std::string& method);
 
   const Scenario& scenario_;
+  const bool keeps_outputs_;
   std::mutex modules_mutex_;
   std::vector<std::unique_ptr<LiveModule>> modules_;  // creation order
 };

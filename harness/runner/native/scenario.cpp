@@ -195,6 +195,37 @@ class StepReader {
     return d;
   }
 
+  std::vector<std::pair<size_t, size_t>> feed(size_t inputs) const {
+    std::vector<std::pair<size_t, size_t>> out;
+    const Json* arr = opt("feed", Type::array);
+    if (arr == nullptr) {
+      return out;
+    }
+    size_t i = 0;
+    for (const Json& pair : *arr) {
+      std::string where = "feed[" + std::to_string(i++) + "]";
+      std::optional<int64_t> in, from;
+      if (pair.is_array() && pair.size() == 2) {
+        in = as_int(pair[0]);
+        from = as_int(pair[1]);
+      }
+      if (!in || !from || *in < 0 || *from < 0 || *in > INT32_MAX || *from > INT32_MAX) {
+        fail(where + " must be [input index, output index], two non-negative integers");
+      }
+      if (static_cast<size_t>(*in) >= inputs) {
+        fail(where + ": input " + std::to_string(*in) + " is not one of the step's " +
+             std::to_string(inputs) + " inputs");
+      }
+      for (const auto& p : out) {
+        if (p.first == static_cast<size_t>(*in)) {
+          fail(where + ": input " + std::to_string(*in) + " is fed twice");
+        }
+      }
+      out.emplace_back(static_cast<size_t>(*in), static_cast<size_t>(*from));
+    }
+    return out;
+  }
+
   std::vector<TensorSpec> tensors(const char* key) const {
     std::vector<TensorSpec> out;
     const Json* arr = opt(key, Type::array);
@@ -375,6 +406,7 @@ class StepReader {
         if (const Json* e = opt("emit_outputs", Type::boolean)) {
           s.emit_outputs = e->get<bool>();
         }
+        s.feed = feed(s.inputs.size());
         break;
       case Op::DestroyModule:
         s.module = req_string("module");
