@@ -131,6 +131,11 @@ def test_a_fed_input_takes_the_previous_outputs_not_its_file(programs, simulator
     good = run.run(decode_loop(Scenario("loop").load_module("A", model), "A", model)
                    .destroy_module("A"))
     assert good.completed and all(s.ok for s in good.steps), good.summary()
+    export = subprocess.run([sys.executable, "-m", "harness", "export", str(good.artifacts),
+                             "--format", "python", "--out", str(tmp_path / "export")],
+                            env=_clean_env(), capture_output=True, text=True, timeout=300)
+    assert export.returncode != 0 and "a feed (outputs passed back as inputs)" in \
+        export.stdout + export.stderr, export.stdout + export.stderr
     feed = tuple(tuple(p) for p in loop["feed"])
     skipped = Scenario("skipped").load_module("A", model).execute("A", loop["after"])
     skipped.execute("A", loop["method"], variant=loop["first_variant"] + 1, feed=feed)
