@@ -348,7 +348,11 @@ class HilSession:
             info = read_program(path)
             device = self.device
             check_soc(info, device.info.soc, device.title)
-            work = self.options.artifacts_dir / "programs" / f"{path.stem}-{info.sha256[:12]}"
+            # Per worker: the xdist workers of one session share its artifacts directory, and
+            # each makes its own inputs and solo-run reference (a runner of one worker read
+            # the other's reference while it was being written: "has 0 bytes").
+            work = (self.options.artifacts_dir / "programs" / self.options.worker
+                    / f"{path.stem}-{info.sha256[:12]}")
             model = program_model(info, device.info.soc, work)
             record = etrecord_for(path, self.options.etrecords)
             if record is not None:
