@@ -54,26 +54,5 @@ pytest_plugins = [
     "harness.report.plugin",
 ]
 
-# The old private names, for one release: use harness.plugin.keys.
-_SESSION_KEY, _REPORTS_KEY, _ISSUE_KEY, _ISSUES_KEY = SESSION, REPORTS, ISSUE, ISSUES
-_MET_KEY, _FILES_KEY, _PATTERNS_KEY, _PREFIX_ENV_KEY = MET, FILES, PATTERNS, PREFIX_ENV
-_SIGTERM_KEY, _SESSION_ID_ENV = SIGTERM, SESSION_ID_ENV
-
-# Functions other code imports from harness.plugin, from their modules on first use (an
-# import here would come before pytest's, see above). No hooks or fixtures: pytest would
-# register them twice.
-_MOVED = {"session_id": "options", "xdist_workers": "options", "unmatched_issues": "known_issues",
-          "skip_without_backend": "fixtures"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(f"harness.plugin.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["FILES", "ISSUE", "ISSUES", "MET", "PATTERNS", "PREFIX_ENV", "REPORTS", "SESSION",
-           "SESSION_ID_ENV", "SIGTERM", "session_id", "skip_without_backend",
-           "unmatched_issues", "xdist_workers"]
+           "SESSION_ID_ENV", "SIGTERM"]

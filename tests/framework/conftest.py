@@ -23,7 +23,6 @@ import pytest
 KINDS = ("unit", "compiler", "simulator", "adb", "ssh")
 FILE_KIND = {
     "test_config.py": "unit",
-    "test_moved.py": "unit",
     "test_log.py": "unit",
     "test_known_issues.py": "unit",
     "test_bad_input.py": "unit",  # python -m pytest / python -m harness processes
