@@ -170,6 +170,19 @@ def lower_xnnpack(methods: dict, buffers: tuple[str, ...] = (), unplanned_io: bo
     return edge.to_executorch(backend_config(list(buffers), unplanned_io)).buffer
 
 
+def _as_tuple(outputs) -> tuple:
+    """A method's outputs as a tuple (one tensor is one output)."""
+    return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+
+
+def _saved(tensors, out_dir: Path, stem: str) -> list[dict]:
+    """`tensors` written as ref/<stem><index>.bin: the meta's entries for them."""
+    from harness.protocol.tensors import save_tensor
+
+    return [save_tensor(t, out_dir / "ref" / f"{stem}{i}.bin").to_json(out_dir)
+            for i, t in enumerate(tensors)]
+
+
 def input_variant(module, inputs, outputs) -> tuple[tuple, tuple] | None:
     """A second input set of a stateless method, with its eager outputs: each floating input's
     elements in another order (seeded), so the values stay in the range the program was
@@ -183,8 +196,7 @@ def input_variant(module, inputs, outputs) -> tuple[tuple, tuple] | None:
     generator = torch.Generator().manual_seed(1)
     shuffled = tuple(t.flatten()[torch.randperm(t.numel(), generator=generator)].reshape(t.shape)
                      .contiguous() for t in inputs)
-    got = module(*shuffled)
-    got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+    got = _as_tuple(module(*shuffled))
     if all(torch.equal(a, b) for a, b in zip(got, outputs)):
         return None
     return shuffled, got
@@ -198,26 +210,19 @@ def decode_loop_reference(loop: dict, eager: dict, reference: dict, out_dir: Pat
     outputs instead (the step's `feed`) and compares with these."""
     import torch
 
-    from harness.protocol.tensors import save_tensor
-
     after, method, feed, steps = loop["after"], loop["method"], loop["feed"], int(loop["steps"])
     module, inputs = eager[method]
     with torch.no_grad():
-        prev = eager[after][0](*eager[after][1])
-        prev = tuple(prev) if isinstance(prev, (tuple, list)) else (prev,)
+        prev = _as_tuple(eager[after][0](*eager[after][1]))
         variants = reference[method].setdefault("variants", [])
         first = len(variants) + 1
         for k in range(steps):
             fed = list(inputs)
             for i, o in feed:
                 fed[i] = prev[o]
-            got = module(*fed)
-            got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
-            variants.append({
-                "inputs": [save_tensor(t, out_dir / "ref" / f"{method}_loop{k}_in{i}.bin")
-                           .to_json(out_dir) for i, t in enumerate(fed)],
-                "expected": [save_tensor(t, out_dir / "ref" / f"{method}_loop{k}_out{i}.bin")
-                             .to_json(out_dir) for i, t in enumerate(got)]})
+            got = _as_tuple(module(*fed))
+            variants.append({"inputs": _saved(fed, out_dir, f"{method}_loop{k}_in"),
+                             "expected": _saved(got, out_dir, f"{method}_loop{k}_out")})
             prev = got
     return {"after": after, "method": method, "feed": [list(p) for p in feed],
             "first_variant": first, "steps": steps}
@@ -228,8 +233,6 @@ def main(argv: list[str]) -> int:
     options = json.loads(argv[4]) if len(argv) > 4 else {}
     facts: dict = {}
     import torch
-
-    from harness.protocol.tensors import save_tensor
 
     model = load_model_module(model_path)
     methods = model.build()
@@ -255,16 +258,11 @@ def main(argv: list[str]) -> int:
             runs = STATE_EXECUTES if mutated[name] else 1
             sequence = []
             for n in range(runs):
-                outputs = module(*inputs)
-                outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+                outputs = _as_tuple(module(*inputs))
                 tag = "" if n == 0 else f"_s{n}"
-                sequence.append([save_tensor(t, out_dir / "ref" / f"{name}{tag}_out{i}.bin")
-                                 .to_json(out_dir) for i, t in enumerate(outputs)])
-            reference[name] = {
-                "inputs": [save_tensor(t, out_dir / "ref" / f"{name}_in{i}.bin").to_json(out_dir)
-                           for i, t in enumerate(inputs)],
-                "expected": sequence[0],
-            }
+                sequence.append(_saved(outputs, out_dir, f"{name}{tag}_out"))
+            reference[name] = {"inputs": _saved(inputs, out_dir, f"{name}_in"),
+                               "expected": sequence[0]}
             if mutated[name]:
                 reference[name]["mutable_buffers"] = mutated[name]
                 reference[name]["sequence"] = sequence
@@ -273,10 +271,8 @@ def main(argv: list[str]) -> int:
                 if variant is not None:
                     v_inputs, v_outputs = variant
                     reference[name]["variants"] = [{
-                        "inputs": [save_tensor(t, out_dir / "ref" / f"{name}_v1_in{i}.bin")
-                                   .to_json(out_dir) for i, t in enumerate(v_inputs)],
-                        "expected": [save_tensor(t, out_dir / "ref" / f"{name}_v1_out{i}.bin")
-                                     .to_json(out_dir) for i, t in enumerate(v_outputs)]}]
+                        "inputs": _saved(v_inputs, out_dir, f"{name}_v1_in"),
+                        "expected": _saved(v_outputs, out_dir, f"{name}_v1_out")}]
     loop = getattr(model, "DECODE_LOOP", None)
     if loop:
         facts["decode_loop"] = decode_loop_reference(loop, eager, reference, out_dir)

@@ -94,11 +94,6 @@ class Runner:
         dtype = numpy_dtype(spec.dtype)
         return np.fromfile(self.scenario.path(spec.file), dtype=dtype).reshape(spec.shape)
 
-    def tensor(self, spec: TensorSpec):
-        from harness.protocol.tensors import numpy_to_torch
-
-        return numpy_to_torch(self.array(spec))
-
     # Steps ---------------------------------------------------------------------------------
     def load_module(self, step: ScenarioStep) -> dict:
         name = step.module
@@ -158,8 +153,8 @@ class Runner:
                 raise StepError(f"feed: output {source} of the previous execute has "
                                 f"{last[source].nbytes} bytes; input {index} takes "
                                 f"{arrays[index].nbytes}")
-            arrays[index] = np.frombuffer(last[source].tobytes(), dtype=arrays[index].dtype
-                                          ).reshape(arrays[index].shape).copy()
+            arrays[index] = np.frombuffer(bytearray(last[source].tobytes()),
+                                          dtype=arrays[index].dtype).reshape(arrays[index].shape)
         from harness.protocol.tensors import numpy_to_torch
 
         outputs = loaded[step.method].call([numpy_to_torch(a) for a in arrays])

@@ -98,6 +98,19 @@ def s4_cleanup_reload(model: CompiledModel, cycles: int = 3, name: str = "") -> 
     return sc
 
 
+def decode_step(sc: Scenario, module: str, model: CompiledModel, k: int) -> Scenario:
+    """Append step `k` (from 0) of `model`'s decode loop on `module`: its decode method on the
+    loop's k-th variant (eager's chain), fed the outputs of the module's previous execute."""
+    loop = model.decode_loop
+    if not loop:
+        raise ScenarioError(f"model {model.name} has no decode loop (DECODE_LOOP)")
+    if not 0 <= k < loop["steps"]:
+        raise ScenarioError(f"model {model.name}: its decode loop has {loop['steps']} steps, "
+                            f"not a step {k + 1}")
+    feed = tuple((int(i), int(o)) for i, o in loop["feed"])
+    return sc.execute(module, loop["method"], variant=loop["first_variant"] + k, feed=feed)
+
+
 def decode_loop(sc: Scenario, module: str, model: CompiledModel, steps: int | None = None) -> Scenario:
     """Append `model`'s decode loop (its DECODE_LOOP) on `module`: one execute of the loop's
     first method, then `steps` (default: all the reference has) executes of its decode method,
@@ -111,8 +124,6 @@ def decode_loop(sc: Scenario, module: str, model: CompiledModel, steps: int | No
         raise ScenarioError(f"model {model.name}: its decode loop has {loop['steps']} steps, "
                             f"not {count}")
     sc.execute(module, loop["after"])
-    feed = tuple((int(i), int(o)) for i, o in loop["feed"])
     for k in range(count):
-        sc.execute(module, loop["method"], variant=loop["first_variant"] + k, feed=feed)
+        decode_step(sc, module, model, k)
     return sc
-

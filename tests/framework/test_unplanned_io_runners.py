@@ -123,7 +123,7 @@ def test_a_fed_input_takes_the_previous_outputs_not_its_file(programs, simulator
     """The decode loop in order passes every step; skipping a step (decode's 2nd loop step fed
     prefill's state, while its file holds eager's 1st-step state) is a mismatch, which it could
     not be if the runner read the file; a feed with no earlier execute is a step error."""
-    from harness.scenario.library import decode_loop
+    from harness.scenario.library import decode_loop, decode_step
 
     model = programs["unplanned"]
     loop = model.decode_loop
@@ -136,13 +136,11 @@ def test_a_fed_input_takes_the_previous_outputs_not_its_file(programs, simulator
                             env=_clean_env(), capture_output=True, text=True, timeout=300)
     assert export.returncode != 0 and "a feed (outputs passed back as inputs)" in \
         export.stdout + export.stderr, export.stdout + export.stderr
-    feed = tuple(tuple(p) for p in loop["feed"])
     skipped = Scenario("skipped").load_module("A", model).execute("A", loop["after"])
-    skipped.execute("A", loop["method"], variant=loop["first_variant"] + 1, feed=feed)
-    bad = run.run(skipped.destroy_module("A"))
+    bad = run.run(decode_step(skipped, "A", model, 1).destroy_module("A"))
     assert bad.steps[2].status == "mismatch", bad.summary()
-    first = Scenario("nothing_to_feed").load_module("A", model)
-    first.execute("A", loop["method"], variant=loop["first_variant"], feed=feed).allow_error()
+    first = decode_step(Scenario("nothing_to_feed").load_module("A", model), "A", model, 0)
+    first.allow_error()
     none = run.run(first.destroy_module("A"))
     assert none.steps[1].status == "error", none.summary()
     assert "feed: module 'A' has no output 0 of an earlier execute" in none.steps[1].event["message"]

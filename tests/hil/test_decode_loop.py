@@ -13,7 +13,7 @@ import pytest
 from harness.results.assertions import (assert_isolation, assert_live_counts,
                                         assert_outputs_consistent, assert_steps_ok)
 from harness.scenario import Scenario
-from harness.scenario.library import decode_loop
+from harness.scenario.library import decode_loop, decode_step
 
 UNPLANNED = {"unplanned_io": True}
 
@@ -44,17 +44,16 @@ def test_decode_loop_on_two_modules_of_one_program(hil_program, scenario_driver)
     """A and B each run the loop, steps interleaved; then A is destroyed and B's loop goes on
     from its own last state: every step of both loops, and B's after A is gone, must be right."""
     loop = hil_program.decode_loop
-    feed = tuple((int(i), int(o)) for i, o in loop["feed"])
     sc = Scenario("decode_loop_two_modules").load_module("A", hil_program)
     sc.load_module("B", hil_program)
     sc.execute("A", loop["after"]).execute("B", loop["after"])
     half = loop["steps"] // 2
     for k in range(half):
         for module in ("A", "B"):
-            sc.execute(module, loop["method"], variant=loop["first_variant"] + k, feed=feed)
+            decode_step(sc, module, hil_program, k)
     sc.destroy_module("A").label("first_destroyed")
     for k in range(half, loop["steps"]):
-        sc.execute("B", loop["method"], variant=loop["first_variant"] + k, feed=feed)
+        decode_step(sc, "B", hil_program, k)
     result = scenario_driver.run(sc.destroy_module("B"))
     assert_steps_ok(result)
     assert_outputs_consistent(result)
