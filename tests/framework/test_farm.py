@@ -268,7 +268,11 @@ def test_farm_run_fails_over_to_a_spare_place(tmp_path):
         env.update(EXECUTORCH_HIL_REACQUIRE_S="1", EXECUTORCH_HIL_CACHE=str(cache_root()))
         run_start = time.monotonic()
         run = procs.start("pytest", [
-            sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider",
+            # A new runner process per scenario: a test lasts long enough on the phone for the
+            # watcher to kill it during its first test (as forks, a worker's first test could
+            # end before the kill, which then hit its last test and left nothing to fail over).
+            sys.executable, "-m", "pytest", "-n", "2", "--scenario-isolation", "process",
+            "-p", "no:cacheprovider",
             "--lg-coordinator", address, "--lg-place-tags", "soc=SM8650",
             "tests/hil/test_isolation.py", "-k", "s4 or s2", f"--artifacts-dir={artifacts}",
             "-rA", "--durations=0"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
