@@ -73,6 +73,8 @@ class Options:
     scenario_jobs: int = 0
     # --dsp-heap: ask QNN for DSP heap readings (auto: on Android devices with QNN only)
     dsp_heap: str = "auto"
+    # --soak-cycles: load -> execute -> destroy cycles of each soak test (tests/hil/test_soak.py)
+    soak_cycles: int = 16
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -294,6 +296,13 @@ class HilSession:
         if self.options.runner_timeout:
             return self.options.runner_timeout
         return self.device.limits.runner_timeout_s
+
+    @property
+    def soak_bounds(self) -> tuple[float, float]:
+        """(Rss kB, malloc bytes) of growth per soak cycle the device's SoC config tolerates:
+        the arguments of assertions.assert_soak_bounded after the fit."""
+        limits = self.device.limits
+        return limits.soak_rss_kb_per_cycle, limits.soak_heap_bytes_per_cycle
 
     @property
     def rss_leak_kb(self) -> int:

@@ -37,6 +37,10 @@ class SocMemory(StrictModel):
     # context is live.
     dsp_heap_context_kb: int = Field(32768, ge=0)
     dsp_heap_leak_kb: int = Field(256, ge=0)
+    # Growth per load -> execute -> destroy cycle a soak tolerates (harness.results.soak: the
+    # Theil-Sen slope over the cycles after the warm-up): of Rss, and of malloc's bytes in use.
+    soak_rss_kb_per_cycle: float = Field(64, ge=0)
+    soak_heap_bytes_per_cycle: float = Field(1024, ge=0)
 
 
 class SocTimeouts(StrictModel):
@@ -100,6 +104,8 @@ class SocConfig:
     board_platforms: tuple[str, ...] = ()
     dsp_heap_context_kb: int = 32768
     dsp_heap_leak_kb: int = 256
+    soak_rss_kb_per_cycle: float = 64
+    soak_heap_bytes_per_cycle: float = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +134,8 @@ def load_soc(path: Path) -> SocConfig:
     return SocConfig(data.soc, data.htp_arch, data.vtcm_mb, data.memory.rss_leak_kb,
                      data.memory.htp_context_kb, float(data.timeouts.runner_s), path, data.name,
                      tuple(data.board_platforms), data.memory.dsp_heap_context_kb,
-                     data.memory.dsp_heap_leak_kb)
+                     data.memory.dsp_heap_leak_kb, data.memory.soak_rss_kb_per_cycle,
+                     data.memory.soak_heap_bytes_per_cycle)
 
 
 def known_socs(config_dir: Path = CONFIG_DIR) -> list[str]:

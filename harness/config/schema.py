@@ -12,7 +12,7 @@ pydantic's message; for an unknown key also the keys allowed at that level and t
 
     device_configs/socs/SM8650.yaml: invalid SoC config:
       line 8: memory.htp_context_kbb: Extra inputs are not permitted (unknown key; allowed here:
-      dsp_heap_context_kb, dsp_heap_leak_kb, htp_context_kb, rss_leak_kb); did you mean 'htp_context_kb'?
+      dsp_heap_context_kb, dsp_heap_leak_kb, htp_context_kb, rss_leak_kb, ...); did you mean 'htp_context_kb'?
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ class Limits:
     htp_context_kb: int  # dma-buf (HTP shared / spill-fill) memory per live QNN context
     dsp_heap_context_kb: int  # DSP heap per live context
     dsp_heap_leak_kb: int  # DSP heap above the baseline with no context live
+    soak_rss_kb_per_cycle: float  # Rss growth per soak cycle (fitted slope)
+    soak_heap_bytes_per_cycle: float  # malloc in-use growth per soak cycle (fitted slope)
 
     @classmethod
     def of(cls, config: SocConfig, **overrides: float) -> Limits:

@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.cache import file_sha256
 from harness.programs.compile import uses_qnn
 from harness.errors import HarnessError
+from harness.protocol import DEFAULT_LOAD_MODE
 from harness.scenario.reference import predict
 from harness.replay import RunRecord
 
@@ -45,6 +46,7 @@ class PlanStep:
     allowed: bool  # an error the framework expects (the test asserts it itself)
     contexts: int  # live QNN contexts expected after the step; -1: no QNN program
     program: str = ""  # the module's program, as named in the data directory
+    load_mode: str = DEFAULT_LOAD_MODE  # load_module: Module::LoadMode by name
     inputs: tuple[Tensor, ...] = ()
     expected: tuple[Tensor, ...] = ()
     atol: float = 0.0
@@ -125,6 +127,8 @@ def build_plan(run: RunRecord) -> Plan:
             return PlanStep(**common)
         model = sc.models[step.module]
         extra: dict = {"program": data_name(model.pte, program=True)}
+        if step.op == "load_module":
+            extra["load_mode"] = step.args.get("load_mode") or DEFAULT_LOAD_MODE
         if step.op == "execute":
             ref = model.methods[step.method]
             extra["inputs"] = tuple(Tensor(data_name(t.file, False), t.dtype, tuple(t.shape))

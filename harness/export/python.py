@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.export.plan import Plan
+from harness.export.plan import ExportError, Plan
+from harness.protocol import DEFAULT_LOAD_MODE
 from harness.export.run_script import write_run_script
 from harness.export.source import Language, fill, tensors
 
@@ -36,6 +37,13 @@ def render(plan: Plan) -> str:
 
 def export_python(plan: Plan, out: Path, data: str = "data", copy_data: bool = True) -> Path:
     """Write the Python export into `out`; `data` is the data directory relative to it."""
+    other = [s for s in plan.steps for s in (s.substeps or (s,))
+             if s.op == "load_module" and s.load_mode != DEFAULT_LOAD_MODE]
+    if other:
+        raise ExportError(
+            f"scenario {plan.scenario}: step {other[0].index} loads with load_mode "
+            f"{other[0].load_mode}; the Python export runs on the pybindings, which read a "
+            f"program file only as {DEFAULT_LOAD_MODE}: export it as cpp")
     out.mkdir(parents=True, exist_ok=True)
     script = f"test_{plan.scenario}.py"
     (out / script).write_text(render(plan))

@@ -2,7 +2,7 @@
 
 The C++ and Python exports differ only in how a call, a literal and a parallel step are
 written (`Language`); which function a step calls, with which arguments, is decided here
-once: `load_module(M, program)`, `load_method(M, method)`, `execute(M, program, method,
+once: `load_module(M, program, load_mode)`, `load_method(M, method)`, `execute(M, program, method,
 inputs, expected, atol, rtol)`, `unload_method(M, method)`, `destroy_module(M)`, each with
 the step's allowed-error flag last, between `begin(index, description)` and
 `end(expected live contexts)`.
@@ -30,7 +30,7 @@ class Language:
 def step_call(s: PlanStep) -> tuple[str, list]:
     """(template function, its arguments after the module) of a plain step."""
     if s.op == "load_module":
-        return "load_module", [s.program]
+        return "load_module", [s.program, s.load_mode]
     if s.op == "execute":
         return "execute", [s.program, s.method, s.inputs, s.expected, s.atol, s.rtol]
     if s.op == "destroy_module":

@@ -59,6 +59,9 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                          "`harness-runner --serve` held open in its workspace) or in a new "
                          "runner process (process); both start with no backend, program or "
                          "context")
+    group.addoption("--soak-cycles", type=_soak_cycles, default=16, metavar="N",
+                    help="load -> execute -> destroy cycles of each soak test (default 16; a "
+                         "night's run takes hundreds: the fitted slope narrows with N)")
     group.addoption("--runner-timeout", type=float, default=None, metavar="SECONDS",
                     help="kill a runner after this long (default from the device config)")
     group.addoption("--qnn-abi-bridge", choices=("auto", "on", "off"), default="auto",
@@ -207,7 +210,22 @@ def options_from_config(config: pytest.Config) -> Options:
         lg_coordinator=lg_coordinator if lg_tags else None, lg_place_tags=lg_tags,
         scenario_isolation=config.getoption("scenario_isolation"),
         scenario_jobs=config.getoption("scenario_jobs"),
-        dsp_heap=config.getoption("dsp_heap"))
+        dsp_heap=config.getoption("dsp_heap"), soak_cycles=config.getoption("soak_cycles"))
+
+
+def _soak_cycles(text: str) -> int:
+    """--soak-cycles: an integer, at least the fit's warm-up plus the cycles it needs."""
+    from harness.results.soak import DEFAULT_WARMUP, MIN_FITTED
+
+    least = DEFAULT_WARMUP + MIN_FITTED
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least} ({DEFAULT_WARMUP} warm-up "
+                                         f"cycles and {MIN_FITTED} to fit), got {value}")
+    return value
 
 
 def _resolved(path: str | Path) -> Path:

@@ -135,7 +135,7 @@ class OpFields:
 
 
 OP_FIELDS: dict[str, OpFields] = {
-    "load_module": OpFields(("module", "pte"), ("backend_options",)),
+    "load_module": OpFields(("module", "pte"), ("backend_options", "load_mode")),
     "load_method": OpFields(("module", "method")),
     "execute": OpFields(("module", "method"), ("inputs", "expected", "atol", "rtol",
                                                "emit_outputs", "feed")),
@@ -169,6 +169,12 @@ MAX_OPTION_STRING_BYTES = 255
 MAX_BACKENDS = 8
 OPTION_INT_RANGE = (-2**31, 2**31 - 1)
 GET_OPTION_TYPES = ("int", "bool", "string", "str")
+LOAD_MODES = ("File", "Mmap", "MmapUseMlock", "MmapUseMlockIgnoreErrors")
+"""executorch::extension::Module::LoadMode, by its enumerator names: how `load_module` reads
+the program (FileDataLoader, or MmapDataLoader with its three mlock configs)."""
+DEFAULT_LOAD_MODE = "MmapUseMlockIgnoreErrors"
+"""What a `load_module` without `load_mode` uses: the Module default and the pybindings'
+only loader for a file."""
 
 
 class ScenarioError(HarnessError):
@@ -202,6 +208,7 @@ class ScenarioStep:
     method: str | None = None
     pte: str | None = None
     backend_options: dict[str, dict[str, OptionValue]] = dataclasses.field(default_factory=dict)
+    load_mode: str = DEFAULT_LOAD_MODE  # load_module: one of LOAD_MODES
     inputs: tuple[TensorSpec, ...] = ()
     expected: tuple[TensorSpec, ...] = ()
     atol: float = 0.0
@@ -405,6 +412,11 @@ class _StepReader:
         if op == "load_module":
             fields["pte"] = self.string("pte")
             fields["backend_options"] = self.backend_options()
+            mode = raw.get("load_mode")
+            if mode is not None and mode not in LOAD_MODES:
+                self.fail(f"field 'load_mode' must be one of {', '.join(LOAD_MODES)}, got "
+                          f"{_kind(mode)} {mode!r}")
+            fields["load_mode"] = mode or DEFAULT_LOAD_MODE
         elif op == "execute":
             fields["inputs"] = self.tensors("inputs")
             fields["expected"] = self.tensors("expected")
@@ -568,13 +580,25 @@ class DmaBuf:
 
 
 @dataclasses.dataclass(frozen=True)
+class Heap:
+    """malloc's own count, bytes: `in_use` (allocated from its arenas), `mmapped` (allocated
+    as chunks of their own, above the mmap threshold) and `arena` (what the arenas hold from
+    the kernel); from mallinfo2 (glibc) or mallinfo (bionic)."""
+
+    in_use: int
+    mmapped: int
+    arena: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Memory:
     """kB as the kernel prints them (`rollup`: smaps_rollup; `mappings`: watched paths summed
-    over smaps); `dmabuf` sizes in bytes."""
+    over smaps); `dmabuf` sizes in bytes; `heap` where the C library reports it."""
 
     rollup: dict[str, int]
     mappings: dict[str, dict[str, int]]
     dmabuf: DmaBuf
+    heap: Heap | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,8 @@ class ResultsError(ValueError):
 def step_memory(step: StepResult) -> dict[str, Any] | None:
     """The step's process memory: smaps_rollup values in kB, dma-buf in bytes, and the DSP
     heap QNN last reported by the end of the step (bytes; None where the device gives no such
-    reading); None when the runner reported no reading (a step that never ran)."""
+    reading), malloc's bytes in use (None where the C library does not say); None when the
+    runner reported no reading (a step that never ran)."""
     memory = step.memory
     rollup = memory.get("rollup") or {}
     dmabuf = memory.get("dmabuf") or {}
@@ -50,6 +51,9 @@ def step_memory(step: StepResult) -> dict[str, Any] | None:
     out["dmabuf_bytes"] = dmabuf.get("bytes")
     out["dmabuf_count"] = dmabuf.get("count")
     out["dsp_heap_bytes"] = step.trace.get("dsp_heap")
+    heap = memory.get("heap") or {}
+    out["malloc_in_use_bytes"] = heap.get("in_use")
+    out["malloc_mmapped_bytes"] = heap.get("mmapped")
     return out
 
 
@@ -108,6 +112,7 @@ def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, i
         "steps": [step_entry(i, s) for i, s in enumerate(result.steps)],
         "failures": [failure_entry(f) for f in failures],
         "xnnpack": list(xnnpack),
+        "soak": result.soak,
         "artifacts": str(result.artifacts) if result.artifacts else None,
         "replay": replay_command(result, failures, replay_args),
     }
@@ -220,6 +225,14 @@ def junit_properties(test: dict[str, Any]) -> list[tuple[str, str]]:
         for method, summary in (metrics.get(family) or {}).items():
             props.append((f"hil.{family}.{method}.median", str(summary["median"])))
             props.append((f"hil.{family}.{method}.max", str(summary["max"])))
+    for run in test.get("runs") or []:
+        soak = run.get("soak")
+        for series in ("rss_kb", "malloc_in_use_bytes"):
+            fitted = (soak or {}).get(series)
+            if fitted:
+                props.append((f"hil.soak.{run['scenario']}.{series}_per_cycle",
+                              f"{fitted['per_cycle']} (95 % {fitted['low']} .. "
+                              f"{fitted['high']}) over {soak['cycles'] - soak['warmup']} cycles"))
     for verdict in test.get("xnnpack") or []:
         expected = f" (expected {verdict['expected']})" if verdict.get("expected") else ""
         props.append((f"hil.xnnpack.{verdict['scenario']}.{verdict['module']}",

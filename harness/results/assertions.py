@@ -16,6 +16,7 @@ from harness.qnn.dsp_heap import error_name
 from harness.results.failures import Failure, HilFailure, inconsistent_outputs, run_failures
 from harness.scenario.reference import predict
 from harness.results.run import ScenarioResult
+from harness.results.soak import SoakFit
 from harness.scenario import Step
 
 _RUNTIME_ERROR_LINE = re.compile(r"error|fail|deleted|abort|invalid", re.IGNORECASE)
@@ -402,3 +403,41 @@ def assert_dsp_heap_bounded(result: ScenarioResult, per_context_kb: int, leak_kb
     if problems:
         raise check_failed(result, f"scenario {name}: DSP heap beyond the device config's "
                            "bounds:\n  " + "\n  ".join(problems))
+
+
+@_check("soak")
+def assert_soak_bounded(result: ScenarioResult, rss_kb_per_cycle: float,
+                        heap_bytes_per_cycle: float) -> SoakFit:
+    """Growth per load/destroy cycle (harness.results.soak: Theil-Sen slopes over the cycles
+    after the warm-up) within the device config's bounds, for Rss and for malloc's bytes in
+    use. The fit is kept on the result (results.json, JUnit properties) whatever the verdict."""
+    from harness.results.soak import soak_fit
+
+    fitted = soak_fit(result)
+    problems = []
+    if fitted.rss.per_cycle > rss_kb_per_cycle:
+        problems.append(f"Rss grows {fitted.rss.describe()}, above the bound of "
+                        f"{rss_kb_per_cycle:g} kB/cycle")
+    if fitted.heap is not None and fitted.heap.per_cycle > heap_bytes_per_cycle:
+        problems.append(f"malloc in use grows {fitted.heap.describe()}, above the bound of "
+                        f"{heap_bytes_per_cycle:g} B/cycle")
+    if problems:
+        words = "; ".join(p.split(" (95 %")[0] for p in problems)
+        raise check_failed(
+            result, f"scenario {result.scenario.name}: memory grows with every load -> execute "
+            f"-> destroy cycle, over {fitted.cycles - fitted.warmup} cycles after "
+            f"{fitted.warmup} of warm-up:\n  " + "\n  ".join(problems) +
+            "\nreadings after each cycle (Rss kB, malloc in use B):\n" + soak_table(result),
+            f"memory grows per load/destroy cycle: {words}")
+    return fitted
+
+
+def soak_table(result: ScenarioResult) -> str:
+    from harness.results.soak import cycle_steps
+
+    rows = []
+    for k, index in enumerate(cycle_steps(result)):
+        memory = result.steps[index].memory
+        rows.append(f"  cycle {k:>3} (step {index:>4}): {(memory.get('rollup') or {}).get('Rss')} "
+                    f"{(memory.get('heap') or {}).get('in_use')}")
+    return "\n".join(rows)

@@ -141,6 +141,9 @@ class ScenarioResult:
     # The checks (harness.results.assertions) a test made of this run, in order: the run's record
     # keeps them, so `python -m harness replay` judges a replay by the same ones.
     checks: list[str] = dataclasses.field(default_factory=list)
+    # A soak run's growth per cycle (harness.results.soak.SoakFit.entry), once a test fitted it:
+    # results.json and the JUnit properties report it.
+    soak: dict[str, Any] | None = None
     # The runner's events as the protocol's types, parsed once; an event that does not match
     # the protocol is named in `protocol_errors` (a failure of the run: the runner broke it).
     events: list[Event] = dataclasses.field(default_factory=list)

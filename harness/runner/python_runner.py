@@ -25,7 +25,7 @@ import time
 from typing import Any
 from pathlib import Path
 
-from harness.protocol import (HARNESS_ERROR_CODE, TEARDOWN_INDEX, ExitCode, ScenarioError,
+from harness.protocol import (DEFAULT_LOAD_MODE, HARNESS_ERROR_CODE, TEARDOWN_INDEX, ExitCode, ScenarioError,
                               ScenarioFile, ScenarioStep, TensorSpec, format_event,
                               format_step_marker, load_scenario)
 
@@ -103,6 +103,11 @@ class Runner:
             raise StepError("backend_options are not supported by the Python runner: the "
                             "executorch pybindings cannot pass a LoadBackendOptionsMap; use the "
                             "native runner (--runner=native)")
+        if step.load_mode != DEFAULT_LOAD_MODE:
+            raise StepError(f"load_mode {step.load_mode} is not supported by the Python runner: "
+                            "the executorch pybindings read a program file only through "
+                            f"{DEFAULT_LOAD_MODE} (MmapDataLoader, mlock where permitted); use "
+                            "the native runner (--runner=native)")
         pte = self.scenario.path(step.pte or "")  # a load_module step names its program
         self.modules[name] = self.C._load_program(str(pte))
         self.methods[name] = {}

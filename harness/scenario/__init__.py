@@ -18,7 +18,7 @@ from typing import Any
 from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
 from harness.protocol.tensors import TensorFile
-from harness.protocol import (MAX_PARALLEL, OPS, PARALLEL_OPS, SCENARIO_VERSION, ScenarioError,
+from harness.protocol import (LOAD_MODES, MAX_PARALLEL, OPS, PARALLEL_OPS, SCENARIO_VERSION, ScenarioError,
                               ScenarioStep, check_distinct_modules, validate_scenario)
 
 __all__ = ["MAX_PARALLEL", "OPS", "PARALLEL_OPS", "Scenario", "ScenarioError", "Step",
@@ -88,11 +88,18 @@ class Scenario:
         return self
 
     def load_module(self, module: str, model: CompiledModel,
-                    backend_options: dict[str, dict[str, Any]] | None = None) -> Scenario:
+                    backend_options: dict[str, dict[str, Any]] | None = None,
+                    load_mode: str | None = None) -> Scenario:
+        """`load_mode`: how the runner reads the program (protocol.LOAD_MODES, Module's
+        LoadMode); None leaves the runner's default (MmapUseMlockIgnoreErrors)."""
         if not _NAME.match(module):
             raise ScenarioError(f"module name {module!r} must match {_NAME.pattern}")
+        if load_mode is not None and load_mode not in LOAD_MODES:
+            raise ScenarioError(f"load_mode {load_mode!r} must be one of {', '.join(LOAD_MODES)}")
         self.models[module] = model
-        args = {"backend_options": backend_options} if backend_options else {}
+        args: dict[str, Any] = {"backend_options": backend_options} if backend_options else {}
+        if load_mode is not None:
+            args["load_mode"] = load_mode
         return self._add(Step("load_module", module, None, args))
 
     def load_method(self, module: str, method: str) -> Scenario:

@@ -127,3 +127,43 @@ def decode_loop(sc: Scenario, module: str, model: CompiledModel, steps: int | No
     for k in range(count):
         decode_step(sc, module, model, k)
     return sc
+
+
+SOAK_SHAPES = ("one_module", "two_modules", "unload_methods")
+"""What a soak cycle does between loading and destroying: one module executing its first
+method; two modules of the program (A and B, both executing); one module loading, executing
+and unloading each of its methods (a program's two methods share one QNN context)."""
+
+
+def soak(model: CompiledModel, cycles: int, shape: str = "one_module",
+         load_mode: str | None = None, name: str = "") -> Scenario:
+    """`cycles` load -> execute -> destroy cycles of `shape` (SOAK_SHAPES), each module loaded
+    with `load_mode` (None: the runner's default); the destroy that ends cycle k, after which
+    no module is live, is labelled `cycle<k>` (harness.results.soak fits its readings)."""
+    if shape not in SOAK_SHAPES:
+        raise ScenarioError(f"soak shape {shape!r} must be one of {', '.join(SOAK_SHAPES)}")
+    if cycles < 1:
+        raise ScenarioError(f"a soak needs at least one cycle, not {cycles}")
+    method = first_method(model)
+    methods = delegated_methods(model) or list(model.methods)
+    sc = Scenario(name or f"soak_{shape}")
+    for cycle in range(cycles):
+        if shape == "two_modules":
+            sc.load_module("A", model, load_mode=load_mode)
+            sc.load_module("B", model, load_mode=load_mode)
+            sc.execute("A", method).execute("B", method).destroy_module("A")
+            sc.destroy_module("B")
+        elif shape == "unload_methods":
+            sc.load_module("A", model, load_mode=load_mode)
+            for m in methods:
+                sc.load_method("A", m)
+            for m in methods:
+                sc.execute("A", m)
+            for m in methods:
+                sc.unload_method("A", m)
+            sc.destroy_module("A")
+        else:
+            sc.load_module("A", model, load_mode=load_mode).execute("A", method)
+            sc.destroy_module("A")
+        sc.label(f"cycle{cycle}")
+    return sc

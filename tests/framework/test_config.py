@@ -100,7 +100,7 @@ def test_misspelt_nested_key_names_file_line_key_and_suggestion(tmp_path):
     assert line > 1
     assert (f"line {line}: memory.htp_context_kbb: Extra inputs are not permitted "
             "(unknown key; allowed here: dsp_heap_context_kb, dsp_heap_leak_kb, htp_context_kb, "
-            "rss_leak_kb); "
+            "rss_leak_kb, soak_heap_bytes_per_cycle, soak_rss_kb_per_cycle); "
             "did you mean 'htp_context_kb'?") in message
 
 

@@ -179,7 +179,7 @@ def test_the_python_forks_report_every_memory_field_a_process_reports(hil_sessio
     for iso, result in results.items():
         assert result.completed, result.crash_report()
         for step in result.steps:
-            assert set(step.memory) == {"rollup", "mappings", "dmabuf"}, (iso, step.memory)
+            assert set(step.memory) == {"rollup", "mappings", "dmabuf", "heap"}, (iso, step.memory)
             assert step.memory["rollup"]["Rss"] > 0
     fork, process = results["fork"], results["process"]
     for a, b in zip(fork.steps, process.steps):

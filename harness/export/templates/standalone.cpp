@@ -281,14 +281,22 @@ bool live(Live& m, bool allowed) {
   return m.module != nullptr;
 }
 
-[[maybe_unused]] void load_module(Live& m, const char* pte, bool allowed) {
+// Module::LoadMode by the name the scenario gives it.
+Module::LoadMode load_mode(const std::string& name) {
+  if (name == "File") return Module::LoadMode::File;
+  if (name == "Mmap") return Module::LoadMode::Mmap;
+  if (name == "MmapUseMlock") return Module::LoadMode::MmapUseMlock;
+  return Module::LoadMode::MmapUseMlockIgnoreErrors;
+}
+
+[[maybe_unused]] void load_module(Live& m, const char* pte, const char* mode, bool allowed) {
   if (m.module) {
     refuse(std::string("module ") + m.name + " is already live", allowed);
     return;
   }
-  // The loader the framework's runner uses (and the pybindings, for a file): mmap, mlock
-  // when permitted.
-  m.module = std::make_unique<Module>(g_data + "/" + pte, Module::LoadMode::MmapUseMlockIgnoreErrors);
+  // The loader the recorded run used (the framework's default, and the pybindings' for a
+  // file, is MmapUseMlockIgnoreErrors: mmap, mlock when permitted).
+  m.module = std::make_unique<Module>(g_data + "/" + pte, load_mode(mode));
   Error err = m.module->load();
   check_status(err, std::string("Module::load(") + pte + ")", allowed);
   if (err != Error::Ok) {

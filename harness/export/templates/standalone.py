@@ -141,7 +141,9 @@ def live(module, allowed):
     return module in modules
 
 
-def load_module(module, program, allowed):
+def load_module(module, program, load_mode, allowed):
+    # The pybindings read a file only through MmapDataLoader (mlock where permitted): the
+    # export refuses a run with any other load_mode.
     if module in modules:
         refuse(f"module {module} is already live", allowed)
         return

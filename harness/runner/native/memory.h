@@ -3,6 +3,9 @@
 //   mappings - for each watched path, the kB fields of /proc/self/smaps summed
 //              over every mapping of that path
 //   dmabuf   - /proc/self/fdinfo entries carrying exp_name (count, bytes)
+//   heap     - malloc's bytes in use in its arenas, in mmap'd chunks, and its
+//              arena size (mallinfo2 / bionic mallinfo); absent where the C
+//              library has neither
 // and the QNN trace file size (trace_offset).
 #pragma once
 
@@ -21,7 +24,8 @@ struct WatchedPath {
   std::string canonical;  // realpath() at start, empty if unresolved
 };
 
-// {"rollup": {...}, "mappings": {...}, "dmabuf": {"count": n, "bytes": n}}
+// {"rollup": {...}, "mappings": {...}, "dmabuf": {"count": n, "bytes": n},
+//  "heap": {"in_use": n, "mmapped": n, "arena": n}}
 Json measure_memory(const std::vector<WatchedPath>& watched);
 
 // Size in bytes of the file named by $HARNESS_QNN_TRACE; 0 if unset/missing.

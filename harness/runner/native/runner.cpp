@@ -183,6 +183,21 @@ bool Runner::bind_unplanned_outputs(LiveModule& m, const std::string& method,
   return true;
 }
 
+namespace {
+Module::LoadMode load_mode(const std::string& name) {
+  if (name == "File") {
+    return Module::LoadMode::File;
+  }
+  if (name == "Mmap") {
+    return Module::LoadMode::Mmap;
+  }
+  if (name == "MmapUseMlock") {
+    return Module::LoadMode::MmapUseMlock;
+  }
+  return Module::LoadMode::MmapUseMlockIgnoreErrors;  // validated: the only other
+}
+}  // namespace
+
 Runner::StepResult Runner::load_module(const Step& step) {
   StepResult r;
   if (find(step.module) != nullptr) {
@@ -191,9 +206,9 @@ Runner::StepResult Runner::load_module(const Step& step) {
     r.message = "module '" + step.module + "' is already live";
     return r;
   }
-  // Same loader the pybindings use for a file: mmap, mlock when permitted.
-  auto module = std::make_unique<Module>(
-      step.pte, Module::LoadMode::MmapUseMlockIgnoreErrors);
+  // The step's loader; the default is the pybindings' one for a file (mmap,
+  // mlock when permitted).
+  auto module = std::make_unique<Module>(step.pte, load_mode(step.load_mode));
   Error err;
   if (step.backend_options.empty()) {
     err = module->load();

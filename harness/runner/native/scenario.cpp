@@ -389,6 +389,15 @@ class StepReader {
           fail("program file not found: " + s.pte);
         }
         s.backend_options = backend_options();
+        if (const Json* mode = opt("load_mode", Type::string)) {
+          const auto& m = mode->get_ref<const std::string&>();
+          if (m != "File" && m != "Mmap" && m != "MmapUseMlock" &&
+              m != "MmapUseMlockIgnoreErrors") {
+            fail("field 'load_mode' must be one of File, Mmap, MmapUseMlock, "
+                 "MmapUseMlockIgnoreErrors, got '" + m + "'");
+          }
+          s.load_mode = m;
+        }
         break;
       }
       case Op::LoadMethod:

@@ -80,6 +80,9 @@ struct Step {
   // load_module
   std::string pte;
   std::vector<BackendOptionSet> backend_options;
+  // Module::LoadMode by its enumerator name (File, Mmap, MmapUseMlock,
+  // MmapUseMlockIgnoreErrors); the validator allows no other.
+  std::string load_mode = "MmapUseMlockIgnoreErrors";
   // execute
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> expected;  // empty: outputs are not compared

@@ -1,0 +1,139 @@
+"""The soak's parts: the malloc reading, the fit of growth per cycle, its bound and the words a
+known issue matches, the reports it reaches, `load_mode` in the protocol and the exports, and
+--soak-cycles. The runners' load modes on the simulator: test_load_modes.py."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.export.plan import ExportError, Plan, PlanStep
+from harness.export.cpp import render as render_cpp
+from harness.export.python import export_python
+from harness.programs.compile import CompiledModel, MethodReference
+from harness.protocol import LOAD_MODES, ScenarioError, validate_scenario
+from harness.protocol.memory import read_heap
+from harness.results import junit_properties, run_entry
+from harness.results.assertions import assert_soak_bounded
+from harness.results.failures import HilFailure
+from harness.results.run import RunOutput, ScenarioResult
+from harness.results.soak import fit, soak_fit
+from harness.scenario import Scenario
+from harness.scenario.library import SOAK_SHAPES, soak
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def model(tmp_path: Path, methods=("forward",)) -> CompiledModel:
+    return CompiledModel("m", "xnnpack", "SM8650", "fp32", tmp_path / "m.pte",
+                         {m: MethodReference((), ()) for m in methods}, 0, 0)
+
+
+def soaked(tmp_path: Path, readings: list[tuple[int, int]]) -> ScenarioResult:
+    """A one-module soak of len(readings) cycles whose cycle ends read (Rss kB, malloc B)."""
+    sc = soak(model(tmp_path), len(readings))
+    ends = {index: k for label, index in sc.labels.items() for k in [int(label[5:])]}
+    events = []
+    for i, step in enumerate(sc.steps):
+        rss, heap = readings[ends[i]] if i in ends else (1000, 1000)
+        events.append("HARNESS_EVENT " + json.dumps({
+            "event": "step", "index": i, "op": step.op, "status": "ok", "trace_offset": 0,
+            "memory": {"rollup": {"Rss": rss}, "dmabuf": {"count": 0, "bytes": 0},
+                       "heap": {"in_use": heap, "mmapped": 0, "arena": heap}}}))
+    events.append('HARNESS_EVENT {"event": "end"}')
+    return ScenarioResult.build(sc, RunOutput(0, "\n".join(events), ""), [])
+
+
+def test_the_python_runner_reads_malloc_as_the_native_one():
+    before = read_heap()
+    assert before is not None and set(before) == {"in_use", "mmapped", "arena"}
+    kept = [bytearray(1000) for _ in range(1000)]  # below the mmap threshold: arena bytes
+    after = read_heap()
+    assert after is not None and after["in_use"] - before["in_use"] >= 1000 * 1000
+    del kept
+
+
+def test_the_fit_is_the_median_slope_and_ignores_a_step_reading():
+    steady = fit([100.0 + 50 * k for k in range(20)], "B")
+    assert steady.per_cycle == pytest.approx(50) and steady.low == pytest.approx(50)
+    # Rss as it reads: flat, with one mapping of 5 MB handed back in some cycles only
+    stepped = fit([39000.0 if k % 4 else 33500.0 for k in range(20)], "kB")
+    assert abs(stepped.per_cycle) < 1 and stepped.low <= 0 <= stepped.high
+    with pytest.raises(ValueError):
+        fit([1.0], "B")
+
+
+def test_the_soak_labels_each_cycle_end_after_its_last_destroy(tmp_path):
+    for shape in SOAK_SHAPES:
+        sc = soak(model(tmp_path, ("prefill", "decode")), 3, shape, "File")
+        ends = [sc.labels[f"cycle{k}"] for k in range(3)]
+        assert all(sc.steps[i].op == "destroy_module" for i in ends), shape
+        loads = [s for s in sc.steps if s.op == "load_module"]
+        assert loads and all(s.args["load_mode"] == "File" for s in loads)
+        sc.to_json()  # validated as runners read it
+    with pytest.raises(ScenarioError, match="soak shape"):
+        soak(model(tmp_path), 3, "three_modules")
+    with pytest.raises(ScenarioError, match="load_mode"):
+        Scenario("x").load_module("A", model(tmp_path), load_mode="mmap")
+
+
+def test_growth_above_the_bound_fails_with_the_words_a_known_issue_matches(tmp_path):
+    leaking = soaked(tmp_path, [(39000, 4_000_000 + 1870 * k) for k in range(12)])
+    with pytest.raises(HilFailure) as raised:
+        assert_soak_bounded(leaking, 64, 1024)
+    assert raised.value.failure.kind == "check"
+    assert raised.value.failure.message.startswith(
+        "memory grows per load/destroy cycle: malloc in use grows +1870.0 B/cycle")
+    assert "cycle  11" in str(raised.value)  # the readings, for the report
+    assert leaking.soak["malloc_in_use_bytes"]["per_cycle"] == pytest.approx(1870)
+    flat = soaked(tmp_path, [(39000 if k % 3 else 33500, 4_000_000) for k in range(12)])
+    fitted = assert_soak_bounded(flat, 64, 1024)
+    assert fitted.heap is not None and fitted.heap.per_cycle == 0 and fitted.cycles == 12
+    with pytest.raises(AssertionError, match="fewer than 3"):
+        soak_fit(soaked(tmp_path, [(1, 1)] * 4))
+
+
+def test_the_fit_reaches_results_json_and_the_junit_properties(tmp_path):
+    result = soaked(tmp_path, [(39000, 4_000_000 + 100 * k) for k in range(10)])
+    assert_soak_bounded(result, 64, 1024)
+    entry = run_entry(result, [], nodeid="t", index=0, occurrence=0, device="simulator")
+    assert entry["soak"]["cycles"] == 10 and entry["soak"]["warmup"] == 2
+    props = dict(junit_properties({"metrics": {"scenarios": 1, "failed_scenarios": 0},
+                                   "runs": [entry]}))
+    assert props["hil.soak.soak_one_module.malloc_in_use_bytes_per_cycle"].startswith(
+        "100.0 (95 % 100.0 .. 100.0) over 8 cycles")
+    assert "hil.soak.soak_one_module.rss_kb_per_cycle" in props
+
+
+def test_the_protocol_takes_the_four_load_modes_and_no_other():
+    base = {"op": "load_module", "module": "A", "pte": "p.pte"}
+    for mode in LOAD_MODES:
+        assert validate_scenario({"steps": [base | {"load_mode": mode}]}).steps[0].load_mode == mode
+    assert validate_scenario({"steps": [base]}).steps[0].load_mode == "MmapUseMlockIgnoreErrors"
+    with pytest.raises(ScenarioError, match="load_mode"):
+        validate_scenario({"steps": [base | {"load_mode": "file"}]})
+
+
+def plan(mode: str) -> Plan:
+    step = PlanStep(0, "load_module", "A", None, "load_module(A)", False, -1, program="m.pte",
+                    load_mode=mode)
+    return Plan("modes", Path("."), [step], {}, ["A"])
+
+
+def test_the_exports_keep_the_load_mode(tmp_path):
+    assert '"m.pte", "File", false);' in render_cpp(plan("File"))
+    with pytest.raises(ExportError, match=r"load_mode File.*export it as cpp"):
+        export_python(plan("File"), tmp_path / "py")
+    script = export_python(plan("MmapUseMlockIgnoreErrors"), tmp_path / "ok")
+    assert "'MmapUseMlockIgnoreErrors'" in (script / "test_modes.py").read_text()
+
+
+def test_soak_cycles_below_the_fit_are_a_usage_error(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "pytest", "--soak-cycles", "3",
+                          "tests/hil/test_soak.py", "--collect-only", "-q", "-p",
+                          "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "--soak-cycles: must be at least 5 (2 warm-up cycles and 3 to fit), got 3" in run.stderr
