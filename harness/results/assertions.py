@@ -407,13 +407,14 @@ def assert_dsp_heap_bounded(result: ScenarioResult, per_context_kb: int, leak_kb
 
 @_check("soak")
 def assert_soak_bounded(result: ScenarioResult, rss_kb_per_cycle: float,
-                        heap_bytes_per_cycle: float) -> SoakFit:
+                        heap_bytes_per_cycle: float, warmup: int | None = None) -> SoakFit:
     """Growth per load/destroy cycle (harness.results.soak: Theil-Sen slopes over the cycles
-    after the warm-up) within the device config's bounds, for Rss and for malloc's bytes in
-    use. The fit is kept on the result (results.json, JUnit properties) whatever the verdict."""
-    from harness.results.soak import soak_fit
+    after `warmup`, default DEFAULT_WARMUP) within the device config's bounds, for Rss and for
+    malloc's bytes in use. The fit is kept on the result (results.json, JUnit properties)
+    whatever the verdict."""
+    from harness.results.soak import DEFAULT_WARMUP, soak_fit
 
-    fitted = soak_fit(result)
+    fitted = soak_fit(result, DEFAULT_WARMUP if warmup is None else warmup)
     problems = []
     if fitted.rss.per_cycle > rss_kb_per_cycle:
         problems.append(f"Rss grows {fitted.rss.describe()}, above the bound of "

@@ -28,6 +28,21 @@ DEFAULT_WARMUP = 2
 """Cycles left out of the fit: on the simulator the heap grows in the first two cycles only
 for a program that leaks nothing (kv_cache_xnn: +720 B, +720 B, then 0 for 27 cycles)."""
 MIN_FITTED = 3
+PYTHON_RUNNER_WARMUP = 24
+"""Warm-up cycles on the Python runner, whose malloc count holds the interpreter's and
+pybind11's own tables too: they grow for tens of cycles before they settle (xnn_shared_weights,
+two modules: +3.8 kB in cycle 2, +1.6 kB around cycle 12, +0.2 kB from cycle 30 on), which the
+native runner, with the runtime alone in its process, does not show (+0.05 kB per cycle)."""
+PYTHON_RUNNER_FITTED = 16
+"""Cycles the Python runner fits at least, after its warm-up."""
+
+
+def soak_length(runner: str, cycles: int) -> tuple[int, int]:
+    """(cycles to run, warm-up cycles) of a soak asked for `cycles` on `runner`: the Python
+    runner runs its longer warm-up and then at least PYTHON_RUNNER_FITTED cycles."""
+    if runner == "python":
+        return max(cycles, PYTHON_RUNNER_WARMUP + PYTHON_RUNNER_FITTED), PYTHON_RUNNER_WARMUP
+    return cycles, DEFAULT_WARMUP
 
 
 @dataclasses.dataclass(frozen=True)

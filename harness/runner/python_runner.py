@@ -17,6 +17,7 @@ runner is the one that makes the loads overlap; this one exists for parity.
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import os
 import sys
@@ -137,6 +138,10 @@ class Runner:
         self._module(step)
         self.methods.pop(step.module).clear()
         del self.modules[step.module]
+        self.last_outputs.pop(step.module, None)
+        # A reference cycle (a traceback, a closure) would keep the module's objects alive
+        # past the step; collect them, so the destroy is done when the step says it is.
+        gc.collect()
         return {}
 
     def execute(self, step: ScenarioStep) -> dict:
