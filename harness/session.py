@@ -94,7 +94,7 @@ class HilSession:
         self._device_error: HarnessError | None = None
         self._sdk: QnnSdk | None = None
         self._simulator_runner: RunnerChoice | None = None
-        self._models: dict[tuple[str, str, str], CompiledModel] = {}
+        self._models: dict[tuple[str, str, str, str], CompiledModel] = {}
         self._programs: dict[Path, CompiledModel] = {}
         self._program_errors: dict[Path, ModelError] = {}
         # Notices go through the `harness` logger (harness.log); this session's are gathered
@@ -323,18 +323,20 @@ class HilSession:
         return self.device.limits.htp_context_kb
 
     def model(self, name: str, precision: str = "fp16",
-              options: dict | None = None) -> CompiledModel:
-        """The registry model `name` compiled for this session's SoC; `options` are QNN compile
-        options (harness.programs.compile.COMPILE_OPTIONS), e.g. {"multi_contexts": True}."""
+              options: dict | None = None, soc: str | None = None) -> CompiledModel:
+        """The registry model `name` compiled for this session's SoC (or `soc`: a program built
+        for another SoC, as an app may carry); `options` are QNN compile options
+        (harness.programs.compile.COMPILE_OPTIONS), e.g. {"multi_contexts": True}."""
         import json
 
         from harness.programs.compile import normalize_options
 
         normalized = normalize_options(options)
-        key = (name, precision, json.dumps(normalized, sort_keys=True))
+        soc = soc or self.soc
+        key = (name, precision, json.dumps(normalized, sort_keys=True), soc)
         if key not in self._models:
             spec = get_model(name, extra_dirs=tuple(self.options.models_dirs))
-            self._models[key] = compile_model(spec, self.soc, precision, self.sdk,
+            self._models[key] = compile_model(spec, soc, precision, self.sdk,
                                               self.options.artifacts_dir / "compile-logs",
                                               options=normalized, notice=self.notice)
         return self._models[key]

@@ -39,8 +39,9 @@ COMPILE_TIMEOUT_S = 900
 #   (MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)), as upstream's QNN
 #   LLM flow lowers: the app owns every input and output buffer (the runners bind their own).
 # Each option adds its tag to the cache directory name.
-COMPILE_OPTIONS = {"multi_contexts": "mc", "spill_fill": "sf", "unplanned_io": "uio"}
-QNN_ONLY_OPTIONS = ("multi_contexts", "spill_fill")
+COMPILE_OPTIONS = {"multi_contexts": "mc", "spill_fill": "sf", "unplanned_io": "uio",
+                   "online_prepare": "op", "debug_log": "dbg"}
+QNN_ONLY_OPTIONS = ("multi_contexts", "spill_fill", "online_prepare", "debug_log")
 
 
 def normalize_options(options: dict | None) -> dict[str, bool]:

@@ -7,7 +7,10 @@ process starts (see harness.qnn.sdk). Usage (called by harness.programs.compile,
 
 Options (validated by harness.programs.compile): {"multi_contexts": true} lowers with the HTP option
 use_multi_contexts; {"spill_fill": true} then writes the programs' maximum spill-fill buffer
-size into every QNN delegate's compile spec and prints it as "spill-fill buffer size: N bytes".
+size into every QNN delegate's compile spec and prints it as "spill-fill buffer size: N bytes";
+{"unplanned_io": true} leaves inputs and outputs out of memory planning; {"online_prepare": true}
+carries the QNN graph (DLC) instead of a context binary; {"debug_log": true} sets the program's
+QNN log level to kLogLevelDebug.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -95,6 +99,12 @@ def lower_qnn(methods: dict, soc: str, precision: str, options: dict | None = No
         backend_options=generate_htp_compiler_spec(
             use_fp16=precision == "fp16",
             use_multi_contexts=bool(options.get("multi_contexts"))),
+        # The delegate carries the QNN graph (DLC), not a context binary: the runtime composes
+        # and finalizes the graph at load time (QnnManager::CompileDlc).
+        online_prepare=bool(options.get("online_prepare")),
+        # QNN log level kLogLevelDebug instead of kLogLevelError: the runtime creates its QNN
+        # logger at the program's level.
+        debug=bool(options.get("debug_log")),
     )
     modules = {name: (_quantize(m, x) if precision == "int8" else m) for name, (m, x) in methods.items()}
     inputs = {name: x for name, (_, x) in methods.items()}
@@ -118,8 +128,8 @@ def lower_qnn(methods: dict, soc: str, precision: str, options: dict | None = No
 
 
 def qnn_delegate_specs(buffer: bytes) -> list[dict]:
-    """Read the serialized program back: each QNN delegate's method and the HTP options its
-    compile spec carries (what the runtime will see), in plan order."""
+    """Read the serialized program back: each QNN delegate's method, the HTP options and the
+    SoC model its compile spec carries (what the runtime will see), in plan order."""
     from executorch.backends.qualcomm.serialization.qc_schema_serialize import flatbuffer_to_option
     from executorch.backends.qualcomm.utils.constants import QCOM_QNN_COMPILE_SPEC
     from executorch.exir._serialize._program import deserialize_pte_binary
@@ -130,9 +140,12 @@ def qnn_delegate_specs(buffer: bytes) -> list[dict]:
             for spec in delegate.compile_specs:
                 if spec.key != QCOM_QNN_COMPILE_SPEC:
                     continue
-                htp = flatbuffer_to_option(spec.value).backend_options.htp_options
+                option = flatbuffer_to_option(spec.value)
+                htp = option.backend_options.htp_options
                 out.append({"method": plan.name, "use_multi_contexts": bool(htp.use_multi_contexts),
-                            "max_sf_buf_size": int(htp.max_sf_buf_size)})
+                            "max_sf_buf_size": int(htp.max_sf_buf_size),
+                            # QcomChipset: what the runtime asks the QNN device for
+                            "soc_model": int(option.soc_info.soc_model)})
     return out
 
 
@@ -229,9 +242,14 @@ def decode_loop_reference(loop: dict, eager: dict, reference: dict, out_dir: Pat
 
 
 def main(argv: list[str]) -> int:
-    model_path, soc, precision, out_dir = Path(argv[0]), argv[1], argv[2], Path(argv[3])
+    model_path, soc, precision = Path(argv[0]).absolute(), argv[1], argv[2]
+    out_dir = Path(argv[3]).absolute()
     options = json.loads(argv[4]) if len(argv) > 4 else {}
     facts: dict = {}
+    # The QNN lowering writes files into the working directory (an online-prepare build its
+    # `<method>.dlc`): they belong in the build's own directory, not the caller's.
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.chdir(out_dir)
     import torch
 
     model = load_model_module(model_path)

@@ -14,7 +14,7 @@
  *    config from the caller's offset to the library's when they differ. A library whose version
  *    is not in the table gets no guess: its deviceCreate with a custom config fails, and stderr
  *    and the trace name the version.
- *  - Tracer: backend/device/context create and free, graph create/retrieve/execute are written
+ *  - Tracer: log/backend/device/context create and free, graph create/retrieve/execute are written
  *    as one text line each to $HARNESS_QNN_TRACE. The harness reads it as the ground truth for
  *    handle isolation and live counts.
  *  - DSP heap (phones): with HARNESS_QNN_DSP_HEAP=1 every QnnContext_createFromBinary gets the
@@ -78,6 +78,8 @@ enum { /* indices into the function table (QnnInterface.h order) */
   FN_GRAPH_CREATE = 15,
   FN_GRAPH_RETRIEVE = 20,
   FN_GRAPH_EXECUTE = 21,
+  FN_LOG_CREATE = 25,
+  FN_LOG_FREE = 27,
   FN_PROFILE_CREATE = 28,
   FN_PROFILE_GET_EVENTS = 30,
   FN_PROFILE_GET_EVENT_DATA = 32,
@@ -100,6 +102,7 @@ typedef qnn_err_t (*graph_retrieve_fn)(qnn_handle_t, const char *, qnn_handle_t 
 typedef qnn_err_t (*graph_execute_fn)(qnn_handle_t, const void *, uint32_t, void *, uint32_t,
                                       qnn_handle_t, qnn_handle_t);
 
+typedef qnn_err_t (*log_create_fn)(void *, int, qnn_handle_t *); /* callback, max level, out */
 typedef qnn_err_t (*profile_create_fn)(qnn_handle_t, uint32_t, qnn_handle_t *);
 typedef qnn_err_t (*profile_events_fn)(qnn_handle_t, const uint64_t **, uint32_t *);
 typedef struct { uint32_t type, unit; uint64_t value; const char *identifier; } event_data_t;
@@ -110,6 +113,8 @@ static void *real_table[FN_COUNT]; /* every entry of the real table, wrapped or 
  * byte relay_to (0, 0: leave them); layout_unknown: the library's (or the caller's) offset is
  * not known, so no custom config can be passed on. */
 static int relay_from = 0, relay_to = 0, layout_unknown = 0;
+/* Where the runtime writes that union (0: not known), to read the SoC and arch it asks for. */
+static int caller_union_at = 0;
 static char layout_problem[768];
 static pthread_mutex_t patch_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t trace_seq = 0;
@@ -138,7 +143,23 @@ static void trace(const char *fmt, ...) {
 
 static qnn_err_t w_backend_create(qnn_handle_t log, const void **cfg, qnn_handle_t *out) {
   qnn_err_t rc = ((backend_create_fn)real_table[FN_BACKEND_CREATE])(log, cfg, out);
-  trace("backend_create rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, rc ? 0 : OUT(out));
+  trace("backend_create rc=%" PRIu64 " handle=0x%" PRIxPTR " log=0x%" PRIxPTR, rc,
+        rc ? 0 : OUT(out), H(log));
+  return rc;
+}
+
+/* The log handles backends and devices are created with: freeing one while they live leaves
+ * them logging through a freed handle. */
+static qnn_err_t w_log_create(void *callback, int level, qnn_handle_t *out) {
+  qnn_err_t rc = ((log_create_fn)real_table[FN_LOG_CREATE])(callback, level, out);
+  trace("log_create rc=%" PRIu64 " handle=0x%" PRIxPTR " level=%d", rc, rc ? 0 : OUT(out),
+        level);
+  return rc;
+}
+
+static qnn_err_t w_log_free(qnn_handle_t h) {
+  qnn_err_t rc = ((free1_fn)real_table[FN_LOG_FREE])(h);
+  trace("log_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
   return rc;
 }
 
@@ -166,6 +187,18 @@ static qnn_err_t w_device_create(qnn_handle_t log, const void **cfg, qnn_handle_
     trace("device_create rc=%d handle=0x0 bridged=0 layout=unknown", INTERPOSER_ERROR_LAYOUT_UNKNOWN);
     return INTERPOSER_ERROR_LAYOUT_UNKNOWN;
   }
+  /* The SoC model and HTP arch the runtime asks for (HTP custom options 0 and 1, the arch
+   * option's union {u32 deviceId; u32 arch}), read where the runtime writes the union. */
+  long soc = -1, arch = -1;
+  for (size_t i = 0; caller_union_at && i < n; i++) {
+    const device_config_t *c = cfg[i];
+    if (c->option != 0 || !c->payload) continue;
+    uint32_t htp_option, word[2];
+    memcpy(&htp_option, c->payload, 4);
+    memcpy(word, (const char *)c->payload + caller_union_at, 8);
+    if (htp_option == 0) soc = word[0];
+    if (htp_option == 1) arch = word[1];
+  }
   const void **fixed = NULL;
   device_config_t *copies = NULL;
   unsigned char *customs = NULL;
@@ -190,8 +223,8 @@ static qnn_err_t w_device_create(qnn_handle_t log, const void **cfg, qnn_handle_
     cfg = fixed;
   }
   qnn_err_t rc = ((device_create_fn)real_table[FN_DEVICE_CREATE])(log, cfg, out);
-  trace("device_create rc=%" PRIu64 " handle=0x%" PRIxPTR " bridged=%zu", rc,
-        rc ? 0 : OUT(out), relaid);
+  trace("device_create rc=%" PRIu64 " handle=0x%" PRIxPTR " bridged=%zu log=0x%" PRIxPTR
+        " soc=%ld arch=%ld", rc, rc ? 0 : OUT(out), relaid, H(log), soc, arch);
   free(customs);
   free(copies);
   free(fixed);
@@ -404,6 +437,8 @@ static void *const wrappers[FN_COUNT] = {
     [FN_GRAPH_CREATE] = (void *)w_graph_create,
     [FN_GRAPH_RETRIEVE] = (void *)w_graph_retrieve,
     [FN_GRAPH_EXECUTE] = (void *)w_graph_execute,
+    [FN_LOG_CREATE] = (void *)w_log_create,
+    [FN_LOG_FREE] = (void *)w_log_free,
     [FN_DEVICE_CREATE] = (void *)w_device_create,
     [FN_DEVICE_FREE] = (void *)w_device_free,
 };
@@ -425,11 +460,11 @@ static int union_at(const char *table, unsigned major, unsigned minor) {
 /* Sets relay_from / relay_to / layout_unknown for the library `p`; returns the trace's
  * bridge= value: 1 re-lays, 0 does not, -1 unknown. */
 static int decide_bridge(const qnn_interface_t *p) {
-  relay_from = relay_to = layout_unknown = 0;
+  relay_from = relay_to = layout_unknown = caller_union_at = 0;
   layout_problem[0] = 0;
   const char *force = getenv("HARNESS_QNN_ABI_BRIDGE");
   if (force && strcmp(force, "1") == 0) {
-    relay_from = 4, relay_to = 8;
+    relay_from = caller_union_at = 4, relay_to = 8;
     return 1;
   }
   if (force && strcmp(force, "0") == 0) return 0;
@@ -438,6 +473,7 @@ static int decide_bridge(const qnn_interface_t *p) {
   unsigned cmaj = 0, cmin = 0;
   int caller_at = caller && sscanf(caller, "%u.%u", &cmaj, &cmin) == 2 ? union_at(table, cmaj, cmin) : 0;
   int lib_at = union_at(table, p->core_api.major, p->core_api.minor);
+  caller_union_at = caller_at;
   if (!lib_at || !caller_at) {
     layout_unknown = 1;
     int n = 0;

@@ -8,6 +8,10 @@ device and context create/free and every graph execute, in call order, one line 
 QNN reuses handle values after a free, so the replay gives each successful create a unique
 identity (`context#3`) and maps raw values to the identity that is live at that moment.
 
+Log handles (`log_create handle=.. level=N`, `log_free`) are followed too: backends and devices
+name the log handle they were created with (`log=0x..`), and freeing a log handle while one of
+them lives is a violation (the runtime then logs through a freed handle).
+
 On phones the trace also carries DSP heap readings (`dsp_heap op=create|free context=...
 event=DSP:... bytes=N`, written after the create or free they belong to), or one
 `dsp_heap_unsupported rc=N` when the library refused DSP memory profiling.
@@ -91,6 +95,8 @@ class TraceState:
     api: dict[str, str] = dataclasses.field(default_factory=dict)
     dsp: list[DspReading] = dataclasses.field(default_factory=list)
     dsp_unsupported: int | None = None  # the library's error code when it refused
+    # (kind, raw handle) of each backend and device -> the log handle it was created with
+    logs: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         return {kind: len(handles) for kind, handles in sorted(self.live.items())}
@@ -112,10 +118,20 @@ class TraceState:
                                        len(self.live["context"]), rec.offset))
         elif rec.kind == "dsp_heap_unsupported":
             self.dsp_unsupported = rec.rc
+        elif rec.kind == "log_free":
+            freed = rec.fields.get("handle")
+            holders = [self.live[k][h] for (k, h), log in self.logs.items()
+                       if log == freed and h in self.live[k]]
+            if holders:
+                self.violations.append(
+                    f"seq {rec.seq}: log_free of log handle {rec.fields.get('handle')} while "
+                    f"{', '.join(holders)} created with it live")
         elif kind in KINDS and action == "create":
             if rec.rc == 0:
                 self.created[kind] += 1
                 self.live[kind][rec.fields["handle"]] = f"{kind}#{self.created[kind]}"
+                if "log" in rec.fields:
+                    self.logs[(kind, rec.fields["handle"])] = rec.fields["log"]
         elif kind in KINDS and action == "free":
             handle = rec.fields.get("handle", "")
             identity = self.live[kind].pop(handle, None)

@@ -34,7 +34,7 @@ FILE_KIND = {
     "test_trace.py": "unit",
     "test_dsp_heap.py": "unit",
     "test_load_modes.py": "simulator",
-    "test_soak.py": "unit",
+    "test_soak_fit.py": "unit",
     "test_xdist_order.py": "unit",
     "test_dsp_heap_chain.py": "simulator",  # and gcc (the DSP heap emulation library)
     "test_xnnpack_classify.py": "unit",

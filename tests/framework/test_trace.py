@@ -105,3 +105,18 @@ def test_htp_memory_bound_uses_live_contexts(tmp_path):
         assert_htp_memory_bounded(result([0, 5000, 0]), per_context_kb=4096)
     with pytest.raises(AssertionError, match=r"step 2 destroy_module\(A\): dma-buf \+100 kB with 0 live"):
         assert_htp_memory_bounded(result([0, 4000, 100]), per_context_kb=4096)
+
+
+def test_a_log_handle_freed_under_a_live_backend_or_device_is_a_violation():
+    lines = ["1 log_create rc=0 handle=0x1 level=1",
+             "2 backend_create rc=0 handle=0x1 log=0x1",
+             "3 device_create rc=0 handle=0x1 bridged=1 log=0x1 soc=57 arch=-1",
+             "4 log_create rc=0 handle=0x2 level=5",
+             "5 log_free rc=0 handle=0x1"]
+    state = replay(parse_trace("\n".join(lines) + "\n"))
+    assert state.violations == [
+        "seq 5: log_free of log handle 0x1 while backend#1, device#1 created with it live"]
+    # the runtime's own teardown order: device and backend first, then their log
+    teardown = lines[:3] + ["4 device_free rc=0 handle=0x1", "5 backend_free rc=0 handle=0x1",
+                            "6 log_free rc=0 handle=0x1"]
+    assert replay(parse_trace("\n".join(teardown) + "\n")).violations == []

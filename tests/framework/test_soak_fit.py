@@ -1,6 +1,7 @@
 """The soak's parts: the malloc reading, the fit of growth per cycle, its bound and the words a
 known issue matches, the reports it reaches, `load_mode` in the protocol and the exports, and
---soak-cycles. The runners' load modes on the simulator: test_load_modes.py."""
+--soak-cycles (tests/hil/test_soak.py runs the soaks). The runners' load modes on the
+simulator: test_load_modes.py."""
 
 import json
 import subprocess
