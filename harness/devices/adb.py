@@ -485,7 +485,7 @@ class AdbDevice(ShellDevice):
         first use; None when scenarios run as processes: --scenario-isolation process, a test's
         own runner in place of the harness's, or a server that could not start (said once)."""
         if (self.isolation != "fork" or self.fork_refused or self.runner_source is None
-                or self.runner_path != self.workspace / RUNNER_NAME):
+                or scenario.fresh_process or self.runner_path != self.workspace / RUNNER_NAME):
             return None
         qnn = bool(self.qnn_libraries) and any(uses_qnn(m.backend)
                                                for m in scenario.models.values())

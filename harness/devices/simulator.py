@@ -137,7 +137,7 @@ class SimulatorDevice(Device):
         base.pop(TRACE_ENV, None)  # each run's own, set by _run; a server's environment lacks it
         for name in HARNESS_ONLY_ENV:
             base.pop(name, None)
-        if self.isolation == "fork":
+        if self.isolation == "fork" and not scenario.fresh_process:
             qnn = any(uses_qnn(model.backend) for model in scenario.models.values())
             with self._pool(base, qnn).lease() as server:
                 server_dir = server.scratch
@@ -152,7 +152,8 @@ class SimulatorDevice(Device):
                        time.monotonic() - started, self.isolation)
         notes = list(proc.notes)
         if proc.returncode is None or proc.returncode < 0 or not run_ended(proc.stdout):
-            full = storage.host_full_note(server_dir if self.isolation == "fork" else artifacts)
+            forked = self.isolation == "fork" and not scenario.fresh_process
+            full = storage.host_full_note(server_dir if forked else artifacts)
             notes += [full] if full else []
         return RunOutput(proc.returncode, proc.stdout, proc.stderr, trace, proc.timed_out,
                          self.runner_kind, notes=notes)

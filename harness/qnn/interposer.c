@@ -26,9 +26,18 @@
  *    simulator does, with 1000) is asked again without it, once, and traced as
  *    `dsp_heap_unsupported`; the call sequence is the runtime's own from then on.
  *
- * Linked with -z nodelete: ExecuTorch dlcloses libQnnHtp.so when the last backend goes, and the
- * patched table (owned by the real library, which is never closed) would otherwise point into
- * unmapped code.
+ * Unloading: ExecuTorch dlcloses libQnnHtp.so when its last backend bundle goes. With
+ * HARNESS_QNN_UNLOADABLE=1 (the harness measured that the real library leaves the process when
+ * closed: harness/qnn/unload_probe.py) nothing here pins either library: the destructor puts
+ * every patched table entry back (the table belongs to the real library, which may outlive
+ * this one) and closes the real library, so a full teardown really unloads QNN and the next
+ * load opens it afresh. Otherwise the interposer pins itself and the real library: a real
+ * library left resident would answer the next dlopen("libQnnHtp.so") by its soname, past the
+ * interposer. The trace says which: `library_open pinned=0|1` from the constructor,
+ * `library_close` from the destructor of a dlclose. At process exit the destructor does
+ * nothing (the runtime's static destructors may still call through the table, and the trace
+ * ends with the runner): the constructor registers, with no DSO attached, an exit handler that
+ * marks the exit in the environment (putenv), which a dlclose does not run.
  *
  * Environment:
  *   HARNESS_QNN_REAL_HTP      path of the real libQnnHtp.so (required)
@@ -40,6 +49,7 @@
  *   HARNESS_QNN_CALLER_API    the core API version the runtime was built against ("2.27"), whose
  *                             offset in that table is the one the caller writes
  *   HARNESS_QNN_DSP_HEAP      "1": read DSP heap usage through QNN profiling (see above)
+ *   HARNESS_QNN_UNLOADABLE    "1": the real library can be unloaded, so pin nothing (see above)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -519,18 +529,62 @@ static int patch_provider(qnn_interface_t *p) {
   return 0;
 }
 
+/* ---- loading and unloading ------------------------------------------------------------ */
+
+static void *real_lib = NULL; /* the real libQnnHtp.so, open while this library is loaded */
+static qnn_interface_t *patched[16]; /* providers whose tables hold our wrappers */
+static size_t patched_count = 0;
+#define EXITING_ENV "HARNESS_QNN_INTERPOSER_EXITING"
+
+extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
+
+static int pinned = 1;
+
+__attribute__((constructor)) static void on_load(void) {
+  const char *unloadable = getenv("HARNESS_QNN_UNLOADABLE");
+  pinned = !(unloadable && strcmp(unloadable, "1") == 0);
+  if (pinned) {
+    Dl_info self;
+    if (dladdr((void *)on_load, &self) && self.dli_fname)
+      dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+  /* Not tied to this DSO (dso NULL): runs at exit only, never at dlclose; its code (putenv)
+   * and argument (heap) outlive this library. */
+  char *mark = strdup(EXITING_ENV "=1");
+  if (mark) __cxa_atexit((void (*)(void *))(void *)putenv, mark, NULL);
+  trace("library_open pid=%d pinned=%d", (int)getpid(), pinned);
+}
+
+__attribute__((destructor)) static void on_unload(void) {
+  /* At exit everything stays mapped and the runtime's own static destructors may still call
+   * through the table: leave it all, and write nothing after the runner's end. */
+  if (getenv(EXITING_ENV) != NULL) return;
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  for (size_t k = 0; k < patched_count; k++) {
+    qnn_interface_t *p = patched[k];
+    uintptr_t start = (uintptr_t)&p->table[0] & ~(page - 1);
+    uintptr_t end = (uintptr_t)&p->table[FN_COUNT];
+    if (mprotect((void *)start, end - start, PROT_READ | PROT_WRITE) != 0) continue;
+    for (int i = 0; i < FN_COUNT; i++)
+      if (wrappers[i] && p->table[i] == wrappers[i]) p->table[i] = real_table[i];
+  }
+  trace("library_close pid=%d", (int)getpid());
+  if (real_lib) dlclose(real_lib);
+}
+
 qnn_err_t QnnInterface_getProviders(const qnn_interface_t ***providers, uint32_t *count) {
   static get_providers_fn real_get = NULL;
   pthread_mutex_lock(&patch_lock);
   if (!real_get) {
     const char *path = getenv("HARNESS_QNN_REAL_HTP");
-    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) : NULL;
+    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL | (pinned ? RTLD_NODELETE : 0)) : NULL;
     if (!lib) {
       fprintf(stderr, "[harness interposer] cannot load real libQnnHtp.so from "
                       "HARNESS_QNN_REAL_HTP=%s: %s\n", path ? path : "(unset)", dlerror());
       pthread_mutex_unlock(&patch_lock);
       return 1; /* QNN_COMMON_ERROR_GENERAL-like nonzero */
     }
+    real_lib = lib;
     real_get = (get_providers_fn)dlsym(lib, "QnnInterface_getProviders");
     if (!real_get) {
       pthread_mutex_unlock(&patch_lock);
@@ -551,7 +605,12 @@ qnn_err_t QnnInterface_getProviders(const qnn_interface_t ***providers, uint32_t
               bridge == 1 ? "1" : bridge == 0 ? "0" : "unknown", union_field);
         if (bridge < 0) fprintf(stderr, "[harness interposer] %s\n", layout_problem);
       }
-      patch_provider(p);
+      if (patch_provider(p) == 0) {
+        size_t k = 0;
+        while (k < patched_count && patched[k] != p) k++;
+        if (k == patched_count && patched_count < sizeof patched / sizeof patched[0])
+          patched[patched_count++] = p;
+      }
     }
   }
   pthread_mutex_unlock(&patch_lock);

@@ -1,8 +1,8 @@
 """Builds the libQnnHtp.so interposer from `interposer.c` with gcc, once per source hash.
 
 Built on first use rather than shipped, because it must match the host's libc and is tiny;
-gcc is on every supported host. `-z nodelete` keeps it mapped after ExecuTorch dlcloses
-libQnnHtp.so (see the C file's header).
+gcc is on every supported host. Nothing pins it: when ExecuTorch dlcloses libQnnHtp.so the
+interposer puts the real library's function table back and closes it (see the C file's header).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def interposer_command(output: Path, compiler: str = "gcc", android: bool = Fals
     """The compile line; also used to cross-build (`compiler=`: aarch64-linux-gnu-gcc, or an
     NDK clang with `android=True`: bionic has no separate libpthread, `-lpthread` fails there)."""
     libs = ["-ldl"] if android else ["-ldl", "-lpthread"]
-    return [compiler, "-O2", "-Wall", "-shared", "-fPIC", "-Wl,-z,nodelete",
+    return [compiler, "-O2", "-Wall", "-shared", "-fPIC",
             "-o", str(output), str(SOURCE), *libs]
 
 

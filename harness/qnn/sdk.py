@@ -34,6 +34,9 @@ ALIASES = {"libQnnHtpPrepare.so": "libHtpPrepare.so"}
 # HARNESS_QNN_ABI_BRIDGE.
 BUILT_AGAINST_CORE_API = {"1.5.1": "2.27"}
 DEFAULT_BUILT_AGAINST = "2.27"
+UNLOADABLE_ENV = "HARNESS_QNN_UNLOADABLE"
+""""1": the real libQnnHtp.so can be unloaded, so the interposer pins nothing; else it pins
+itself (see harness/qnn/interposer.c)."""
 
 # Where libQnnHtp.so reads the union of QnnHtpDevice_CustomConfig_t (byte 4 or 8), by the QNN
 # core API version (major.minor) it reports. Measured with deviceCreate of one SOC config
@@ -74,6 +77,14 @@ class QnnSdk:
     def lib_dir(self) -> Path:
         return self.root / HOST_LIB
 
+    @property
+    def library_unloads(self) -> bool:
+        """Whether the real libQnnHtp.so leaves the process when closed (measured once)."""
+        from harness.qnn.unload_probe import library_unloads
+
+        return library_unloads(self.real_lib_dir / "libQnnHtp.so",
+                               (self.real_lib_dir, *self.extra_lib_dirs))
+
     def environment(self, trace: Path | None = None, bridge: str = "auto") -> dict[str, str]:
         """Variables a child process needs to run QNN on the HTP simulator."""
         search = [str(self.lib_dir), str(self.real_lib_dir), *map(str, self.extra_lib_dirs)]
@@ -84,6 +95,9 @@ class QnnSdk:
             "QNN_SDK_ROOT": str(self.root),
             "LD_LIBRARY_PATH": ":".join(search),
             "HARNESS_QNN_REAL_HTP": str(self.real_lib_dir / "libQnnHtp.so"),
+            # The interposer goes with the runtime's dlclose only where the real library can
+            # be unloaded too (harness.qnn.unload_probe); elsewhere it pins itself.
+            UNLOADABLE_ENV: "1" if self.library_unloads else "0",
             **bridge_environment(bridge),
         }
         if trace is not None:

@@ -77,6 +77,9 @@ class Scenario:
     # which step it means instead of counting: label -> step index. Host-side only: runners
     # never see labels.
     labels: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Run in a new runner process that has loaded nothing, never a fork of a server holding
+    # the QNN libraries: a scenario about the runtime really unloading them needs that.
+    fresh_process: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):

@@ -10,7 +10,9 @@
  *    unknown custom config socModel 0", 14001). Everything else is absent.
  *  - without it: a caller laid out like executorch 1.5.1 (QAIRT 2.37 headers: the union at
  *    byte 4) that loads the interposer ($1), creates a device with one SOC custom config
- *    (SM8650, 57), or with no config when $2 is "none", and prints "rc=<n>".
+ *    (SM8650, 57), or with no config when $2 is "none", and prints "rc=<n>"; with $3 "unload"
+ *    it then closes the interposer and prints whether it and the fake library are still
+ *    loaded.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -101,6 +103,14 @@ int main(int argc, char **argv) {
   qnn_err_t rc = ((device_create_fn)providers[0]->table[FN_DEVICE_CREATE])(
       NULL, none ? NULL : configs, &handle);
   printf("rc=%llu\n", (unsigned long long)rc);
+  if (argc > 3 && strcmp(argv[3], "unload") == 0) {
+    /* As ExecuTorch at a full teardown: the last handle goes. Then: is anything still here? */
+    dlclose(lib);
+    const char *real = getenv("HARNESS_QNN_REAL_HTP");
+    printf("interposer_resident=%d real_resident=%d\n",
+           dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD) != NULL,
+           real && dlopen(real, RTLD_NOW | RTLD_NOLOAD) != NULL);
+  }
   return 0;
 }
 

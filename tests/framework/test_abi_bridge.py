@@ -40,19 +40,28 @@ def layout_bin(tmp_path_factory):
     return fake, caller
 
 
-def create_device(layout_bin, tmp_path, core, backend, union_at, bridge="auto", configs="soc"):
+def create_device(layout_bin, tmp_path, core, backend, union_at, bridge="auto", configs="soc",
+                  unload=None):
     """Run the caller through the interposer with the bridge settings a child process of the
-    harness gets; returns (deviceCreate's rc, stderr, the trace's records)."""
+    harness gets; returns (deviceCreate's rc, stderr, the trace's records). `unload` ("1" or
+    "0", HARNESS_QNN_UNLOADABLE): the caller then closes the interposer and prints what stayed
+    loaded (the last line of stderr's companion: see test_unload_*)."""
     fake, caller = layout_bin
     trace = tmp_path / "trace.txt"
     harness_env = sdk_module.discover().environment(trace, bridge)
     env = {k: v for k, v in harness_env.items() if k.startswith("HARNESS_QNN_")}
     env.update(HARNESS_QNN_REAL_HTP=str(fake), FAKE_HTP_CORE_API=core,
                FAKE_HTP_BACKEND_API=backend, FAKE_HTP_UNION_AT=str(union_at))
-    proc = subprocess.run([str(caller), str(interposer_build.build_interposer()), configs],
-                          env=env, capture_output=True, text=True, timeout=30)
+    argv = [str(caller), str(interposer_build.build_interposer()), configs]
+    if unload is not None:
+        env["HARNESS_QNN_UNLOADABLE"] = unload
+        argv.append("unload")
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    rc = int(proc.stdout.strip().removeprefix("rc="))
+    lines = proc.stdout.strip().splitlines()
+    rc = int(lines[0].removeprefix("rc="))
+    if unload is not None:
+        return rc, lines[1], parse_trace(trace.read_text())
     records = parse_trace(trace.read_text()) if trace.exists() else []
     return rc, proc.stderr, records
 
@@ -98,3 +107,41 @@ def test_forced_on_a_library_of_unknown_version_is_relaid(layout_bin, tmp_path):
     """Forced on, a library of unknown version is re-laid (the user's word), not refused."""
     rc, stderr, _ = create_device(layout_bin, tmp_path, "2.41.0", "5.52.0", 8, "on")
     assert rc == 0, stderr
+
+
+def test_the_interposer_goes_with_the_last_dlclose_where_the_library_can_unload(layout_bin,
+                                                                               tmp_path):
+    core, backend, union_at = MEASURED["2.51"]
+    rc, resident, records = create_device(layout_bin, tmp_path, core, backend, union_at,
+                                          unload="1")
+    assert rc == 0
+    assert resident == "interposer_resident=0 real_resident=0"
+    kinds = [(r.kind, r.fields.get("pinned")) for r in records]
+    assert kinds[0] == ("library_open", "0")
+    assert ("library_close", None) in kinds
+    device = next(r for r in records if r.kind == "device_create")
+    assert device.fields["soc"] == "57"  # the SoC the caller asked for, read at its offset
+
+
+def test_the_interposer_pins_both_where_the_real_library_stays(layout_bin, tmp_path):
+    """HARNESS_QNN_UNLOADABLE=0 (the real library stays resident after dlclose, as QAIRT's
+    x86_64 libQnnHtp.so does): a resident real library would answer the next dlopen by its
+    soname, past the interposer, so the interposer stays too."""
+    core, backend, union_at = MEASURED["2.51"]
+    rc, resident, records = create_device(layout_bin, tmp_path, core, backend, union_at,
+                                          unload="0")
+    assert rc == 0
+    assert resident == "interposer_resident=1 real_resident=1"
+    assert records[0].kind == "library_open" and records[0].fields["pinned"] == "1"
+    assert not any(r.kind == "library_close" for r in records)
+
+
+def test_the_unload_probe_tells_a_library_that_leaves_from_one_that_stays(layout_bin):
+    from harness.qnn.unload_probe import library_unloads
+
+    fake, _ = layout_bin
+    assert library_unloads(fake) is True
+    real = sdk_module.discover()
+    # QAIRT's x86_64 libQnnHtp.so keeps itself loaded after dlclose (measured 2.49, 2.51)
+    assert real.library_unloads is False
+    assert real.environment()["HARNESS_QNN_UNLOADABLE"] == "0"

@@ -266,7 +266,7 @@ class SshDevice(ShellDevice):
 
     # Forks ---------------------------------------------------------------------------------
     def _fork_server(self, scenario: Scenario) -> BoardForkServer | None:
-        if (self.isolation != "fork" or self.fork_refused
+        if (self.isolation != "fork" or self.fork_refused or scenario.fresh_process
                 or self.runner_path != self.workspace / RUNNER_NAME or self.payload is None):
             return None
         qnn = any(uses_qnn(m.backend) for m in scenario.models.values()) and bool(
