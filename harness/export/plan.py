@@ -108,9 +108,11 @@ def build_plan(run: RunRecord) -> Plan:
     modules: list[str] = []
 
     def plan_step(i: int, step, contexts: int, allowed: bool) -> PlanStep:
-        if step.op not in EXPORTED_OPS or step.args.get("backend_options") or step.args.get("feed"):
+        if (step.op not in EXPORTED_OPS or step.args.get("backend_options") or
+                step.args.get("feed") or step.args.get("shared_inputs")):
             what = ("backend options" if step.args.get("backend_options") else
                     "a feed (outputs passed back as inputs)" if step.args.get("feed") else
+                    "inputs in QNN shared memory" if step.args.get("shared_inputs") else
                     f"a {step.op} step")
             raise ExportError(
                 f"scenario {sc.name}: step {i} {step.describe()} has {what}; the standalone "

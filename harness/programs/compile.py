@@ -40,8 +40,9 @@ COMPILE_TIMEOUT_S = 900
 #   LLM flow lowers: the app owns every input and output buffer (the runners bind their own).
 # Each option adds its tag to the cache directory name.
 COMPILE_OPTIONS = {"multi_contexts": "mc", "spill_fill": "sf", "unplanned_io": "uio",
-                   "online_prepare": "op", "debug_log": "dbg"}
-QNN_ONLY_OPTIONS = ("multi_contexts", "spill_fill", "online_prepare", "debug_log")
+                   "online_prepare": "op", "debug_log": "dbg", "shared_buffer": "shb"}
+QNN_ONLY_OPTIONS = ("multi_contexts", "spill_fill", "online_prepare", "debug_log",
+                    "shared_buffer")
 
 
 def normalize_options(options: dict | None) -> dict[str, bool]:

@@ -10,7 +10,8 @@ use_multi_contexts; {"spill_fill": true} then writes the programs' maximum spill
 size into every QNN delegate's compile spec and prints it as "spill-fill buffer size: N bytes";
 {"unplanned_io": true} leaves inputs and outputs out of memory planning; {"online_prepare": true}
 carries the QNN graph (DLC) instead of a context binary; {"debug_log": true} sets the program's
-QNN log level to kLogLevelDebug.
+QNN log level to kLogLevelDebug; {"shared_buffer": true} expects inputs and outputs in QNN
+shared memory.
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ def lower_qnn(methods: dict, soc: str, precision: str, options: dict | None = No
         # QNN log level kLogLevelDebug instead of kLogLevelError: the runtime creates its QNN
         # logger at the program's level.
         debug=bool(options.get("debug_log")),
+        # Graph inputs and outputs the app places in QNN shared memory (rpcmem): the delegate
+        # registers them with QnnMem_register instead of copying.
+        shared_buffer=bool(options.get("shared_buffer")),
     )
     modules = {name: (_quantize(m, x) if precision == "int8" else m) for name, (m, x) in methods.items()}
     inputs = {name: x for name, (_, x) in methods.items()}

@@ -138,7 +138,7 @@ OP_FIELDS: dict[str, OpFields] = {
     "load_module": OpFields(("module", "pte"), ("backend_options", "load_mode")),
     "load_method": OpFields(("module", "method")),
     "execute": OpFields(("module", "method"), ("inputs", "expected", "atol", "rtol",
-                                               "emit_outputs", "feed")),
+                                               "emit_outputs", "feed", "shared_inputs")),
     "unload_method": OpFields(("module", "method")),
     "destroy_module": OpFields(("module",)),
     "snapshot": OpFields(()),
@@ -214,6 +214,8 @@ class ScenarioStep:
     atol: float = 0.0
     rtol: float = 0.0
     emit_outputs: bool = False
+    # execute: each input in QNN shared memory (QnnExecuTorchAllocCustomMem), not the heap
+    shared_inputs: bool = False
     # execute: (input index, output index) pairs: that input takes that output of the module's
     # previous execute instead of its file's data (a decode loop feeding the KV caches back)
     feed: tuple[tuple[int, int], ...] = ()
@@ -426,6 +428,10 @@ class _StepReader:
             if emit is not None and not isinstance(emit, bool):
                 self.fail(f"field 'emit_outputs' must be a bool, got {_kind(emit)} {emit!r}")
             fields["emit_outputs"] = bool(emit)
+            shared = raw.get("shared_inputs")
+            if shared is not None and not isinstance(shared, bool):
+                self.fail(f"field 'shared_inputs' must be a bool, got {_kind(shared)} {shared!r}")
+            fields["shared_inputs"] = bool(shared)
             fields["feed"] = self.feed(len(fields["inputs"]))
         elif op in ("set_option", "get_option"):
             fields["backend"] = self.string("backend")

@@ -14,7 +14,8 @@
  *    config from the caller's offset to the library's when they differ. A library whose version
  *    is not in the table gets no guess: its deviceCreate with a custom config fails, and stderr
  *    and the trace name the version.
- *  - Tracer: log/backend/device/context create and free, graph create/retrieve/execute are written
+ *  - Tracer: log/backend/device/context create and free, shared-memory register/deregister,
+ *    graph create/retrieve/execute are written
  *    as one text line each to $HARNESS_QNN_TRACE. The harness reads it as the ground truth for
  *    handle isolation and live counts.
  *  - DSP heap (phones): with HARNESS_QNN_DSP_HEAP=1 every QnnContext_createFromBinary gets the
@@ -94,6 +95,8 @@ enum { /* indices into the function table (QnnInterface.h order) */
   FN_PROFILE_GET_EVENTS = 30,
   FN_PROFILE_GET_EVENT_DATA = 32,
   FN_PROFILE_FREE = 34,
+  FN_MEM_REGISTER = 35,
+  FN_MEM_DEREGISTER = 36,
   FN_DEVICE_CREATE = 40,
   FN_DEVICE_FREE = 43,
   FN_COUNT = 44
@@ -112,6 +115,8 @@ typedef qnn_err_t (*graph_retrieve_fn)(qnn_handle_t, const char *, qnn_handle_t 
 typedef qnn_err_t (*graph_execute_fn)(qnn_handle_t, const void *, uint32_t, void *, uint32_t,
                                       qnn_handle_t, qnn_handle_t);
 
+typedef qnn_err_t (*mem_register_fn)(qnn_handle_t, const void *, uint32_t, qnn_handle_t *);
+typedef qnn_err_t (*mem_deregister_fn)(const qnn_handle_t *, uint32_t);
 typedef qnn_err_t (*log_create_fn)(void *, int, qnn_handle_t *); /* callback, max level, out */
 typedef qnn_err_t (*profile_create_fn)(qnn_handle_t, uint32_t, qnn_handle_t *);
 typedef qnn_err_t (*profile_events_fn)(qnn_handle_t, const uint64_t **, uint32_t *);
@@ -164,6 +169,21 @@ static qnn_err_t w_log_create(void *callback, int level, qnn_handle_t *out) {
   qnn_err_t rc = ((log_create_fn)real_table[FN_LOG_CREATE])(callback, level, out);
   trace("log_create rc=%" PRIu64 " handle=0x%" PRIxPTR " level=%d", rc, rc ? 0 : OUT(out),
         level);
+  return rc;
+}
+
+/* Shared memory (rpcmem) a context reads graph inputs and outputs from: registrations and
+ * deregistrations must balance by the time the context goes. */
+static qnn_err_t w_mem_register(qnn_handle_t ctx, const void *descriptors, uint32_t n,
+                                qnn_handle_t *handles) {
+  qnn_err_t rc = ((mem_register_fn)real_table[FN_MEM_REGISTER])(ctx, descriptors, n, handles);
+  trace("mem_register rc=%" PRIu64 " context=0x%" PRIxPTR " count=%u", rc, H(ctx), n);
+  return rc;
+}
+
+static qnn_err_t w_mem_deregister(const qnn_handle_t *handles, uint32_t n) {
+  qnn_err_t rc = ((mem_deregister_fn)real_table[FN_MEM_DEREGISTER])(handles, n);
+  trace("mem_deregister rc=%" PRIu64 " count=%u", rc, n);
   return rc;
 }
 
@@ -449,6 +469,8 @@ static void *const wrappers[FN_COUNT] = {
     [FN_GRAPH_EXECUTE] = (void *)w_graph_execute,
     [FN_LOG_CREATE] = (void *)w_log_create,
     [FN_LOG_FREE] = (void *)w_log_free,
+    [FN_MEM_REGISTER] = (void *)w_mem_register,
+    [FN_MEM_DEREGISTER] = (void *)w_mem_deregister,
     [FN_DEVICE_CREATE] = (void *)w_device_create,
     [FN_DEVICE_FREE] = (void *)w_device_free,
 };

@@ -149,6 +149,12 @@ class Runner:
 
         from harness.protocol.tensors import dtype_name, is_float, torch_to_numpy
 
+        if step.shared_inputs:
+            raise StepError("shared_inputs is not supported by the Python runner: the executorch "
+                            "pybindings cannot place inputs in QNN shared memory "
+                            "(QnnExecuTorchAllocCustomMem); use the native runner "
+                            "(--runner=native)")
+
         module = self._module(step)
         loaded = self.methods[step.module]
         if step.method not in loaded:

@@ -109,12 +109,17 @@ class Scenario:
         return self._add(Step("load_method", module, self._method(module, method)))
 
     def execute(self, module: str, method: str, emit_outputs: bool = False,
-                variant: int = 0, feed: tuple[tuple[int, int], ...] = ()) -> Scenario:
+                variant: int = 0, feed: tuple[tuple[int, int], ...] = (),
+                shared_inputs: bool = False) -> Scenario:
         """`emit_outputs`: the runner reports the outputs' bytes too (a reference run).
         `variant`: execute on the method's n-th other input set (MethodReference.variants),
         judged against that set's own expected outputs. `feed`: (input, output) pairs: that
-        input takes that output of the module's previous execute (a decode loop)."""
+        input takes that output of the module's previous execute (a decode loop).
+        `shared_inputs`: the inputs go to QNN shared memory (QnnExecuTorchAllocCustomMem), as
+        an app passes them to a program compiled with shared_buffer."""
         args: dict[str, Any] = {"emit_outputs": True} if emit_outputs else {}
+        if shared_inputs:
+            args["shared_inputs"] = True
         if feed:
             args["feed"] = [[int(i), int(o)] for i, o in feed]
         method = self._method(module, method)

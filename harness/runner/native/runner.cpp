@@ -14,6 +14,7 @@
 #include <executorch/runtime/backend/interface.h>
 
 #include "backend_options.h"
+#include "shared_mem.h"
 #include "events.h"
 #include "memory.h"
 #include "tensors.h"
@@ -310,8 +311,22 @@ Runner::StepResult Runner::execute(const Step& step) {
     }
     buffers[in] = m->last_outputs[from];
   }
+  // Freed when the step ends, after the execute and the comparison.
+  SharedInputs shared;
   for (size_t i = 0; i < step.inputs.size(); ++i) {
-    tensors.push_back(make_input(step.inputs[i], buffers[i]));
+    if (step.shared_inputs) {
+      std::string why;
+      void* held = shared.hold(buffers[i].data(), buffers[i].size(), why);
+      if (held == nullptr) {
+        r.status = "error";
+        r.error_code = kHarnessErrorCode;
+        r.message = "shared_inputs: input " + std::to_string(i) + ": " + why;
+        return r;
+      }
+      tensors.push_back(make_input_at(step.inputs[i], held));
+    } else {
+      tensors.push_back(make_input(step.inputs[i], buffers[i]));
+    }
     inputs.emplace_back(*tensors.back());
   }
   // Outputs the program leaves to the app get this runner's buffers (inputs

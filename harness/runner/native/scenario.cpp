@@ -415,6 +415,9 @@ class StepReader {
         if (const Json* e = opt("emit_outputs", Type::boolean)) {
           s.emit_outputs = e->get<bool>();
         }
+        if (const Json* e = opt("shared_inputs", Type::boolean)) {
+          s.shared_inputs = e->get<bool>();
+        }
         s.feed = feed(s.inputs.size());
         break;
       case Op::DestroyModule:

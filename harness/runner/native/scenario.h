@@ -89,6 +89,8 @@ struct Step {
   double atol = 0.0;
   double rtol = 0.0;
   bool emit_outputs = false;  // put each output tensor's bytes in the event
+  // inputs in QNN shared memory (QnnExecuTorchAllocCustomMem), not the heap
+  bool shared_inputs = false;
   // (input index, output index): that input takes that output of the module's
   // previous execute instead of its file's data (a decode loop).
   std::vector<std::pair<size_t, size_t>> feed;

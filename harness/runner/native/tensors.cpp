@@ -94,6 +94,15 @@ executorch::extension::TensorPtr make_input(
       spec.dtype);
 }
 
+executorch::extension::TensorPtr make_input_at(const TensorSpec& spec, void* data) {
+  std::vector<executorch::aten::SizesType> sizes;
+  sizes.reserve(spec.shape.size());
+  for (int64_t d : spec.shape) {
+    sizes.push_back(static_cast<executorch::aten::SizesType>(d));
+  }
+  return executorch::extension::make_tensor_ptr(std::move(sizes), data, spec.dtype);
+}
+
 namespace {
 
 std::string base64(const void* data, size_t size) {

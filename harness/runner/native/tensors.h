@@ -22,6 +22,9 @@ executorch::extension::TensorPtr make_input(
     const TensorSpec& spec,
     std::vector<uint8_t>& data);
 
+// A tensor of `spec` over memory the caller keeps (a shared-memory input).
+executorch::extension::TensorPtr make_input_at(const TensorSpec& spec, void* data);
+
 // {"dtype": ..., "shape": [...], "sha256": ...} for one method output.
 // Non-tensor outputs are reported with their EValue tag as dtype and an
 // empty shape; the hash then covers the scalar's bytes.
