@@ -574,7 +574,9 @@ __attribute__((constructor)) static void on_load(void) {
    * and argument (heap) outlive this library. */
   char *mark = strdup(EXITING_ENV "=1");
   if (mark) __cxa_atexit((void (*)(void *))(void *)putenv, mark, NULL);
-  trace("library_open pid=%d pinned=%d", (int)getpid(), pinned);
+  /* unloadable: what the harness measured (1, 0), or "unknown" where it did not (a phone) */
+  trace("library_open pid=%d pinned=%d unloadable=%s", (int)getpid(), pinned,
+        unloadable && *unloadable ? unloadable : "unknown");
 }
 
 __attribute__((destructor)) static void on_unload(void) {

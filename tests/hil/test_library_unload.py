@@ -10,6 +10,8 @@ a fork of the server that holds the QNN libraries, as every other suite runs, ne
 them.
 """
 
+import pytest
+
 from harness.results.assertions import (assert_live_counts, assert_outputs_consistent,
                                         assert_steps_ok, check_failed)
 from harness.scenario import Scenario
@@ -18,15 +20,15 @@ CYCLES = 3
 
 
 def library_events(result) -> list[tuple[int, str, str]]:
-    """(step index, "open" | "close", the open's `pinned`) of each library_open /
-    library_close the trace has (the interposer writes none at exit)."""
+    """(step index, "open" | "close", the open's `unloadable`: "1", "0" or "unknown") of each
+    library_open / library_close the trace has (the interposer writes none at exit)."""
     out = []
     start = 0
     for i, step in enumerate(result.steps):
         end = (step.event or {}).get("trace_offset", start)
         for rec in result.trace:
             if start < rec.offset <= end and rec.kind in ("library_open", "library_close"):
-                out.append((i, rec.kind.split("_")[1], rec.fields.get("pinned", "")))
+                out.append((i, rec.kind.split("_")[1], rec.fields.get("unloadable", "")))
         start = max(start, end)
     return out
 
@@ -51,7 +53,12 @@ def test_a_full_teardown_unloads_the_qnn_library_and_the_next_load_opens_it(hil_
     seen = (f"libQnnHtp.so was opened at steps {opens} and closed at steps {closes}; each of "
             f"the {CYCLES} cycles must open it at its first execute and close it at its destroy "
             f"(steps {ends})")
-    if any(pinned == "1" for _, what, pinned in events if what == "open"):
+    measured = {unloadable for _, what, unloadable in events if what == "open"}
+    if measured == {"unknown"}:
+        pytest.skip(f"{seen}: the interposer pins itself on this device, whose libQnnHtp.so "
+                    "the harness has not measured (harness.qnn.unload_probe runs on the "
+                    "simulator's host)")
+    if measured == {"0"}:
         # The harness measured that the real library stays loaded after dlclose, so the
         # interposer stayed too (else the next dlopen would reach the real one by soname).
         raise check_failed(
