@@ -115,8 +115,10 @@ def run_column(column: Column, pytest_args: list[str], out: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(DATA_ROOT), os.environ.get("PYTHONPATH", ""))
                                         if p)
     cmd = [str(venv.python), "-m", "pytest", *pytest_args, "-p", "no:cacheprovider",
-           "--hil-report", str(report), "--junitxml", str(report / "junit.xml"),
-           "--artifacts-dir", str(directory / "artifacts")]
+           # "=" forms: pytest finds the rootdir before it knows these options, and takes a
+           # separate value that exists for a path argument (see .ci/run, step 1)
+           f"--hil-report={report}", f"--junitxml={report / 'junit.xml'}",
+           f"--artifacts-dir={directory / 'artifacts'}"]
     started = time.monotonic()
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "pytest.log").open("w") as log:

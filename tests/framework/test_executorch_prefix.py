@@ -46,7 +46,7 @@ def run(pytester, out: Path, *args: str):
     # S1 (a known issue) and S4 (passes) on fp16: both kinds of outcome, a few seconds each
     return pytester.runpytest_subprocess(
         str(ISOLATION), "-k", "fp16 and (s1 or s4)", "-p", "no:cacheprovider",
-        "--hil-report", str(out), "--junitxml", str(out / "junit.xml"), "-v", *args)
+        f"--hil-report={out}", f"--junitxml={out / 'junit.xml'}", "-v", *args)
 
 
 def test_the_suite_on_an_unpacked_wheel_names_that_runtime_and_gives_the_same_outcomes(

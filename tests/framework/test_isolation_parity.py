@@ -32,8 +32,8 @@ RACY = ("tests/hil/test_concurrency.py::test_s5_parallel_cold_load",
 def run_suite(tmp_path: Path, isolation: str) -> dict:
     report = tmp_path / isolation
     argv = [sys.executable, "-m", "pytest", "tests/hil", "-q", "-p", "no:cacheprovider",
-            "--scenario-isolation", isolation, "--hil-report", str(report),
-            "--artifacts-dir", str(tmp_path / f"artifacts-{isolation}")]
+            "--scenario-isolation", isolation, f"--hil-report={report}",
+            f"--artifacts-dir={tmp_path / f'artifacts-{isolation}'}"]
     proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=3600)
     results = report / "results.json"
     assert results.is_file(), f"{isolation}: exit {proc.returncode}\n{proc.stdout[-3000:]}"
