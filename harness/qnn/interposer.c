@@ -531,11 +531,20 @@ static int decide_bridge(const qnn_interface_t *p) {
   return 1;
 }
 
-static int patch_provider(qnn_interface_t *p) {
+/* Providers whose tables hold our wrappers, for the destructor to put back. */
+static qnn_interface_t *patched[16];
+static size_t patched_count = 0;
+
+/* Makes the pages of `p`'s function table writable; 0 on success. */
+static int table_writable(qnn_interface_t *p) {
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   uintptr_t start = (uintptr_t)&p->table[0] & ~(page - 1);
   uintptr_t end = (uintptr_t)&p->table[FN_COUNT];
-  if (mprotect((void *)start, end - start, PROT_READ | PROT_WRITE) != 0) {
+  return mprotect((void *)start, end - start, PROT_READ | PROT_WRITE);
+}
+
+static int patch_provider(qnn_interface_t *p) {
+  if (table_writable(p) != 0) {
     trace("error mprotect errno=%d", errno);
     return -1;
   }
@@ -548,14 +557,16 @@ static int patch_provider(qnn_interface_t *p) {
     if (!real_table[i]) real_table[i] = p->table[i];
     if (p->table[i] == real_table[i]) p->table[i] = wrappers[i];
   }
+  size_t k = 0;
+  while (k < patched_count && patched[k] != p) k++;
+  if (k == patched_count && patched_count < sizeof patched / sizeof patched[0])
+    patched[patched_count++] = p;
   return 0;
 }
 
 /* ---- loading and unloading ------------------------------------------------------------ */
 
 static void *real_lib = NULL; /* the real libQnnHtp.so, open while this library is loaded */
-static qnn_interface_t *patched[16]; /* providers whose tables hold our wrappers */
-static size_t patched_count = 0;
 #define EXITING_ENV "HARNESS_QNN_INTERPOSER_EXITING"
 
 extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
@@ -583,12 +594,9 @@ __attribute__((destructor)) static void on_unload(void) {
   /* At exit everything stays mapped and the runtime's own static destructors may still call
    * through the table: leave it all, and write nothing after the runner's end. */
   if (getenv(EXITING_ENV) != NULL) return;
-  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   for (size_t k = 0; k < patched_count; k++) {
     qnn_interface_t *p = patched[k];
-    uintptr_t start = (uintptr_t)&p->table[0] & ~(page - 1);
-    uintptr_t end = (uintptr_t)&p->table[FN_COUNT];
-    if (mprotect((void *)start, end - start, PROT_READ | PROT_WRITE) != 0) continue;
+    if (table_writable(p) != 0) continue;
     for (int i = 0; i < FN_COUNT; i++)
       if (wrappers[i] && p->table[i] == wrappers[i]) p->table[i] = real_table[i];
   }
@@ -629,12 +637,7 @@ qnn_err_t QnnInterface_getProviders(const qnn_interface_t ***providers, uint32_t
               bridge == 1 ? "1" : bridge == 0 ? "0" : "unknown", union_field);
         if (bridge < 0) fprintf(stderr, "[harness interposer] %s\n", layout_problem);
       }
-      if (patch_provider(p) == 0) {
-        size_t k = 0;
-        while (k < patched_count && patched[k] != p) k++;
-        if (k == patched_count && patched_count < sizeof patched / sizeof patched[0])
-          patched[patched_count++] = p;
-      }
+      patch_provider(p);
     }
   }
   pthread_mutex_unlock(&patch_lock);

@@ -124,7 +124,7 @@ class TraceState:
                        if log == freed and h in self.live[k]]
             if holders:
                 self.violations.append(
-                    f"seq {rec.seq}: log_free of log handle {rec.fields.get('handle')} while "
+                    f"seq {rec.seq}: log_free of log handle {freed} while "
                     f"{', '.join(holders)} created with it live")
         elif kind in KINDS and action == "create":
             if rec.rc == 0:

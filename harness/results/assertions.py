@@ -415,15 +415,15 @@ def assert_soak_bounded(result: ScenarioResult, rss_kb_per_cycle: float,
     from harness.results.soak import DEFAULT_WARMUP, soak_fit
 
     fitted = soak_fit(result, DEFAULT_WARMUP if warmup is None else warmup)
-    problems = []
-    if fitted.rss.per_cycle > rss_kb_per_cycle:
-        problems.append(f"Rss grows {fitted.rss.describe()}, above the bound of "
-                        f"{rss_kb_per_cycle:g} kB/cycle")
-    if fitted.heap is not None and fitted.heap.per_cycle > heap_bytes_per_cycle:
-        problems.append(f"malloc in use grows {fitted.heap.describe()}, above the bound of "
-                        f"{heap_bytes_per_cycle:g} B/cycle")
-    if problems:
-        words = "; ".join(p.split(" (95 %")[0] for p in problems)
+    over = [(what, slope, bound) for what, slope, bound in
+            (("Rss", fitted.rss, rss_kb_per_cycle), ("malloc in use", fitted.heap,
+                                                      heap_bytes_per_cycle))
+            if slope is not None and slope.per_cycle > bound]
+    if over:
+        problems = [f"{what} grows {slope.describe()}, above the bound of {bound:g} "
+                    f"{slope.unit}/cycle" for what, slope, bound in over]
+        words = "; ".join(f"{what} grows {slope.per_cycle:+.1f} {slope.unit}/cycle"
+                          for what, slope, _ in over)
         raise check_failed(
             result, f"scenario {result.scenario.name}: memory grows with every load -> execute "
             f"-> destroy cycle, over {fitted.cycles - fitted.warmup} cycles after "

@@ -269,6 +269,16 @@ class ScenarioResult:
     def final_trace(self) -> dict[str, Any]:
         return self.trace_state.snapshot()
 
+    def trace_during(self, index: int) -> list[TraceRecord]:
+        """QNN trace records written while step `index` ran: past the trace offset the step
+        before it reported, up to its own; none for a step that reported no event."""
+        end = (self.steps[index].event or {}).get("trace_offset")
+        if end is None:
+            return []
+        start = next((s.event["trace_offset"] for s in reversed(self.steps[:index])
+                      if s.event and "trace_offset" in s.event), 0)
+        return [r for r in self.trace if start < r.offset <= end]
+
     def step_at_offset(self, offset: int) -> int | None:
         """The step during which the trace reached byte `offset`: the first step whose
         reported trace offset covers it; None past the last reported step (the runner died)."""

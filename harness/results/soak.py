@@ -22,7 +22,6 @@ from typing import Any
 
 from harness.results.run import ScenarioResult
 
-CYCLE_LABEL = "cycle{}"
 _CYCLE = re.compile(r"^cycle(\d+)$")
 DEFAULT_WARMUP = 2
 """Cycles left out of the fit: on the simulator the heap grows in the first two cycles only

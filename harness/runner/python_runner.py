@@ -26,9 +26,9 @@ import time
 from typing import Any
 from pathlib import Path
 
-from harness.protocol import (DEFAULT_LOAD_MODE, HARNESS_ERROR_CODE, TEARDOWN_INDEX, ExitCode, ScenarioError,
-                              ScenarioFile, ScenarioStep, TensorSpec, format_event,
-                              format_step_marker, load_scenario)
+from harness.protocol import (DEFAULT_LOAD_MODE, HARNESS_ERROR_CODE, TEARDOWN_INDEX, ExitCode,
+                              ScenarioError, ScenarioFile, ScenarioStep, TensorSpec,
+                              format_event, format_step_marker, load_scenario)
 
 
 def pybindings():

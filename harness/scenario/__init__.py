@@ -18,8 +18,9 @@ from typing import Any
 from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
 from harness.protocol.tensors import TensorFile
-from harness.protocol import (LOAD_MODES, MAX_PARALLEL, OPS, PARALLEL_OPS, SCENARIO_VERSION, ScenarioError,
-                              ScenarioStep, check_distinct_modules, validate_scenario)
+from harness.protocol import (LOAD_MODES, MAX_PARALLEL, OPS, PARALLEL_OPS, SCENARIO_VERSION,
+                              ScenarioError, ScenarioStep, check_distinct_modules,
+                              validate_scenario)
 
 __all__ = ["MAX_PARALLEL", "OPS", "PARALLEL_OPS", "Scenario", "ScenarioError", "Step",
            "parse_scenario"]

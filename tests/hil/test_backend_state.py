@@ -60,11 +60,9 @@ def device_socs(result) -> list[tuple[str, int, int | None]]:
     context_create its device."""
     devices: dict[str, int] = {}
     out = []
-    start = 0
-    for step in result.steps:
-        end = (step.event or {}).get("trace_offset", start)
-        for rec in result.trace:
-            if not start < rec.offset <= end or rec.rc != 0:
+    for i, step in enumerate(result.steps):
+        for rec in result.trace_during(i):
+            if rec.rc != 0:
                 continue
             if rec.kind == "device_create":
                 devices[rec.fields["handle"]] = int(rec.fields.get("soc", "-1"))
@@ -73,7 +71,6 @@ def device_socs(result) -> list[tuple[str, int, int | None]]:
                 wanted = {d.get("soc_model") for d in model.qnn_delegates} - {None}
                 out.append((step.step.module, wanted.pop() if len(wanted) == 1 else -1,
                             devices.get(rec.fields.get("device", ""))))
-        start = max(start, end)
     return out
 
 

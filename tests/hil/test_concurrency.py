@@ -72,14 +72,6 @@ def parallel_index(result: ScenarioResult) -> int:
     return next(i for i, s in enumerate(result.steps) if s.step.op == "parallel")
 
 
-def trace_window(result: ScenarioResult, index: int) -> list:
-    """QNN trace records written while step `index` ran (between the previous step's
-    trace_offset and its own)."""
-    start = result.steps[index - 1].event["trace_offset"] if index else 0
-    end = result.steps[index].event["trace_offset"]
-    return [r for r in result.trace if start < r.offset <= end]
-
-
 def describe_window(records: list) -> str:
     kinds = ("context_create", "context_free", "backend_create", "backend_free",
              "device_create", "device_free")
@@ -92,7 +84,7 @@ def check_s5(result: ScenarioResult) -> dict:
     assert_outputs_consistent(result)
     i = parallel_index(result)
     step = result.steps[i]
-    window = trace_window(result, i)
+    window = result.trace_during(i)
     created = [r for r in window if r.kind == "context_create" and r.rc == 0]
     freed = [r for r in window if r.kind == "context_free" and r.rc == 0]
     before = result.steps[i - 1].live.context

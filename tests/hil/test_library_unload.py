@@ -22,15 +22,9 @@ CYCLES = 3
 def library_events(result) -> list[tuple[int, str, str]]:
     """(step index, "open" | "close", the open's `unloadable`: "1", "0" or "unknown") of each
     library_open / library_close the trace has (the interposer writes none at exit)."""
-    out = []
-    start = 0
-    for i, step in enumerate(result.steps):
-        end = (step.event or {}).get("trace_offset", start)
-        for rec in result.trace:
-            if start < rec.offset <= end and rec.kind in ("library_open", "library_close"):
-                out.append((i, rec.kind.split("_")[1], rec.fields.get("unloadable", "")))
-        start = max(start, end)
-    return out
+    return [(i, rec.kind.split("_")[1], rec.fields.get("unloadable", ""))
+            for i in range(len(result.steps)) for rec in result.trace_during(i)
+            if rec.kind in ("library_open", "library_close")]
 
 
 def test_a_full_teardown_unloads_the_qnn_library_and_the_next_load_opens_it(hil_session,

@@ -17,7 +17,7 @@ cycles: there a soak runs 24 warm-up cycles and fits 16 or more after them (soak
 
 import pytest
 
-from harness.protocol import LOAD_MODES
+from harness.protocol import DEFAULT_LOAD_MODE, LOAD_MODES
 from harness.results.assertions import assert_soak_bounded, assert_steps_ok
 from harness.results.soak import soak_length
 from harness.scenario.library import SOAK_SHAPES, soak
@@ -40,9 +40,9 @@ def run_soak(hil_program, hil_session, scenario_driver, shape, load_mode=None):
 @pytest.mark.parametrize("load_mode", LOAD_MODES)
 @pytest.mark.hil_programs("linear_relu", needs=("qnn",))
 def test_soak_one_module_in_each_load_mode(hil_program, hil_session, scenario_driver, load_mode):
-    if hil_session.device_runner == "python" and load_mode != "MmapUseMlockIgnoreErrors":
-        pytest.skip(f"the Python runner's pybindings read a file only as MmapUseMlockIgnoreErrors,"
-                    f" not {load_mode}: run with --runner native")
+    if hil_session.device_runner == "python" and load_mode != DEFAULT_LOAD_MODE:
+        pytest.skip(f"the Python runner's pybindings read a file only as {DEFAULT_LOAD_MODE}, "
+                    f"not {load_mode}: run with --runner native")
     run_soak(hil_program, hil_session, scenario_driver, "one_module", load_mode)
 
 

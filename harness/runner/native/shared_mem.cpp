@@ -12,14 +12,6 @@ namespace {
 constexpr size_t kAlignment = 16;
 }  // namespace
 
-SharedInputs::SharedInputs()
-    : alloc_(reinterpret_cast<AllocFn>(
-          ::dlsym(RTLD_DEFAULT, "QnnExecuTorchAllocCustomMem"))),
-      add_(reinterpret_cast<AddFn>(
-          ::dlsym(RTLD_DEFAULT, "QnnExecuTorchAddCustomMemTensorAddr"))),
-      free_(reinterpret_cast<FreeFn>(
-          ::dlsym(RTLD_DEFAULT, "QnnExecuTorchFreeCustomMem"))) {}
-
 SharedInputs::~SharedInputs() {
   for (void* p : held_) {
     free_(p);
@@ -27,6 +19,12 @@ SharedInputs::~SharedInputs() {
 }
 
 void* SharedInputs::hold(const void* data, size_t bytes, std::string& why) {
+  if (alloc_ == nullptr) {  // looked up on the first use: most executes hold nothing
+    alloc_ = reinterpret_cast<AllocFn>(::dlsym(RTLD_DEFAULT, "QnnExecuTorchAllocCustomMem"));
+    add_ = reinterpret_cast<AddFn>(
+        ::dlsym(RTLD_DEFAULT, "QnnExecuTorchAddCustomMemTensorAddr"));
+    free_ = reinterpret_cast<FreeFn>(::dlsym(RTLD_DEFAULT, "QnnExecuTorchFreeCustomMem"));
+  }
   if (alloc_ == nullptr || add_ == nullptr || free_ == nullptr) {
     why = "this runtime has no QnnExecuTorchAllocCustomMem / "
           "QnnExecuTorchAddCustomMemTensorAddr / QnnExecuTorchFreeCustomMem "

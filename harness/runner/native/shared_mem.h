@@ -2,8 +2,8 @@
 // each input's bytes go to a buffer from QnnExecuTorchAllocCustomMem and are
 // registered with QnnExecuTorchAddCustomMemTensorAddr, as an app does to let
 // the HTP read them without a copy. The functions are looked up at run time
-// (dlsym): a runtime without the QNN backend has none, which is the step's
-// error, not the runner's link failure.
+// (dlsym, at the first `hold`): a runtime without the QNN backend has none,
+// which is the step's error, not the runner's link failure.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +14,7 @@ namespace harness {
 
 class SharedInputs {
  public:
-  SharedInputs();
+  SharedInputs() = default;
   ~SharedInputs();  // frees every buffer (QnnExecuTorchFreeCustomMem)
   SharedInputs(const SharedInputs&) = delete;
   SharedInputs& operator=(const SharedInputs&) = delete;

@@ -80,20 +80,6 @@ std::vector<uint8_t> read_tensor_file(const TensorSpec& spec) {
   return data;
 }
 
-executorch::extension::TensorPtr make_input(
-    const TensorSpec& spec,
-    std::vector<uint8_t>& data) {
-  std::vector<executorch::aten::SizesType> sizes;
-  sizes.reserve(spec.shape.size());
-  for (int64_t d : spec.shape) {
-    sizes.push_back(static_cast<executorch::aten::SizesType>(d));
-  }
-  return executorch::extension::make_tensor_ptr(
-      std::move(sizes),
-      data.empty() ? nullptr : data.data(),
-      spec.dtype);
-}
-
 executorch::extension::TensorPtr make_input_at(const TensorSpec& spec, void* data) {
   std::vector<executorch::aten::SizesType> sizes;
   sizes.reserve(spec.shape.size());
@@ -101,6 +87,12 @@ executorch::extension::TensorPtr make_input_at(const TensorSpec& spec, void* dat
     sizes.push_back(static_cast<executorch::aten::SizesType>(d));
   }
   return executorch::extension::make_tensor_ptr(std::move(sizes), data, spec.dtype);
+}
+
+executorch::extension::TensorPtr make_input(
+    const TensorSpec& spec,
+    std::vector<uint8_t>& data) {
+  return make_input_at(spec, data.empty() ? nullptr : data.data());
 }
 
 namespace {
