@@ -16,7 +16,7 @@ from harness.results.assertions import (assert_completed, assert_isolation, asse
                                 assert_steps_ok)
 from harness.programs.compile import CompiledModel, MethodReference
 from harness.errors import ConfigError
-from harness.results.failures import failure_of, run_failures
+from harness.results.failures import Failure, failure_of, run_failures
 from harness.results.known_issues import (DEFAULT_PATH, PROJECT_ROOT, KnownIssue, issue_for, load_all,
                                   load_known_issues, uncovered)
 from harness.results.run import RunOutput, ScenarioResult
@@ -272,3 +272,23 @@ def test_allowed_errors_are_not_failures(tmp_path):
     assert [f.step for f in run_failures(result)] == [1]
     result.scenario.allowed_errors.add(1)
     assert run_failures(result) == []
+
+
+def test_the_destroy_during_execute_entry_covers_each_way_the_race_ends_and_nothing_else():
+    # The three ways the race was seen to end (crash; the destroy landing during A's execute;
+    # A's execute done before it), in the runtime's words from CI runs, and an unrelated error.
+    race = Path(PROJECT_ROOT / "tests" / "hil" / "test_concurrent_execute.py")
+    entry = issue_for(race, "test_an_execute_racing_another_modules_load_and_destroy[linear_relu]",
+                      "1.5.1", load_known_issues())
+    assert entry is not None and entry.id == "qnn-delegate-cache-destroy-during-execute"
+    free_in_progress = ("execute(forward) failed: Error::Internal (0x1)\n[INFO] [Qnn ExecuTorch]: "
+                        "Destroy Qnn context\n[ERROR] [Qnn ExecuTorch]:  <E> Context with handle "
+                        "0x1: free in progress\n[ERROR] [Qnn ExecuTorch]: qnn_graph_execute "
+                        "failed. Error 6039")
+    seen = [Failure("crash", "runner crashed with signal SIGSEGV"),
+            Failure("error", "execute(forward) failed: Error::Internal (0x1)\n" + KNOWN_ERROR),
+            Failure("error", free_in_progress)]
+    assert uncovered(entry, seen) == []
+    other = Failure("error", "execute(forward) failed: Error::Internal (0x1)\n[ERROR] [Qnn "
+                             "ExecuTorch]: qnn_graph_execute failed. Error 1002")
+    assert uncovered(entry, [*seen, other]) == [other]
