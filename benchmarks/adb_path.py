@@ -59,7 +59,7 @@ DEFAULT_SELECTIONS = ["fp16 and not orderings", ""]
 
 
 def options(artifacts: Path, devices: list[str], isolation: str = "fork"):
-    from harness.session import Options
+    from harness.config.options import Options
 
     return Options(devices=devices, simulator=not devices, soc=None, device_config=None,
                    artifacts_dir=artifacts, keep_artifacts=False, runner="native",
@@ -103,7 +103,7 @@ def stats(values: list[float]) -> str:
 
 def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
     from harness.devices import adb_fork
-    from harness.scenario.driver import ScenarioDriver
+    from harness.drive.driver import ScenarioDriver
     from harness.scenario.library import s1_two_modules, s4_cleanup_reload
     from harness.session import HilSession
 
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     import adbutils
     import executorch  # noqa: F401
     from harness.loopback import start_server
-    from harness.qnn.sdk import executorch_version
+    from harness.runtime import executorch_version
 
     print(f"executorch {executorch_version()}, adbutils {adbutils.__version__}, Python "
           f"{platform.python_version()}, {os.cpu_count()} CPUs, load average "

@@ -12,7 +12,7 @@ measured rates and what they make of the full exploration's wall time.
 `--shrinking` instead compares the two random searches on a real bug, the QNN delegate-cache
 bug of executorch 1.5.1 (three modules: two of linear_relu, one of mlp_tanh; load, execute,
 destroy): the hand-written sampler (`random_interleavings` + `explore`'s greedy shrink, as
-tests/hil/test_orderings.py used it) and Hypothesis (`harness.scenario.search.search`, no
+tests/hil/test_orderings.py used it) and Hypothesis (`harness.drive.search.search`, no
 database), each with the same seeds. Per search: orderings run until the first failure, runs
 in all (search + shrink), the minimal ordering's length, wall time.
 """
@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.programs.compile import compile_model
 from harness.devices.simulator import SimulatorDevice
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.programs.models import get_model
-from harness.scenario.orderings import ModulePlan, explore, interleavings, pruning_factor
+from harness.drive.orderings import ModulePlan, explore, interleavings, pruning_factor
 from harness.qnn.sdk import discover
 from harness.runner.select import choose_runner
 
@@ -96,7 +96,7 @@ class Counting:
         self.driver, self.runs, self.first_failure = driver, 0, None
 
     def run(self, scenario):
-        from harness.scenario.orderings import check
+        from harness.drive.orderings import check
 
         self.runs += 1
         result = self.driver.run(scenario, allow_crash=True)
@@ -112,8 +112,8 @@ class Counting:
 
 
 def shrinking(seeds: int) -> int:
-    from harness.scenario.search import search
-    from harness.scenario.orderings import random_interleavings
+    from harness.drive.search import search
+    from harness.drive.orderings import random_interleavings
 
     sdk = discover()
     shared = compile_model(get_model("linear_relu"), "SM8650", "fp16", sdk)

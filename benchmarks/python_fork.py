@@ -51,7 +51,8 @@ def side(kind: str) -> int:
     from harness.programs.compile import compile_model
     from harness.devices.simulator import SimulatorDevice
     from harness.programs.models import get_model
-    from harness.qnn.sdk import discover, executorch_version
+    from harness.qnn.sdk import discover
+    from harness.runtime import executorch_version
     from harness.runner.select import choose_runner
     from harness.scenario.library import s1_two_modules, s4_cleanup_reload
 

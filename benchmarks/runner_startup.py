@@ -134,7 +134,8 @@ def build_cases(which: str, work: Path):
     from harness.programs.compile import compile_model
     from harness.results.known_issues import issue_for, load_known_issues
     from harness.programs.models import get_model
-    from harness.qnn.sdk import discover, executorch_version
+    from harness.qnn.sdk import discover
+    from harness.runtime import executorch_version
     from harness.scenario.library import s1_two_modules, s4_cleanup_reload
 
     sdk = discover()
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1 or args.warmup < 0:
         parser.error("--repeats must be >= 1 and --warmup >= 0")
 
-    from harness.qnn.sdk import executorch_version
+    from harness.runtime import executorch_version
 
     with tempfile.TemporaryDirectory(prefix="runner-startup-") as tmp:
         work = Path(tmp)

@@ -42,7 +42,7 @@ from harness.programs.compile import compile_model  # noqa: E402
 from harness.devices.simulator import SimulatorDevice  # noqa: E402
 from harness.protocol.memory import ALLOCATOR_ENV  # noqa: E402
 from harness.programs.models import get_model  # noqa: E402
-from harness.scenario.orderings import ModulePlan, interleavings, to_scenario  # noqa: E402
+from harness.drive.orderings import ModulePlan, interleavings, to_scenario  # noqa: E402
 from harness.qnn.sdk import discover  # noqa: E402
 from harness.runner.select import choose_runner  # noqa: E402
 from harness.scenario import Scenario  # noqa: E402

@@ -26,7 +26,7 @@
   matrix --executorch V [--executorch V ...] [--qnn onnxruntime-qnn==X ...] [--out DIR] [pytest args]
                      the pytest args on each runtime, each in its own cached venv from the
                      registry; prints a known issue / test x runtime table, writes matrix.json
-                     and matrix.html (harness/runtime/matrix.py)
+                     and matrix.html (harness/commands/matrix.py)
   validate-configs [FILE...] [--kind soc|simulator|farm|labgrid|known-issues]
                      load every file under device_configs/ and report every error; with
                      FILEs, validate those (kind told by place and keys, or --kind), stopping
@@ -73,45 +73,6 @@ def env() -> int:
         return 1
     for key, value in variables.items():  # the interposer's settings too: it stands first
         print(f"export {key}={shlex.quote(value)}")
-    return 0
-
-
-def validate_configs(args: list[str]) -> int:
-    """No FILE: every file under device_configs/ and the known issues. With FILEs: each one as
-    the kind `--kind` names or its place and keys tell, stopping at the first bad one."""
-    import argparse
-
-    from harness.config import CONFIG_KINDS, detect_kind, validate_all, validate_file
-    from harness.errors import ConfigError
-    from harness.results.known_issues import load_known_issues
-
-    parser = argparse.ArgumentParser(prog="python -m harness validate-configs",
-                                     description="Validate config files (default: the project's).")
-    parser.add_argument("files", nargs="*", metavar="FILE")
-    parser.add_argument("--kind", choices=CONFIG_KINDS,
-                        help="the kind of every FILE (default: told by its place and keys)")
-    opts = parser.parse_args(args)  # a bad option exits 2 with argparse's usage line
-    for path in opts.files:
-        try:
-            kind = opts.kind or detect_kind(path)
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        try:
-            validate_file(path, kind)
-        except ConfigError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        print(f"ok: {path} ({kind})")
-    if opts.files:
-        return 0
-    try:
-        checked = validate_all()
-        issues = load_known_issues()
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"ok: {', '.join(checked)}; {len(issues)} known issue(s)")
     return 0
 
 
@@ -181,11 +142,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return export_main(rest)
     if command == "matrix":
-        from harness.runtime.matrix import main as matrix_main
+        from harness.commands.matrix import main as matrix_main
 
         return matrix_main(rest)
     if command == "validate-configs":
-        return validate_configs(rest)
+        from harness.commands.configs import main as validate_main
+
+        return validate_main(rest)
     print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
     return 2
 

@@ -22,7 +22,7 @@ DEFAULT_LIMIT_MB = 16.0
 
 def limit_bytes() -> int:
     """The per-stream limit in bytes (from EXECUTORCH_HIL_OUTPUT_LIMIT_MB, else 16 MiB)."""
-    from harness.config import env_positive
+    from harness.environ import env_positive
 
     mb = env_positive(LIMIT_ENV, "megabytes") or DEFAULT_LIMIT_MB
     return max(1024, int(mb * 1024 * 1024))

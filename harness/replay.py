@@ -3,7 +3,7 @@
 A failing ordering is worth something upstream only when it can be seen again without the
 test (an explorer runs thousands of orderings before its failing one). A run directory (the
 `--artifacts-dir` of a failed or xfailed test: `DIR/<session>/<test>/<scenario>/`) holds the
-scenario file with its programs and inputs, and `replay.json` (harness/scenario/driver.py) with each
+scenario file with its programs and inputs, and `replay.json` (harness/drive/driver.py) with each
 module's model; replay rebuilds the `Scenario` from them, runs it on the target with the
 harness's own device and checks (harness/results/assertions.py), prints the step table and the
 runtime's lines, and exits 1 when a check fails again, 0 when every check holds.
@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 import tempfile
 from pathlib import Path
 from collections.abc import Callable
 
 from harness.programs.compile import CompiledModel, MethodReference, uses_qnn
-from harness.scenario.driver import RUN_RECORD
+from harness.drive.driver import RUN_RECORD
 from harness.errors import HarnessError
 from harness.results.failures import HilFailure, run_failures
 from harness.protocol import check_scenario, load_scenario
@@ -265,18 +264,6 @@ def runtime_lines(result: ScenarioResult, limit: int = 20) -> str:
     return "\n".join(out)
 
 
-def command_line(run_dir: Path, device_args: list[str] | None = None,
-                 runner: str = "native") -> str:
-    """The replay command for a run directory (ends every HIL failure message): on the same
-    target (`Device.replay_args`; the simulator without), with the Python runner when the run
-    had it."""
-    argv = ["python", "-m", "harness", "replay", str(run_dir)]
-    argv += list(device_args or ["--simulator"])
-    if runner == "python" and "--runner" not in argv:
-        argv += ["--runner", "python"]
-    return shlex.join(argv)
-
-
 # The command -----------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -314,7 +301,8 @@ def _positive(value: str) -> int:
 
 def open_session(args: argparse.Namespace, soc: str | None, artifacts: Path):
     """A HilSession on the replay's target, built like a pytest session's."""
-    from harness.session import HilSession, Options
+    from harness.config.options import Options
+    from harness.session import HilSession
 
     devices = [args.device] if args.device else []
     opts = Options(devices=devices, simulator=not devices, soc=soc if not devices else None,
@@ -327,7 +315,7 @@ def open_session(args: argparse.Namespace, soc: str | None, artifacts: Path):
 
 
 def main(argv: list[str]) -> int:
-    from harness.scenario.driver import ScenarioDriver
+    from harness.drive.driver import ScenarioDriver
 
     parser = _parser()
     try:

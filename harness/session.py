@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING
 
 from harness.programs.compile import CompiledModel, compile_model
 from harness.config import SocConfig
+from harness.config.options import Options
 from harness.devices.base import Device
 from harness.devices.farm_device import FarmDevice
 from harness.devices.kinds import OpenContext, kind_for, uses_farm, worker_target
 from harness.log import NoticeCollector, notice
 from harness.errors import DeviceError, HarnessError, ModelError
 from harness.programs.models import get_model
-from harness.qnn.sdk import QnnSdk, discover, executorch_version
+from harness.qnn.sdk import QnnSdk, discover
+from harness.runtime import executorch_version
 from harness.runner.select import RunnerChoice, choose_runner
 from harness.programs.user import check_soc
 
@@ -30,60 +32,6 @@ if TYPE_CHECKING:
     import pytest
 
     from harness.devices.farm import LabgridFarm, Lease
-
-
-@dataclasses.dataclass
-class Options:
-    devices: list[str]
-    simulator: bool
-    soc: str | None
-    device_config: Path | None
-    artifacts_dir: Path  # this session's own directory (<--artifacts-dir>/<session_id>)
-    keep_artifacts: bool
-    runner: str
-    runner_timeout: float | None
-    abi_bridge: str
-    adb_server: str | None
-    device_socs: dict[str, str]  # serial -> SoC, from a farm file (overrides what it reports)
-    keep_workspace: bool
-    device_workspace: str | None
-    worker: str  # pytest-xdist worker id, "master" without xdist
-    worker_count: int
-    session_id: str = ""
-    # --lease-wait: how long an adb device's set-up waits for the device lease another session
-    # holds (harness/devices/lease.py); 0 fails at once, naming the holder.
-    lease_wait: float = 0.0
-    ptes: list[Path] = dataclasses.field(default_factory=list)  # --pte: the user's programs
-    # --etrecord: a program's ETRecord, the reference of its outputs (else NAME.etrecord beside)
-    etrecords: dict[Path, Path] = dataclasses.field(default_factory=dict)
-    models_dirs: list[Path] = dataclasses.field(default_factory=list)  # --models-dir
-    # How long adb waits for a device at the start and after it dropped off mid-session
-    # (None: harness.devices.adb.CONNECT_S / REACQUIRE_S). Tests shorten them (reacquire_s
-    # also from EXECUTORCH_HIL_REACQUIRE_S, e.g. for a farm run in a test).
-    connect_s: float | None = None
-    reacquire_s: float | None = None
-    # A labgrid farm (harness/devices/farm.py): with place tags, each worker reserves a place with
-    # those tags on the coordinator (HOST:PORT) instead of taking a --device.
-    lg_coordinator: str | None = None
-    lg_place_tags: dict[str, str] = dataclasses.field(default_factory=dict)
-    # --scenario-isolation / --scenario-jobs (simulator): each scenario a fork of a pre-loaded
-    # native runner ("fork") or a new process ("process"); how many run at once (0: one per
-    # CPU) where a test runs independent scenarios (the ordering explorer).
-    scenario_isolation: str = "fork"
-    scenario_jobs: int = 0
-    # --dsp-heap: ask QNN for DSP heap readings (auto: on Android devices with QNN only)
-    dsp_heap: str = "auto"
-    # --soak-cycles: load -> execute -> destroy cycles of each soak test (tests/hil/test_soak.py)
-    soak_cycles: int = 16
-
-    @classmethod
-    def from_config(cls, config: pytest.Config) -> Options:
-        """The options of a pytest session: its command line, ini file and environment read and
-        checked in one place (harness/plugin/options.py, which first selects the runtime under
-        test); bad input raises HarnessError."""
-        from harness.plugin.options import options_from_config
-
-        return options_from_config(config)
 
 
 class HilSession:
@@ -344,13 +292,13 @@ class HilSession:
     def program(self, path: Path) -> CompiledModel:
         """A user's own `.pte` (harness.programs.user): read, checked against the device's SoC,
         given inputs, and its reference taken from a solo run on this session's device."""
-        from harness.scenario.driver import ScenarioDriver
+        from harness.drive.driver import ScenarioDriver
         from harness.results.failures import run_failures
         from harness.programs.etrecord import describe as etrecord_describe
         from harness.programs.etrecord import etrecord_for, etrecord_references
         from harness.programs.pte import read_program
-        from harness.programs.user import (program_model, solo_failure_text, solo_scenario,
-                                          with_reference)
+        from harness.drive.solo import solo_failure_text, solo_scenario, with_reference
+        from harness.programs.user import program_model
 
         path = Path(path).resolve()
         if path in self._program_errors:

@@ -10,11 +10,8 @@ KeyError or, worse, run with a silently defaulted limit.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 from pathlib import Path
-from collections.abc import Callable
-from typing import Literal, TypeVar
+from typing import Literal
 
 from pydantic import Field
 
@@ -22,7 +19,6 @@ from harness.errors import ConfigError
 from harness.config.paths import CONFIG_DIR
 from harness.config.schema import StrictModel, load_validated, load_yaml_node
 
-_T = TypeVar("_T")
 
 
 # -- file schemas ---------------------------------------------------------------------------------
@@ -226,115 +222,3 @@ def load_farm(path: Path) -> tuple[str | None, list[dict]]:
     entries (`soc` only in the entries that set it)."""
     data = load_validated(Path(path), FarmFile, what="farm file")
     return data.adb_server, [d.model_dump(exclude_none=True) for d in data.devices]
-
-
-def validate_all(config_dir: Path = CONFIG_DIR) -> list[str]:
-    """Load every config file; returns the names checked. Raises one `ConfigError` with the
-    errors of every bad file, so one run shows everything to fix."""
-    checked, errors = [], []
-
-    def check(name: str, load: Callable[[], _T]) -> _T | None:
-        try:
-            result = load()
-        except ConfigError as exc:
-            errors.append(str(exc))
-            return None
-        checked.append(name)
-        return result
-
-    platforms: dict[str, list[str]] = {}
-    for path in sorted((config_dir / "socs").glob("*.yaml")):
-        soc = check(path.name, functools.partial(load_soc, path))
-        if soc is None:
-            continue
-        for platform in soc.board_platforms:
-            platforms.setdefault(platform, []).append(soc.soc)
-    for platform, socs in sorted(platforms.items()):
-        if len(socs) > 1:
-            errors.append(f"board platform {platform!r} is listed in the configs of several SoCs: "
-                          f"{', '.join(socs)}; keep it in one")
-    check("simulator.yaml", functools.partial(simulator_config, config_dir))
-    for path in sorted((config_dir / "farms").glob("*.yaml")):
-        if path.name.startswith("labgrid-"):  # a labgrid exporter config (harness/devices/farm.py)
-            from harness.devices.farm import load_exporter_config
-
-            check(path.name, functools.partial(load_exporter_config, path))
-        else:
-            check(path.name, functools.partial(load_farm, path))
-    if errors:
-        raise ConfigError("\n".join(errors))
-    return checked
-
-
-# -- one file of a named or detected kind ---------------------------------------------------------
-
-CONFIG_KINDS = ("soc", "simulator", "farm", "labgrid", "known-issues")
-
-
-def detect_kind(path: Path) -> str:
-    """Which kind of config `path` is: by where it lies (`socs/`, `simulator.yaml`,
-    `farms/labgrid-*`, `known_issues*.yaml`), else by its top-level keys. A ConfigError asks
-    for `--kind` when neither tells."""
-    path = Path(path)
-    if path.parent.name == "socs":
-        return "soc"
-    if path.name == "simulator.yaml":
-        return "simulator"
-    if path.name.startswith("labgrid-"):
-        return "labgrid"
-    if path.name.startswith("known_issues"):
-        return "known-issues"
-    data, _ = load_yaml_node(path)
-    if isinstance(data, list):
-        return "known-issues"
-    if isinstance(data, dict):
-        if data.get("kind") == "simulator":
-            return "simulator"
-        if "devices" in data:
-            return "farm"
-        if "soc" in data or "htp_arch" in data:
-            return "soc"
-    raise ConfigError(f"{path}: cannot tell which kind of config this is; name it with "
-                      f"--kind {{{','.join(CONFIG_KINDS)}}}")
-
-
-def validate_file(path: Path, kind: str | None = None) -> str:
-    """Load `path` as a config of `kind` (detected when None); returns the kind. Raises the
-    file's ConfigError (every error of the file)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
-    kind = kind or detect_kind(path)
-    if kind == "soc":
-        load_soc(path)
-    elif kind == "simulator":
-        load_validated(path, SimulatorConfigFile, what="simulator config")
-    elif kind == "farm":
-        load_farm(path)
-    elif kind == "labgrid":
-        from harness.devices.farm import load_exporter_config
-
-        load_exporter_config(path)
-    elif kind == "known-issues":
-        from harness.results.known_issues import load_known_issues
-
-        load_known_issues(path)
-    else:
-        raise ConfigError(f"unknown config kind {kind!r}; one of {', '.join(CONFIG_KINDS)}")
-    return kind
-
-
-def env_positive(name: str, unit: str) -> float | None:
-    """A positive number from environment variable `name` (None when unset or empty); a value
-    that is not one is a ConfigError naming the variable and the `unit` it counts."""
-    value = os.environ.get(name)
-    if not value:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if number <= 0:
-        raise ConfigError(f"{name} must be a number of {unit} > 0, got {value!r}")
-    return number
-

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from harness.devices.farm import Lease
     from harness.qnn.sdk import QnnSdk
     from harness.runner.select import RunnerChoice
-    from harness.session import Options
+    from harness.config.options import Options
 
 # The target of a session on the host's HTP simulator (no --device, or --simulator).
 SIMULATOR = "simulator"

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from harness.cache import file_sha256
-from harness.scenario.driver import RUN_RECORD
+from harness.drive.driver import RUN_RECORD
 from harness.export.cpp import export_cpp
 from harness.export.plan import ExportError, Plan
 from harness.export.python import export_python

@@ -12,13 +12,13 @@ checkout where the package is installed. Fixtures for test authors:
 One module per concern, in the manner of pytest's own plugins, each with its own hooks:
 
 - `keys`: the StashKeys the modules (and harness/report/plugin.py) share;
-- `options`: the hil option group, and reading and checking it (`Options.from_config`);
+- `options`: the hil option group, and reading and checking it (`options_from_config`);
 - `session`: the HilSession built at configure, SIGTERM, closing at unconfigure;
 - `known_issues`: known issues as strict xfails, met, and stale;
 - `farm`: a labgrid farm's failover and the place each report ran on;
 - `replay`: the replay command at the end of each failure;
 - `suites`: --hil-suites, hil_program parametrization, --pte's skips;
-- `xdist`: the session id for workers, the scheduler, cost-balanced order;
+- `xdist`: the session id for workers, the scheduler, cost-balanced order (`xdist_order`);
 - `terminal`: the report header and the hil summary section;
 - `fixtures`: hil_session, hil_device, compiled_model, hil_program, hil_pte, scenario_driver.
 """

@@ -15,7 +15,7 @@ from harness.errors import HarnessError
 from harness.plugin.keys import REPORTS, SESSION
 from harness.programs.compile import CompiledModel
 from harness.programs.params import unmet_needs
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.session import HilSession
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness.config.paths import IN_CHECKOUT
 from harness.plugin.keys import FILES, ISSUE, ISSUES, MET, PATTERNS, SESSION
-from harness.qnn.sdk import executorch_version
+from harness.runtime import executorch_version
 from harness.results.failures import failure_of, run_failures
 from harness.results.known_issues import DEFAULT_PATH, KnownIssue, issue_for, uncovered
 

@@ -1,6 +1,6 @@
 """The hil option group (every addoption and addini of the plugin, and each device kind's own
 options) and the one place that reads and checks them: `options_from_config`, which
-`harness.session.Options.from_config` calls, and `check_start_up`. Bad input raises
+`harness.plugin.session` calls, and `check_start_up`. Bad input raises
 HarnessError, which pytest_configure (harness/plugin/session.py) turns into one UsageError."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from harness.devices.kinds import (chosen_devices, kind_for, kinds, session_kind
 from harness.errors import HarnessError
 from harness.plugin.keys import ISSUES, PREFIX_ENV, SESSION_ID_ENV
 from harness.results.known_issues import load_all
-from harness.session import HilSession, Options, worker_info
+from harness.config.options import Options
+from harness.session import HilSession, worker_info
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -238,7 +239,7 @@ def _resolved(path: str | Path) -> Path:
 
 
 def _env_seconds(name: str) -> float | None:
-    from harness.config import env_positive
+    from harness.environ import env_positive
 
     return env_positive(name, "seconds")
 

@@ -34,7 +34,7 @@ def _add_replay_command(report: pytest.TestReport, command: str) -> None:
 def _replay_command(item: pytest.Item, exc: BaseException) -> str:
     """`python -m harness replay ...` for the run a failed HIL test failed on: the run its
     failure names, else its last run with a failure, else its last run ("" without runs)."""
-    from harness.replay import command_line
+    from harness.results import command_line
 
     driver = getattr(item, "funcargs", {}).get("scenario_driver")
     results = [r for r in getattr(driver, "results", []) if r.artifacts is not None]

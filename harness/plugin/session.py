@@ -11,8 +11,8 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.plugin.keys import PREFIX_ENV, SESSION, SIGTERM
-from harness.plugin.options import check_start_up
-from harness.session import HilSession, Options
+from harness.plugin.options import check_start_up, options_from_config
+from harness.session import HilSession
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -20,7 +20,7 @@ def pytest_configure(config: pytest.Config) -> None:
     module last): the others read the session it stashes."""
     config.addinivalue_line("markers", "hil: a test that runs scenarios on a device or simulator")
     try:
-        opts = Options.from_config(config)
+        opts = options_from_config(config)
         session = HilSession(opts, config)
         check_start_up(config, session)
     except HarnessError as exc:

@@ -9,7 +9,7 @@ import pytest
 from harness.devices.kinds import kind_for, session_targets
 from harness.plugin.keys import MET, SESSION
 from harness.plugin.known_issues import unmatched_issues
-from harness.qnn.sdk import executorch_version
+from harness.runtime import executorch_version
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -1,7 +1,7 @@
 """pytest-xdist: `-n auto` (the project's default) means one worker per CPU on the simulator and
 one per device on devices, the controller hands its session id to each worker, `-n N` runs with
 the work-stealing scheduler, and the selected tests are ordered by their hil_cost marker so each
-worker's share costs about the same (harness/xdist_order.py)."""
+worker's share costs about the same (harness/plugin/xdist_order.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import pytest
 from harness.devices.kinds import session_kinds
 from harness.plugin.keys import SESSION
 from harness.plugin.options import xdist_workers
-from harness.xdist_order import balanced_order, longest_groups_first
+from harness.plugin.xdist_order import balanced_order, longest_groups_first
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hil_cost(seconds, adb=seconds): rough seconds the test "
                             "takes on the reference 2-core host on the simulator (and on an adb "
                             "device, where it differs; unmarked: short); orders a pytest-xdist run "
-                            "so each worker's share costs about the same (harness/xdist_order.py)")
+                            "so each worker's share costs about the same (harness/plugin/xdist_order.py)")
     config.addinivalue_line("markers", f"slow: a test that takes {SLOW_S:.0f} s or more (a "
                             "hil_cost that high marks it too); `-m 'not slow'` is the inner loop")
     opts = config.stash[SESSION].options
@@ -82,7 +82,7 @@ def pytest_configure_node(node) -> None:
 class _XdistBalance:
     """Under pytest-xdist, arranges the selected tests (after -k/-m deselection, hence last) so
     each worker's share of xdist's work-stealing split costs about the same, or under
-    `--dist loadgroup` so the costliest groups go first (harness/xdist_order.py). Without xdist
+    `--dist loadgroup` so the costliest groups go first (harness/plugin/xdist_order.py). Without xdist
     the order is kept. Every worker arranges its own collection the same way, as xdist
     requires."""
 

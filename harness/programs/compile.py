@@ -22,7 +22,8 @@ from harness.cache import cache_root, digest, file_lock, file_sha256
 from harness.errors import ModelError
 from harness.programs.models import ModelSpec
 from harness.config.paths import PACKAGE_PARENT
-from harness.qnn.sdk import QnnSdk, executorch_version
+from harness.qnn.sdk import QnnSdk
+from harness.runtime import executorch_version
 from harness.protocol.tensors import TensorFile
 
 _log = logging.getLogger(__name__)

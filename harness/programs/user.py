@@ -1,5 +1,5 @@
 """A user's own `.pte` as a model the suites can drive: inputs, and reference outputs from a solo
-run on the device.
+run on the device (the run itself: harness.drive.solo).
 
 A program brought with `--pte` has no eager model to compute a CPU reference, so the reference
 is the program itself, run alone: one module, nothing else live, each method executed once on
@@ -18,8 +18,6 @@ whose QNN delegates were compiled for another SoC than the device's is refused b
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 from pathlib import Path
 
 from harness.programs.compile import CompiledModel, MethodReference
@@ -29,13 +27,9 @@ from harness.protocol.tensors import DTYPES, FLOAT_DTYPES, TensorFile, numpy_dty
 
 SOLO_REFERENCE = ("the program's own solo run (one module, nothing else live; it has no "
                   "ETRecord, so a runtime that is consistently wrong agrees with it)")
-SOLO_STATE_EXECUTES = 8
-"""Executes of a stateful method (one with a mutable buffer) in the solo run: the n-th execute
-of any Module is held to the solo run's n-th."""
 PROGRAM_ATOL = 1e-4
 PROGRAM_RTOL = 1e-4
 INPUT_SEED = 0
-SOLO_MODULE = "solo"
 
 
 def backend_of(info: ProgramInfo) -> str:
@@ -232,84 +226,3 @@ def program_model(info: ProgramInfo, soc: str, work_dir: Path) -> CompiledModel:
         options={"multi_contexts": True} if info.multi_context else {},
         spill_fill_bytes=max(sizes) if info.multi_context and sizes else None,
         qnn_delegates=delegates, reference=SOLO_REFERENCE)
-
-
-def solo_executes(model: CompiledModel, method: str) -> int:
-    """How often the solo run executes `method`: a stateful one SOLO_STATE_EXECUTES times."""
-    return SOLO_STATE_EXECUTES if model.methods[method].stateful else 1
-
-
-def solo_scenario(model: CompiledModel):
-    """One module, each method executed once (a stateful one SOLO_STATE_EXECUTES times) with
-    its outputs reported in full."""
-    from harness.scenario import Scenario
-
-    sc = Scenario(f"solo_{_safe(model.name)}")
-    sc.load_module(SOLO_MODULE, model)
-    for method in model.methods:
-        for _ in range(solo_executes(model, method)):
-            sc.execute(SOLO_MODULE, method, emit_outputs=True)
-    return sc.destroy_module(SOLO_MODULE)
-
-
-def solo_failure_text(info: ProgramInfo, failure, artifacts: Path) -> str:
-    """Why a program has no reference: the failing step of its solo run with the runtime's own
-    log lines of that step, and where its inputs come from (a generated input may be what the
-    program cannot take)."""
-    words = failure.message.strip().splitlines()
-    lines = [f"{info.path}: the solo run (one module, each method once, nothing else live) "
-             f"failed, so the program has no reference output: {failure.describe()}"]
-    if len(words) > 1:
-        lines.append("the runtime's log lines of that step:")
-        lines += [f"  {w}" for w in words[1:][-20:]]
-    given = inputs_dir(info.path)
-    if given.is_dir():
-        lines.append(f"its inputs were read from {given}")
-    else:
-        how = describe_inputs(info)[:-1]
-        shown = "; ".join(how[:6]) + (f"; and {len(how) - 6} more" if len(how) > 6 else "")
-        lines.append(f"its inputs were generated ({shown}); if the program needs other values, "
-                     f"give them as {given}/<method>/<index>.npy")
-    lines.append(f"artifacts: {artifacts}")
-    return "\n".join(lines)
-
-
-def with_reference(model: CompiledModel, result, out_dir: Path) -> CompiledModel:
-    """`model` with each method's expected outputs taken from its solo run `result` (of a
-    stateful method, the sequence of its executes)."""
-    methods = {}
-    index = 1
-    for method in model.methods:
-        runs = solo_executes(model, method)
-        steps, index = result.steps[index:index + runs], index + runs
-        sequence: list[tuple[TensorFile, ...]] = []
-        for n, step in enumerate(steps):
-            outputs = (step.event or {}).get("outputs") or []
-            if not step.ok:
-                raise ModelError(f"{model.pte}: the solo run of method {method!r} (one module, "
-                                 f"nothing else live) failed, so it has no reference: "
-                                 f"{step.describe()}")
-            if any("data" not in o for o in outputs):
-                sequence = []  # a non-tensor output: held to other executes by its hashes
-                break
-            expected = []
-            for j, o in enumerate(outputs):
-                tag = "" if n == 0 else f"_exec{n + 1}"
-                path = out_dir / method / f"out{j}{tag}.bin"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(base64.b64decode(o["data"]))
-                expected.append(TensorFile(o["dtype"], tuple(o["shape"]), path))
-            sequence.append(tuple(expected))
-        ref = model.methods[method]
-        if not sequence:
-            methods[method] = ref
-            continue
-        methods[method] = dataclasses.replace(
-            ref, expected=sequence[0], sequence=tuple(sequence) if ref.stateful else ())
-    return dataclasses.replace(model, methods=methods)
-
-
-def _safe(name: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:48] or "program"

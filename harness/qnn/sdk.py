@@ -114,15 +114,9 @@ class QnnSdk:
         return env
 
 
-def executorch_version() -> str:
-    """The version of the runtime under test (`harness.runtime`: the installed wheel, or
-    `--executorch-prefix`); read once per runtime, every scenario run asks."""
-    from harness.runtime import current
-
-    return current().version
-
-
 def built_against_core_api() -> str:
+    from harness.runtime import executorch_version
+
     version = executorch_version().split("+")[0]
     return BUILT_AGAINST_CORE_API.get(version, DEFAULT_BUILT_AGAINST)
 

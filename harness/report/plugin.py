@@ -37,7 +37,8 @@ from harness.errors import HarnessError
 from harness.results.failures import failure_of, run_failures
 from harness.plugin.keys import ISSUE, SESSION
 from harness.plugin.known_issues import unmatched_issues
-from harness.qnn.sdk import built_against_core_api, executorch_version
+from harness.qnn.sdk import built_against_core_api
+from harness.runtime import executorch_version
 from harness.runtime import qairt_version
 from harness.results import (SCHEMA, failure_entry, junit_properties, qnn_api, run_entry,
                              metrics_of, xnnpack_entry)

@@ -13,6 +13,7 @@ progress are measured by the same code.
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -118,13 +119,23 @@ def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, i
     }
 
 
+def command_line(run_dir: Path, device_args: list[str] | None = None,
+                 runner: str = "native") -> str:
+    """The replay command for a run directory (ends every HIL failure message): on the same
+    target (`Device.replay_args`; the simulator without), with the Python runner when the run
+    had it."""
+    argv = ["python", "-m", "harness", "replay", str(run_dir)]
+    argv += list(device_args or ["--simulator"])
+    if runner == "python" and "--runner" not in argv:
+        argv += ["--runner", "python"]
+    return shlex.join(argv)
+
+
 def replay_command(result: ScenarioResult, failures: list[Failure],
                    device_args: list[str] | None) -> str | None:
     """`python -m harness replay ...` for a run with failures that kept its artifacts."""
     if not failures or result.artifacts is None:
         return None
-    from harness.replay import command_line
-
     return command_line(result.artifacts, device_args, runner=result.output.runner)
 
 

@@ -105,6 +105,12 @@ def current() -> Runtime:
     return _resolve(os.environ.get(PREFIX_ENV) or None)
 
 
+def executorch_version() -> str:
+    """The version of the runtime under test (the installed wheel, or `--executorch-prefix`);
+    read once per runtime, every scenario run asks."""
+    return current().version
+
+
 def select(prefix: str | Path | None) -> Runtime:
     """Make `prefix` (None: the installed wheel) the runtime of this process and its children;
     a ConfigError says what is wrong with a directory that is not an ExecuTorch build."""

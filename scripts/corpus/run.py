@@ -44,7 +44,7 @@ COLUMNS = ("S1-A", "S1-B", "S2", "S3-first", "S3-second", "S4")
 def corpus_dir(soc: str) -> Path:
     """The build's cache directory: keyed by what changes the programs."""
     from harness.cache import cache_root, digest
-    from harness.qnn.sdk import executorch_version
+    from harness.runtime import executorch_version
 
     sources = [HERE / "build.py", HERE / "upstream.py", HERE / "llm.py",
                ROOT / "harness" / "programs" / "compile_worker.py",

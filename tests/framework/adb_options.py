@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.session import Options
+from harness.config.options import Options
 
 
 def adb_options(tmp_path: Path, serial: str, **overrides) -> Options:

@@ -82,7 +82,7 @@ FILE_KIND = {
 ADB_FILES = {"test_arm64_build.py"}
 # Rough seconds the slowest files take on the reference 2-core host with an empty cache (from
 # `--durations=0`), as a hil_cost on their first test: under xdist the costliest groups start
-# first (harness/xdist_order.py), so none of these starts last and runs alone.
+# first (harness/plugin/xdist_order.py), so none of these starts last and runs alone.
 FILE_COST = {
     "test_isolation_parity.py": 320, "test_program.py": 120, "test_user_program.py": 100,
     "test_replay_export.py": 65, "test_wheel.py": 64, "test_protocol_conformance.py": 55,

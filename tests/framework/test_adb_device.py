@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness.cache import cache_root
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.errors import ConfigError, DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
 from harness.qnn.sdk import discover

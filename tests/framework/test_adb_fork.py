@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness.devices.adb import RUNNER_NAME, STDOUT_FILE, RunInterrupted
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.scenario import Scenario
 from harness.scenario.library import s1_two_modules, s4_cleanup_reload
 from harness.session import HilSession

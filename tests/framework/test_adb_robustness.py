@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness.devices.adb import RUNNER_NAME, RunInterrupted
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.errors import DeviceError
 from harness.loopback import LoopbackDevice, connect, start_server
 from harness.qnn.sdk import discover

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.commands.configs import validate_all
 from harness.config import (CONFIG_DIR, FarmFile, known_socs, load_farm, load_soc, simulator_config,
-                            soc_config, soc_for_board_platform, validate_all)
+                            soc_config, soc_for_board_platform)
 from harness.errors import ConfigError
 
 

@@ -16,7 +16,7 @@ import pytest
 from harness.qnn import dsp_heap
 from harness.results.assertions import assert_dsp_heap_bounded, assert_live_counts, assert_steps_ok
 from harness.devices.simulator import SimulatorDevice
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.qnn.trace import replay
 from harness.runner.select import choose_runner
 from harness.scenario.library import s4_cleanup_reload

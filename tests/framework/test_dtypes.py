@@ -15,12 +15,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.programs.pte import read_program
 from harness.runner.select import choose_runner
 from harness.scenario import Scenario
 from harness.protocol.tensors import TensorFile, load_array, write_array
-from harness.programs.user import (inputs_dir, program_model, solo_scenario, with_reference)
+from harness.drive.solo import solo_scenario, with_reference
+from harness.programs.user import inputs_dir, program_model
 
 pytest_plugins = ["pytester"]
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from harness.devices.simulator import SimulatorDevice
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.errors import ModelError
 from harness.runner.select import RunnerChoice, choose_runner
 from harness.scenario import Scenario

@@ -327,7 +327,8 @@ def test_preflight_failure_reclaim_and_no_place_left(tmp_path, monkeypatch, hil_
     from harness.errors import DeviceError
     from harness.loopback import LoopbackDevice, connect
     from harness.qnn.sdk import discover
-    from harness.session import HilSession, Options
+    from harness.config.options import Options
+    from harness.session import HilSession
 
     procs = Processes(tmp_path)
     env = discover().device_environment()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.devices.simulator import SimulatorDevice
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.protocol.memory import ALLOCATOR_ENV
 from harness.runner.fork_server import ForkServer, ForkServerError
 from harness.runner.select import choose_runner

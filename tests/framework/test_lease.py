@@ -29,7 +29,8 @@ from harness.devices.lease import LEASE_DIR, LeaseBusy, process_token
 from harness.errors import DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
 from harness.qnn.sdk import discover
-from harness.session import HilSession, Options
+from harness.config.options import Options
+from harness.session import HilSession
 
 from adb_options import adb_options
 

@@ -7,7 +7,7 @@ import pytest
 from harness.protocol import LOAD_MODES
 from harness.runner.select import choose_runner
 from harness.scenario import Scenario
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 
 
 @pytest.mark.parametrize("runner", ("native", "python"))

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from harness.results.known_issues import load_known_issues
-from harness.runtime.matrix import Column, build_matrix, carries, parse_args, table_html, table_text
+from harness.commands.matrix import Column, build_matrix, carries, parse_args, table_html, table_text
 
 S1 = "tests/hil/test_isolation.py::test_s1_two_modules_same_program[linear_relu-fp16-A]"
 S4 = "tests/hil/test_isolation.py::test_s4_cleanup_and_reload[linear_relu-fp16]"

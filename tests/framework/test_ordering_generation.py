@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from harness.programs.compile import CompiledModel, MethodReference
-from harness.scenario.orderings import (ModulePlan, explore, interleavings, random_interleavings,
+from harness.drive.orderings import (ModulePlan, explore, interleavings, random_interleavings,
                                signature, to_scenario)
 from harness.scenario.reference import predict
 from harness.protocol.tensors import TensorFile
@@ -52,7 +52,7 @@ def b_executed_after_a_destroyed(scenario):
 
 
 def test_shrinks_to_minimal_failing_ordering(monkeypatch):
-    import harness.scenario.orderings as orderings
+    import harness.drive.orderings as orderings
 
     plans = [ModulePlan("A", model()), ModulePlan("B", model()), ModulePlan("C", model())]
 
@@ -77,11 +77,11 @@ def test_shrinks_to_minimal_failing_ordering(monkeypatch):
 
 
 def test_hypothesis_search_shrinks_and_replays(monkeypatch, tmp_path):
-    """The Hypothesis search (harness.scenario.search) finds the same stand-in bug, shrinks it
+    """The Hypothesis search (harness.drive.search) finds the same stand-in bug, shrinks it
     to the two operations that make it plus their modules' loads and destroys, and the next
     search replays that ordering first from its example database."""
-    import harness.scenario.search as search_module
-    from harness.scenario.search import orderings_strategy, search
+    import harness.drive.search as search_module
+    from harness.drive.search import orderings_strategy, search
 
     plans = [ModulePlan("A", model()), ModulePlan("B", model()), ModulePlan("C", model())]
 

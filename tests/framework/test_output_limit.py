@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.output_limit import LIMIT_ENV, CappedBuffer, read_capped
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.errors import SdkError
 from harness.qnn import interposer_build, sdk as sdk_module
 from harness.scenario import Scenario

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.qnn.sdk import executorch_version
+from harness.runtime import executorch_version
 
 from phones import phone  # noqa: F401 -- the module's loopback phone fixture
 

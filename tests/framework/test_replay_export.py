@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.qnn.sdk import executorch_version
+from harness.runtime import executorch_version
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = "DelegateHandle has been deleted"

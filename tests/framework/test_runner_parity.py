@@ -7,7 +7,7 @@ compared too, not only the happy path.
 
 import pytest
 
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.scenario.reference import predict
 from harness.runner.select import choose_runner
 from harness.scenario import Scenario

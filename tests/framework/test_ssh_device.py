@@ -18,11 +18,11 @@ from harness.devices.kinds import kind_for
 from harness.devices.ssh import SshKind
 from harness.devices.ssh.board import open_board
 from harness.devices.ssh.target import parse_target
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 from harness.errors import ConfigError, DeviceError
 from harness.qnn.sdk import discover
 from harness.scenario import Scenario
-from harness.session import Options
+from harness.config.options import Options
 
 from sshd_board import BoardUnavailable, SshdBoard
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from harness.programs.pte import read_program
-from harness.programs.user import program_model, solo_scenario, with_reference
+from harness.drive.solo import solo_scenario, with_reference
+from harness.programs.user import program_model
 from harness.runner.select import choose_runner
 from harness.scenario import Scenario
-from harness.scenario.driver import ScenarioDriver
+from harness.drive.driver import ScenarioDriver
 
 RUNNERS = ("native", "python")
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,11 +1,11 @@
-"""The order a pytest-xdist run hands out HIL tests in (harness/xdist_order.py), checked against
+"""The order a pytest-xdist run hands out HIL tests in (harness/plugin/xdist_order.py), checked against
 xdist's own work-stealing scheduler: each worker's first share costs about the same and
 starts with its longest tests."""
 
 import pytest
 from xdist.scheduler import WorkStealingScheduling
 
-from harness.xdist_order import balanced_order, share_sizes
+from harness.plugin.xdist_order import balanced_order, share_sizes
 
 
 class Node:
@@ -124,7 +124,7 @@ def test_under_loadgroup_the_costliest_group_starts_first_whatever_its_size():
     # out groups in collection order, so unordered the long one would start last.
     groups = ["adb"] * 8 + ["t.py::short"] + ["parity"]
     costs: list[float | None] = [2.0] * 8 + [None, 300.0]
-    from harness.xdist_order import longest_groups_first
+    from harness.plugin.xdist_order import longest_groups_first
 
     order = longest_groups_first(groups, costs)
     assert [groups[i] for i in order] == ["parity"] + ["adb"] * 8 + ["t.py::short"]

@@ -9,7 +9,7 @@ set runs; the native runner runs all of them.
 
 import pytest
 
-from harness.scenario.orderings import (ModulePlan, explore, interleavings, random_interleavings,
+from harness.drive.orderings import (ModulePlan, explore, interleavings, random_interleavings,
                                scenario_jobs)
 from harness.scenario.library import first_method
 
@@ -18,7 +18,7 @@ PYTHON_RUNNER_SAMPLE = 6
 # exploration it samples, evenly spaced (`Device.exploration_limit`); the simulator runs it whole.
 # `hil_cost` markers: rough seconds on the reference 2-core host, on the simulator and (adb=) on
 # a loopback device (measured 2026-12-01, both forking a pre-loaded runner), only used to
-# balance pytest-xdist workers (harness/xdist_order.py).
+# balance pytest-xdist workers (harness/plugin/xdist_order.py).
 
 
 def sample(orderings, hil_session):

@@ -36,7 +36,7 @@ import pytest
 from harness.results.assertions import assert_outputs_consistent
 from harness.programs.compile_worker import load_model_module
 from harness.programs.models import get_model
-from harness.qnn.sdk import executorch_version
+from harness.runtime import executorch_version
 from harness.scenario import Scenario
 from harness.results.xnnpack import (HEAP_LIMIT, MAPPED_MIN, CacheLoad, add_counter_probes,
                              assert_cache_steps_ok, assert_counters_agree, assert_fallback,

@@ -20,7 +20,7 @@ import posixpath
 import pytest
 
 from harness.results.assertions import assert_outputs_consistent, assert_steps_ok, memory_growth_kb
-from harness.scenario.orderings import ModulePlan, explore, interleavings, scenario_jobs
+from harness.drive.orderings import ModulePlan, explore, interleavings, scenario_jobs
 from harness.scenario import Scenario
 from harness.results.xnnpack import cache_options
 

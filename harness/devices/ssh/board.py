@@ -29,7 +29,7 @@ def check_arch(value: str) -> str:
 def open_board(target: str, options, *, notice: Callable[[str], None],
                sdk: Callable[[], QnnSdk], ssh_config: Path | None = None,
                arch: str = "auto", lease_dir: str = ssh_device.LEASE_DIR) -> ssh_device.SshDevice:
-    """A ready SshDevice for `target` (`options`: the session's harness.session.Options).
+    """A ready SshDevice for `target` (`options`: the session's harness.config.options.Options).
     `lease_dir`: where on the board its lease lives (one per host by default; a test that
     stands several boards up on one host gives each its own)."""
     parsed = parse_target(target)

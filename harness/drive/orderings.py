@@ -203,7 +203,7 @@ class Exploration:
 
 
 class Runner(Protocol):
-    """What runs the orderings: `harness.scenario.driver.ScenarioDriver`."""
+    """What runs the orderings: `harness.drive.driver.ScenarioDriver`."""
 
     def run(self, scenario: Scenario) -> ScenarioResult: ...
 

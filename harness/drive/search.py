@@ -1,6 +1,6 @@
 """Random ordering exploration on Hypothesis: draw orderings, run them, shrink a failure.
 
-`harness.scenario.orderings` enumerates orderings exhaustively and samples them with a seeded
+`harness.drive.orderings` enumerates orderings exhaustively and samples them with a seeded
 generator, shrinking a failure with its own greedy loop. This module does the random part with
 Hypothesis, which brings its shrinker (orderings shrink by dropping whole modules and single
 operations, and by moving interleaving choices toward running each module through before the
@@ -26,7 +26,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.scenario.orderings import (Exploration, Failure, ModulePlan, Op, Runner, _valid, check,
+from harness.drive.orderings import (Exploration, Failure, ModulePlan, Op, Runner, _valid, check,
                                ready, to_scenario)
 
 if TYPE_CHECKING:

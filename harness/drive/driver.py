@@ -158,7 +158,7 @@ class ScenarioDriver:
 
 def write_run_record(path: Path, scenario: Scenario, device: Device) -> None:
     """The run's record for replay and export (`RUN_RECORD`)."""
-    from harness.qnn.sdk import executorch_version
+    from harness.runtime import executorch_version
 
     info = device.info
     models = {module: {"name": m.name, "backend": m.backend, "soc": m.soc,
