@@ -17,9 +17,10 @@ from harness.config import SocConfig
 from harness.config.options import Options
 from harness.devices.base import Device
 from harness.devices.farm_device import FarmDevice
+from harness.devices.farm_failover import FarmFailover
 from harness.devices.kinds import OpenContext, kind_for, uses_farm, worker_target
 from harness.log import NoticeCollector, notice
-from harness.errors import DeviceError, HarnessError, ModelError
+from harness.errors import ConfigError, HarnessError, ModelError
 from harness.programs.models import get_model
 from harness.qnn.sdk import QnnSdk, discover
 from harness.runtime import executorch_version
@@ -31,7 +32,7 @@ _log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     import pytest
 
-    from harness.devices.farm import LabgridFarm, Lease
+    from harness.devices.farm import Lease
 
 
 class HilSession:
@@ -48,9 +49,7 @@ class HilSession:
         # Notices go through the `harness` logger (harness.log); this session's are gathered
         # for the header and summary.
         self._notices = NoticeCollector(self).attach()
-        self._farm: LabgridFarm | None = None  # on a labgrid farm
-        self._failover_error: HarnessError | None = None
-        self._events_sent = 0  # farm events already handed to a test report
+        self._farm: FarmFailover | None = None  # on a labgrid farm
         self.farm_tests: dict[str, list[str]] = {}  # device label -> "nodeid outcome", in order
 
     @property
@@ -131,92 +130,42 @@ class HilSession:
         """The worker's target opened by its kind. Nothing here reads the half-built session:
         a kind gets what it needs as arguments (`open_context`)."""
         if self.uses_farm:
-            return FarmDevice(*self._lease_device())
+            return self._farm_worker().lease_device()
         target = self.target
         return kind_for(target).open(target, self.open_context())
 
-    # Labgrid farm ---------------------------------------------------------------------------
-    def _lease_device(self):
-        """(lease, device): reserve places by tags until one's phone opens and passes
-        preflight. A place whose phone is not online or fails preflight is retired (tagged
-        unhealthy, released) and the next one is reserved; an error of this host's own set-up
-        (the phone is online, the set-up failed anyway) releases the place and is raised."""
-        from harness.devices.farm import LabgridFarm
-
-        opts = self.options
+    # Labgrid farm: the worker's places (harness.devices.farm_failover) ---------------------
+    def _farm_worker(self) -> FarmFailover:
         if self._farm is None:
-            self._farm = LabgridFarm(opts.lg_coordinator, opts.lg_place_tags,
-                                     notice=self.notice)
-        while True:
-            lease = self._farm.lease()
-            kind, context = kind_for(lease.serial), self.open_context(lease)
-            try:
-                device = kind.open(lease.serial, context)
-            except HarnessError as exc:
-                if not kind.online(lease.serial, context):
-                    self._farm.retire(lease, "unavailable", str(exc).splitlines()[0])
-                    continue
-                self._farm.release(lease)
-                raise
-            try:
-                problems = device.preflight()
-            except HarnessError as exc:
-                problems = [str(exc).splitlines()[0]]
-            if problems:
-                device.close()
-                self._farm.retire(lease, "preflight", "; ".join(problems))
-                continue
-            device.info.details["place"] = lease.place
-            return lease, device
+            coordinator = self.options.lg_coordinator
+            if not coordinator:  # the options refuse place tags without one; said here again
+                raise ConfigError("--lg-place-tags needs a labgrid coordinator: --lg-coordinator "
+                                  "HOST:PORT or LG_COORDINATOR")
+            self._farm = FarmFailover(coordinator, self.options.lg_place_tags,
+                                      self.options.worker, self.notice, self.open_context)
+        return self._farm
 
     def fail_over(self) -> None:
-        """On a labgrid farm, before a test: if the phone dropped off for good (it did not come
-        back within the re-acquire window), retire its place and go on with another one. Once
-        no other place can be had, raises the same error for every later test."""
-        if self._failover_error is not None:
-            raise self._failover_error
-        farm_device = self._device
-        if not isinstance(farm_device, FarmDevice) or not farm_device.current.lost:
-            return
-        assert self._farm is not None  # a FarmDevice comes from the farm
-        old, soc = farm_device.lease, farm_device.info.soc
-        self._farm.retire(old, "offline", farm_device.current.lost)
-        farm_device.current.close()
-        try:
-            lease, device = self._lease_device()
-        except HarnessError as exc:
-            self._failover_error = DeviceError(
-                f"{old.label} dropped off for good and no other place could be had: {exc}")
-            raise self._failover_error from None
-        farm_device.switch(lease, device)
-        if device.info.soc != soc:  # models were compiled for the old phone's SoC
+        """On a labgrid farm, before a test: a phone that dropped off for good is replaced by
+        another place's (harness.devices.farm_failover); models compiled for another SoC go."""
+        if isinstance(self._device, FarmDevice) and self._farm_worker().fail_over(self._device):
             self._models.clear()
             self._programs.clear()
             self._program_errors.clear()
-        self._farm.event(f"{old.label} dropped off for good; the remaining tests run "
-                                 f"on {lease.label}")
 
     @property
     def farm_label(self) -> str | None:
         """The place and serial tests run on now, on a labgrid farm."""
-        if self._failover_error is not None:
-            return "no place (failover failed)"
-        return self._device.lease.label if isinstance(self._device, FarmDevice) else None
+        device = self._device if isinstance(self._device, FarmDevice) else None
+        return self._farm.label(device) if self._farm is not None else None
 
     def new_farm_events(self) -> list[str]:
         """What happened to places since the last call (for the controller's summary)."""
-        events: list[str] = self._farm.events[self._events_sent:] if self._farm is not None else []
-        self._events_sent += len(events)
-        return [f"farm: {self.options.worker}: {e}" for e in events]
+        return self._farm.new_events() if self._farm is not None else []
 
     def record_test(self, label: str, nodeid: str, outcome: str) -> None:
+        """That test `nodeid` ran on the place `label` (for the summary: tests per place)."""
         self.farm_tests.setdefault(label, []).append(f"{nodeid} {outcome}")
-
-    def farm_summary(self) -> list[str]:
-        lines: list[str] = ([f"farm: {self.options.worker}: {e}" for e in self._farm.events]
-                            if self._farm else [])
-        return lines + [f"farm: tests on {label}: {', '.join(tests)}"
-                        for label, tests in self.farm_tests.items()]
 
     @property
     def soc(self) -> str:
@@ -368,7 +317,9 @@ class HilSession:
         lines = self._device.summary() if self._device is not None else []
         if self._device is not None and self._device.dsp_heap_note:
             lines.append(self._device.dsp_heap_note)  # e.g. that the simulator has none
-        return lines + self.farm_summary()
+        lines += self._farm.summary() if self._farm is not None else []
+        return lines + [f"farm: tests on {label}: {', '.join(tests)}"
+                        for label, tests in self.farm_tests.items()]
 
     def close(self) -> None:
         try:

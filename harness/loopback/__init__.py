@@ -14,6 +14,8 @@ from __future__ import annotations
 import subprocess
 import time
 
+from harness.errors import HarnessError
+
 from .adbd import DEFAULT_PROPERTIES, FEATURES, LoopbackDevice
 
 __all__ = [
@@ -27,7 +29,7 @@ __all__ = [
 ]
 
 
-class AdbCommandError(RuntimeError):
+class AdbCommandError(HarnessError):
     """An adb client command did not do what was asked; the message carries adb's output."""
 
 

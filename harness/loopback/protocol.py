@@ -20,6 +20,8 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
+from harness.errors import HarnessError
+
 HEADER = struct.Struct("<6I")
 HEADER_SIZE = HEADER.size  # 24
 
@@ -57,7 +59,7 @@ MAX_PAYLOAD = 256 * 1024
 MAX_ACCEPTED_PAYLOAD = 16 * 1024 * 1024
 
 
-class ProtocolError(Exception):
+class ProtocolError(HarnessError):
     """The peer sent bytes that are not a valid adb message (bad magic, absurd length)."""
 
 

@@ -29,6 +29,8 @@ import stat
 import struct
 from pathlib import Path
 
+from harness.errors import HarnessError
+
 from .protocol import StreamClosed, StreamLike
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ _STAT = struct.Struct("<4sIII")
 _DENT = struct.Struct("<4sIIII")
 
 
-class SyncProtocolError(Exception):
+class SyncProtocolError(HarnessError):
     """The host sent something that is not a valid v1 sync request."""
 
 

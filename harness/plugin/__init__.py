@@ -25,9 +25,6 @@ One module per concern, in the manner of pytest's own plugins, each with its own
 
 from __future__ import annotations
 
-from harness.plugin.keys import (FILES, ISSUE, ISSUES, MET, PATTERNS, PREFIX_ENV, REPORTS,
-                                 SESSION, SESSION_ID_ENV, SIGTERM)
-
 # A module's hooks of one name run later-registered first (tryfirst/trylast aside), and pytest
 # registers these in this order, so the order is part of the behaviour:
 # - pytest_configure: `session` is last, so its hook runs first and the others find the
@@ -54,5 +51,3 @@ pytest_plugins = [
     "harness.report.plugin",
 ]
 
-__all__ = ["FILES", "ISSUE", "ISSUES", "MET", "PATTERNS", "PREFIX_ENV", "REPORTS", "SESSION",
-           "SESSION_ID_ENV", "SIGTERM"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import HarnessError
-from harness.plugin.keys import SESSION
+from harness.plugin.keys import SESSION, is_hil
 from harness.session import HilSession
 
 
@@ -21,7 +21,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """On a labgrid farm: a phone that dropped off for good during an earlier test is replaced
     by another place's before this test's fixtures are set up."""
     session = item.config.stash.get(SESSION, None)
-    if session is not None and session.uses_farm and "hil_device" in getattr(item, "fixturenames", ()):
+    if session is not None and session.uses_farm and is_hil(item):
         try:
             session.fail_over()
         except HarnessError as exc:
@@ -32,8 +32,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     hil = item.config.stash.get(SESSION, None)
-    if (hil is not None and hil.farm_label is not None and
-            "hil_device" in getattr(item, "fixturenames", ())):
+    if hil is not None and hil.farm_label is not None and is_hil(item):
         report.hil_device = hil.farm_label  # travels to the xdist controller with the report
         report.hil_farm_events = hil.new_farm_events()
     return report

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from harness.errors import HarnessError
-from harness.plugin.keys import REPORTS, SESSION
+from harness.plugin.keys import DRIVER, REPORTS, SESSION
 from harness.programs.compile import CompiledModel
 from harness.programs.params import unmet_needs
 from harness.drive.driver import ScenarioDriver
@@ -135,6 +135,7 @@ def scenario_driver(request: pytest.FixtureRequest, hil_session: HilSession, hil
     if artifacts.exists():
         shutil.rmtree(artifacts)
     driver = ScenarioDriver(hil_device, artifacts, hil_session.timeout, defer_artifacts=True)
+    request.node.stash[DRIVER] = driver
     yield driver
     reports = request.config.stash[REPORTS].get(request.node.nodeid, [])
     passed = reports and all(r.passed for r in reports) and not any(

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from harness.drive.driver import ScenarioDriver
 from harness.results.known_issues import KnownIssue
 from harness.session import HilSession
 
@@ -31,6 +32,20 @@ PATTERNS = pytest.StashKey[set]()
 PREFIX_ENV = pytest.StashKey[str | None]()
 # config: the SIGTERM handler this session replaced, restored at unconfigure.
 SIGTERM = pytest.StashKey[Any]()  # signal.getsignal's: a handler, SIG_DFL/SIG_IGN or None
+
+# item: the test's ScenarioDriver (the scenario_driver fixture's), whose runs the known-issue
+# verdict, the replay line and the report read.
+DRIVER = pytest.StashKey[ScenarioDriver]()
+
+# The marker of a HIL test: a test that runs scenarios on the session's device. Collection gives
+# it to every test that uses the device (harness/plugin/suites.py); a test may also carry it.
+HIL_MARKER = "hil"
+
+
+def is_hil(item: pytest.Item) -> bool:
+    """Whether `item` is a HIL test (it carries the hil marker)."""
+    return item.get_closest_marker(HIL_MARKER) is not None
+
 
 # The environment variable that gives a session its id (else a timestamp and the pid).
 SESSION_ID_ENV = "EXECUTORCH_HIL_SESSION_ID"

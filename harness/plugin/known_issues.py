@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.paths import IN_CHECKOUT
-from harness.plugin.keys import FILES, ISSUE, ISSUES, MET, PATTERNS, SESSION
+from harness.plugin.keys import DRIVER, FILES, ISSUE, ISSUES, MET, PATTERNS, SESSION, is_hil
 from harness.runtime import executorch_version
 from harness.results.failures import failure_of, run_failures
 from harness.results.known_issues import DEFAULT_PATH, KnownIssue, issue_for, uncovered
@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[FILES] = {item.path for item in items}
     config.stash[PATTERNS] = set()
     for item in items:
-        if "hil_device" not in getattr(item, "fixturenames", ()):
+        if not is_hil(item):
             continue
         name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
         issue = issue_for(item.path, name, version, issues, qairt)
@@ -87,8 +87,8 @@ class _KnownIssuesMet:
 
 def _not_this_issue(item: pytest.Item, issue: KnownIssue, exc: BaseException) -> str:
     """Why this failure is not (only) `issue`, or "" when every failure of the run is it."""
-    driver = getattr(item, "funcargs", {}).get("scenario_driver")
-    failures = [f for r in getattr(driver, "results", []) for f in run_failures(r)]
+    driver = item.stash.get(DRIVER, None)
+    failures = [f for r in (driver.results if driver else []) for f in run_failures(r)]
     raised = failure_of(exc)
     if raised.kind == "check" or not failures:
         failures.append(raised)

@@ -4,8 +4,11 @@ own without reading the artifacts first."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from harness.plugin.keys import DRIVER
 from harness.results.failures import failure_of, run_failures
 
 
@@ -36,11 +39,13 @@ def _replay_command(item: pytest.Item, exc: BaseException) -> str:
     failure names, else its last run with a failure, else its last run ("" without runs)."""
     from harness.results import command_line
 
-    driver = getattr(item, "funcargs", {}).get("scenario_driver")
-    results = [r for r in getattr(driver, "results", []) if r.artifacts is not None]
-    if driver is None or not results:
+    driver = item.stash.get(DRIVER, None)
+    if driver is None:
+        return ""
+    results = [r for r in driver.results if r.artifacts is not None]
+    if not results:
         return ""
     named = failure_of(exc).scenario
     chosen = ([r for r in results if r.scenario.name == named] or
               [r for r in results if run_failures(r)] or results)[-1]
-    return command_line(chosen.artifacts, driver.device.replay_args())
+    return command_line(chosen.artifacts or Path(), driver.device.replay_args())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.plugin.keys import SESSION
+from harness.plugin.keys import HIL_MARKER, SESSION, is_hil
 from harness.programs.params import MARKER, params_for, unique_ids
 
 
@@ -31,6 +31,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hil_programs(*names, precisions=('fp16',), options={}, "
                             "needs=()): the built-in models a suite test runs on by default "
                             "(with --pte: the user's programs), and what it needs of a program")
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A test that uses the session's device is a HIL test: it gets the hil marker here, as it
+    is collected, so every later hook asks the marker."""
+    if "hil_device" in getattr(item, "fixturenames", ()):
+        item.add_marker(HIL_MARKER)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -62,7 +69,6 @@ def _skip_builtin_only_suites(config: pytest.Config, items: list[pytest.Item]) -
     reason = ("runs on the built-in models only; with --pte the suites that take a program run "
               "on yours")
     for item in items:
-        if ("hil_device" in getattr(item, "fixturenames", ()) and
-                "hil_program" not in getattr(item, "fixturenames", ()) and
+        if (is_hil(item) and "hil_program" not in getattr(item, "fixturenames", ()) and
                 Path(item.path).resolve().is_relative_to(suites)):
             item.add_marker(pytest.mark.skip(reason=reason))

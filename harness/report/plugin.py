@@ -35,7 +35,7 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.results.failures import failure_of, run_failures
-from harness.plugin.keys import ISSUE, SESSION
+from harness.plugin.keys import DRIVER, ISSUE, SESSION, is_hil
 from harness.plugin.known_issues import unmatched_issues
 from harness.qnn.sdk import built_against_core_api
 from harness.runtime import executorch_version
@@ -96,10 +96,6 @@ def _hil_suite_properties(request: pytest.FixtureRequest, record_testsuite_prope
             if name not in plugin.recorded_suite:
                 plugin.recorded_suite.add(name)
                 record_testsuite_property(name, value)
-
-
-def _is_hil(item: pytest.Item) -> bool:
-    return "hil_device" in getattr(item, "fixturenames", ())
 
 
 class HilReport:
@@ -176,7 +172,7 @@ class HilReport:
     # Per test --------------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item):
-        if not (self.active and _is_hil(item)):
+        if not (self.active and is_hil(item)):
             return (yield)
         with collect_verdicts() as verdicts:
             try:
@@ -187,7 +183,7 @@ class HilReport:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         data = None
-        if self.active and _is_hil(item):
+        if self.active and is_hil(item):
             data = self._test_data(item, call)
             if call.when == "setup":
                 item.user_properties.extend(junit_properties(
@@ -217,8 +213,9 @@ class HilReport:
                              "tests": list(issue.tests)}
         if call.when != "call":
             return data
-        driver: Any = getattr(item, "funcargs", {}).get("scenario_driver")
-        results = list(getattr(driver, "results", []) or [])
+        driver = item.stash.get(DRIVER, None)
+        results = list(driver.results) if driver is not None else []
+        replay_args = driver.device.replay_args() if driver is not None else None
         verdicts = item.stash.get(_VERDICTS_KEY, [])
         runs: list[dict[str, Any]] = []
         seen: dict[str, int] = {}
@@ -229,7 +226,7 @@ class HilReport:
                     if load.scenario == name and last[name] == index]
             runs.append(run_entry(result, run_failures(result), nodeid=item.nodeid, index=index,
                                   occurrence=seen.get(name, 0), device=data["device"],
-                                  xnnpack=mine, replay_args=driver.device.replay_args()))
+                                  xnnpack=mine, replay_args=replay_args))
             seen[name] = seen.get(name, 0) + 1
             if self.facts is not None and "core_api" not in self.facts["qnn"]:
                 api = qnn_api(result)

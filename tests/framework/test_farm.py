@@ -355,7 +355,7 @@ def test_preflight_failure_reclaim_and_no_place_left(tmp_path, monkeypatch, hil_
             lg_place_tags={"soc": "SM8650"}))
         try:
             device = session.device
-            farm = session._farm
+            farm = session._farm.farm
             bad = next(i for i, p in enumerate(phones) if p.serial == failed[0])
             good = 1 - bad
             assert device.info.serial == phones[good].serial
