@@ -102,7 +102,7 @@ def stats(values: list[float]) -> str:
 
 
 def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
-    from harness.devices import adb_fork
+    from harness.devices.adb import fork as adb_fork
     from harness.drive.driver import ScenarioDriver
     from harness.scenario.library import s1_two_modules, s4_cleanup_reload
     from harness.session import HilSession

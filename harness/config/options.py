@@ -35,7 +35,7 @@ class Options:
     etrecords: dict[Path, Path] = dataclasses.field(default_factory=dict)
     models_dirs: list[Path] = dataclasses.field(default_factory=list)  # --models-dir
     # How long adb waits for a device at the start and after it dropped off mid-session
-    # (None: harness.devices.adb.CONNECT_S / REACQUIRE_S). Tests shorten them (reacquire_s
+    # (None: harness.devices.adb.device.CONNECT_S / REACQUIRE_S). Tests shorten them (reacquire_s
     # also from EXECUTORCH_HIL_REACQUIRE_S, e.g. for a farm run in a test).
     connect_s: float | None = None
     reacquire_s: float | None = None

@@ -38,7 +38,7 @@ SIMULATOR = "simulator"
 KINDS: tuple[str, ...] = (
     "harness.devices.simulator:SimulatorKind",
     "harness.devices.ssh:SshKind",
-    "harness.devices.adb_kind:AdbKind",  # last: a plain SERIAL (or adb://SERIAL)
+    "harness.devices.adb:AdbKind",  # last: a plain SERIAL (or adb://SERIAL)
 )
 
 
@@ -160,7 +160,7 @@ def session_kinds(options: Options) -> list[type[DeviceKind]]:
     """The kinds of this session's targets, each once (the adb kind for a labgrid farm)."""
     found = [kind_for(t) for t in session_targets(options)]
     if uses_farm(options):
-        from harness.devices.adb_kind import AdbKind
+        from harness.devices.adb import AdbKind
 
         found.append(AdbKind)
     return list(dict.fromkeys(found))

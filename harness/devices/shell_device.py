@@ -38,7 +38,7 @@ SCENARIO_FILE, STDOUT_FILE, STDERR_FILE, TRACE_FILE = (
 
 
 class ForkStream(Protocol):
-    """A device's `harness-runner --serve` held open for the session (adb_fork, ssh.fork)."""
+    """A device's `harness-runner --serve` held open for the session (adb.fork, ssh.fork)."""
 
     def send(self, request: dict[str, Any]) -> None: ...
     def reply(self, timeout: float) -> dict[str, Any] | None: ...

@@ -1,4 +1,4 @@
-"""Scenarios as forks of the device's `harness-runner --serve` (harness.devices.adb_fork), on
+"""Scenarios as forks of the device's `harness-runner --serve` (harness.devices.adb.fork), on
 the loopback device through the real adb server: the same verdicts as a process per scenario,
 one request on the held-open stream per scenario, and what a phone needs when a fork goes
 wrong: a hung fork killed with its process group while the server goes on, a crashed fork's
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.adb import RUNNER_NAME, STDOUT_FILE, RunInterrupted
+from harness.devices.adb.device import RUNNER_NAME, STDOUT_FILE, RunInterrupted
 from harness.drive.driver import ScenarioDriver
 from harness.scenario import Scenario
 from harness.scenario.library import s1_two_modules, s4_cleanup_reload

@@ -459,7 +459,7 @@ def test_arm64_loopback_runs_a_pushed_runner(arm64_loopback, arm64_build, xnn_ca
 @needs_adb
 @needs_qemu
 def test_arm64_loopback_pid_is_the_program_and_kill_stops_it(arm64_loopback, tmp_path):
-    """adb.py's timeout path: `prog & pid=$!` then `kill -9 $pid` must stop the program, so the
+    """adb/device.py's timeout path: `prog & pid=$!` then `kill -9 $pid` must stop the program, so the
     launcher and qemu must run in the pid the shell reports (exec, no extra process)."""
     source = tmp_path / "sleeper.c"
     source.write_text("#include <unistd.h>\nint main(void) { sleep(60); return 0; }\n")

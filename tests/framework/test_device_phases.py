@@ -18,8 +18,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from harness.config import known_socs, resolve_soc_config, soc_config
-from harness.devices import adb
-from harness.devices.adb import qnn_device_libraries
+from harness.devices.adb import device as adb_device, identify as adb_identify
+from harness.devices.adb import payload as adb_payload
+from harness.devices.adb.payload import qnn_device_libraries
 from harness.devices.workspace import MARKER
 from harness.errors import ConfigError, DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
@@ -87,7 +88,7 @@ def test_a_missing_skel_names_every_missing_file(sdk_root):
 
 def test_an_arm64_device_without_qnn_sdk_root_is_told_to_set_it():
     with pytest.raises(DeviceError, match="set QNN_SDK_ROOT"):
-        adb.qnn_libraries("arm64-v8a", 75, WS, sdk_root=None, simulator_lib_dir=lambda: Path("/x"))
+        adb_payload.qnn_libraries("arm64-v8a", 75, WS, sdk_root=None, simulator_lib_dir=lambda: Path("/x"))
 
 
 # Resolving the SoC config: farm entry, --soc, what the device reports ---------------------------
@@ -223,7 +224,7 @@ def test_phone_with_only_a_board_platform_is_found_through_the_configs(arm64, tm
         line = proc.stdout.readline()
         assert line.startswith("serial: "), line
         serial = line.split()[1]
-        identity = adb.identify(adb.adb_client(), serial)
+        identity = adb_identify.identify(adb_device.adb_client(), serial)
         assert (identity.soc, identity.soc_source, identity.board_platform) == \
             ("SM8550", "ro.board.platform=kalama", "kalama")
         session = HilSession(options(tmp_path, serial))
@@ -266,8 +267,8 @@ def test_farm_entry_soc_wins_over_soc_option_and_the_device(arm64, tmp_path):
 @needs_adb
 def test_unknown_soc_fails_once_with_the_known_socs(arm64, tmp_path, monkeypatch):
     calls = []
-    real_identify = adb.identify
-    monkeypatch.setattr(adb, "identify", lambda *a: calls.append(a) or real_identify(*a))
+    real_identify = adb_identify.identify
+    monkeypatch.setattr(adb_identify, "identify", lambda *a: calls.append(a) or real_identify(*a))
     dev = phone(tmp_path, "phone", **{"ro.soc.model": "SM1234"})
     try:
         session = HilSession(options(tmp_path, dev.serial))
@@ -290,16 +291,16 @@ def test_unknown_soc_fails_once_with_the_known_socs(arm64, tmp_path, monkeypatch
 
 
 def test_adb_devices_get_their_config_not_the_session():
-    """No adb.py <-> session.py cycle: the device module never names the session, and
+    """No adb/device.py <-> session.py cycle: the device module never names the session, and
     importing it does not load the session module."""
-    tree = ast.parse(Path(adb.__file__).read_text())
+    tree = ast.parse(Path(adb_device.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert "harness.session" not in imported and not hasattr(adb, "TYPE_CHECKING")
-    assert not hasattr(adb, "PLATFORM_SOC")
-    code = subprocess.run([sys.executable, "-c", "import harness.devices.adb, sys; "
+    assert "harness.session" not in imported and not hasattr(adb_device, "TYPE_CHECKING")
+    assert not hasattr(adb_device, "PLATFORM_SOC")
+    code = subprocess.run([sys.executable, "-c", "import harness.devices.adb.device, sys; "
                            "sys.exit('harness.session' in sys.modules)"]).returncode
-    assert code == 0, "importing harness.devices.adb pulls in harness.session"
+    assert code == 0, "importing harness.devices.adb.device pulls in harness.session"
 
 
 @needs_adb

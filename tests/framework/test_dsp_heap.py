@@ -12,7 +12,9 @@ import pytest
 from harness.qnn import dsp_heap
 from harness.results.assertions import assert_dsp_heap_bounded
 from harness.programs.compile import CompiledModel, MethodReference
-from harness.devices import adb
+from harness.devices.adb.identify import DeviceIdentity
+from harness.devices.adb.payload import device_payload
+from harness.devices.payload import Payload
 from harness.qnn.trace import parse_trace, replay
 from harness.results.run import RunOutput, ScenarioResult
 from harness.results import step_memory
@@ -134,7 +136,7 @@ def test_which_devices_ask():
         dsp_heap.wanted("yes", android_htp=True)
 
 
-def _payload(tmp_path: Path, abi: str, setting: str) -> adb.Payload:
+def _payload(tmp_path: Path, abi: str, setting: str) -> Payload:
     sdk = tmp_path / "qairt"
     for rel in ("lib/aarch64-android/libQnnHtp.so", "lib/aarch64-android/libQnnSystem.so",
                 "lib/aarch64-android/libQnnHtpV75Stub.so",
@@ -142,10 +144,10 @@ def _payload(tmp_path: Path, abi: str, setting: str) -> adb.Payload:
                 "sim/libQnnSystem.so", "build/harness-runner", "build/libQnnHtp.so"):
         (sdk / rel).parent.mkdir(parents=True, exist_ok=True)
         (sdk / rel).write_bytes(b"x")
-    identity = adb.DeviceIdentity("s", "SM8650", "ro.soc.model", abi, "14")
+    identity = DeviceIdentity("s", "SM8650", "ro.soc.model", abi, "14")
     build = DeviceBuild(abi, sdk / "build/harness-runner", sdk / "build/libQnnHtp.so", (),
                         ("QnnBackend", "XnnpackBackend"), "android" if abi != "x86_64" else "host")
-    return adb.device_payload(identity, build, 75, PurePosixPath("/data/local/tmp/ws"),
+    return device_payload(identity, build, 75, PurePosixPath("/data/local/tmp/ws"),
                               sdk_root=str(sdk), simulator_lib_dir=lambda: sdk / "sim",
                               dsp_heap_setting=setting)
 

@@ -323,7 +323,7 @@ def test_preflight_failure_reclaim_and_no_place_left(tmp_path, monkeypatch, hil_
     """In one session (no xdist): the first place's phone fails preflight, so it is retired
     and the next place is used; a place left acquired by a dead process of this host is
     released before reserving; with every place unhealthy, lease() fails at once."""
-    from harness.devices.adb import AdbDevice
+    from harness.devices.adb.device import AdbDevice
     from harness.errors import DeviceError
     from harness.loopback import LoopbackDevice, connect
     from harness.qnn.sdk import discover

@@ -32,7 +32,7 @@ import stat
 import struct
 from pathlib import Path
 
-from harness.devices.adb_address import check_environment
+from harness.devices.adb.address import check_environment
 
 check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
 import adbutils  # noqa: E402

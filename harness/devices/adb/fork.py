@@ -23,8 +23,8 @@ import logging
 import select
 import time
 
-from harness.devices import adb_wire  # checks the environment before it imports adbutils
-from harness.devices.adb_address import check_environment
+from harness.devices.adb import transport  # checks the environment before it imports adbutils
+from harness.devices.adb.address import check_environment
 from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
 
 check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
@@ -45,7 +45,7 @@ class DeviceForkServer:
         self._lines = bytearray()
         self._stderr = bytearray()
         try:
-            self.stream = adb_wire.ShellStream(client, serial, command, stdin=None)
+            self.stream = transport.ShellStream(client, serial, command, stdin=None)
         except (adbutils.AdbError, OSError) as exc:
             raise ForkServerError(f"cannot start the fork server: {exc}") from exc
         ready = self.reply(START_TIMEOUT_S)

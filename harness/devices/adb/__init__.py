@@ -1,8 +1,13 @@
 """The adb device kind: Android devices through an adb server, named `--device SERIAL` (a USB
 id or host:port) or `adb://SERIAL`, and the phones of labgrid places (harness/devices/farm.py).
 
-Kept apart from `harness.devices.adb` (the device), which imports adbutils, and adbutils reads
-the adb environment when imported: the kind's options and start-up checks come first.
+Modules by concern: `address` (where the adb server is), `transport` (the adb server's
+connections, commands, pushes, and `AdbProxy`, through which every adb call goes), `identify`
+(what a device says about itself), `payload` (what a device gets for its build), `fork` (the
+served runner over a shell stream), `device` (AdbDevice).
+
+This module imports no adbutils, which reads the adb environment when imported: the kind's
+options and start-up checks come first, and the heavy modules wait for `online` and `open`.
 """
 
 from __future__ import annotations
@@ -11,14 +16,14 @@ import os
 from typing import TYPE_CHECKING
 from pathlib import PurePosixPath
 
-from harness.devices.adb_address import adb_server_address
+from harness.devices.adb.address import adb_server_address
 from harness.devices.kinds import DeviceKind, OpenContext
 from harness.devices.lease import LEASE_DIR
 from harness.devices import workspace as ws_rules
 from harness.errors import ConfigError, DeviceError
 
 if TYPE_CHECKING:
-    from harness.devices.adb import AdbDevice
+    from harness.devices.adb.device import AdbDevice
 
 
 class AdbKind(DeviceKind):
@@ -74,7 +79,7 @@ class AdbKind(DeviceKind):
 
     @classmethod
     def online(cls, target: str, context: OpenContext) -> bool:
-        from harness.devices.adb import adb_client, wait_online
+        from harness.devices.adb.device import adb_client, wait_online
 
         try:
             wait_online(adb_client(cls._server(context)), cls.serial(target), 0)
@@ -88,8 +93,10 @@ class AdbKind(DeviceKind):
         explicit arguments. A labgrid place's `adb` and `soc=` tags replace --adb-server and
         the farm file's SoC."""
         from harness.config import resolve_soc_config
-        from harness.devices.adb import (CONNECT_S, REACQUIRE_S, AdbDevice, adb_client,
-                                         device_payload, identify, new_workspace, wait_online)
+        from harness.devices.adb.device import (CONNECT_S, REACQUIRE_S, AdbDevice, adb_client,
+                                                new_workspace, wait_online)
+        from harness.devices.adb.identify import identify
+        from harness.devices.adb.payload import device_payload
         from harness.runner.select import device_build
 
         opts, place, serial = context.options, context.place, cls.serial(target)

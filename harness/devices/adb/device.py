@@ -23,7 +23,7 @@ its run directory, records the device time, and streams the runner's events back
 kills the whole process group; a crash collects the exit signal, the `logcat` of the run's time
 window and the tombstones written since it started.
 
-Round trips per scenario (`harness.devices.adb_wire` makes each one a single adb-server
+Round trips per scenario (`harness.devices.adb.transport` makes each one a single adb-server
 connection with TCP_NODELAY): files the session has not seen yet (a model's `.pte` and tensors,
 on first use) are checked in one shell call (sha256 of all of them) and the missing ones sent in
 one `sync:` session; then one shell call (shell protocol v2) does the rest: it creates the
@@ -32,7 +32,7 @@ already holds it, as in a kept workspace), starts the runner, and at its end pri
 stderr and the QNN trace after markers of that run, so no `cat` follows. A scenario whose files
 the session already pushed costs that one call. By default (--scenario-isolation fork) even that
 call is gone: the scenario is one request to the device's `harness-runner --serve`, over a shell
-stream held open for the session (`harness.devices.adb_fork`), which forks a runner that has
+stream held open for the session (`harness.devices.adb.fork`), which forks a runner that has
 loaded its libraries once; a device whose server cannot serve falls back to the shell call.
 A device that drops off mid-test fails that test (keeping what the run streamed) and is
 re-acquired for the full window, whatever `adb connect` answers meanwhile; if it does not come
@@ -57,16 +57,17 @@ from collections.abc import Callable
 from harness import output_limit, storage
 from harness.qnn import dsp_heap
 from harness.cache import file_sha256
-from harness.config import SocConfig, soc_for_board_platform
+from harness.config import SocConfig
 from harness.programs.compile import uses_qnn
-from harness.devices import adb_wire
-from harness.devices.adb_address import adb_server_address, check_environment
-from harness.devices.adb_fork import REPLY_TIMEOUT_S, DeviceForkServer
+from harness.devices.adb import transport
+from harness.devices.adb.address import adb_server_address, check_environment
+from harness.devices.adb.fork import REPLY_TIMEOUT_S, DeviceForkServer
+from harness.devices.adb.identify import DeviceIdentity
 from harness.devices.base import DeviceInfo
 from harness.devices.shell_device import (PID_FILE, SCENARIO_FILE, STDERR_FILE, STDOUT_FILE,
                                           TRACE_FILE, ShellDevice)
 from harness.devices.lease import DeviceLease, LeaseBusy
-from harness.devices.payload import Payload, PushStats, qnn_simulator_libraries
+from harness.devices.payload import PushStats
 from harness.devices.remote_run import (  # their names here before the move
     kill_in_directory as _kill_in_directory, kill_tree as _kill_tree, marker as _marker,
     output_sizes as _output_sizes, print_outputs as _print_outputs, running_step,
@@ -79,10 +80,9 @@ from harness.protocol import run_ended
 from harness.qnn.sdk import TRACE_ENV
 from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
-from harness.runner.select import DeviceBuild
 from harness.scenario import Scenario
 
-# adb_wire and adb_fork above check the environment before they import adbutils too.
+# transport and fork above check the environment before they import adbutils too.
 check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
 import adbutils  # noqa: E402
 
@@ -99,59 +99,9 @@ q = shlex.quote
 
 def adb_client(server: str | None = None) -> adbutils.AdbClient:
     """The adb server to talk to (see adb_server_address): adbutils' client with TCP_NODELAY on
-    its connections and the server version asked once (`adb_wire.HarnessAdbClient`)."""
+    its connections and the server version asked once (`transport.HarnessAdbClient`)."""
     host, port = adb_server_address(server)
-    return adb_wire.HarnessAdbClient(host=host, port=port)
-
-
-# Phase 1: identify -------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class DeviceIdentity:
-    """What a device says about itself, before any config is chosen for it."""
-
-    serial: str
-    soc: str  # the SoC it reports; "" when neither property names one
-    soc_source: str  # which property named it, or why none did (for messages)
-    abi: str
-    android: str
-    model: str = ""
-    board_platform: str = ""
-    product: str = ""  # ro.product.name
-
-
-IDENTITY_PROPS = ("ro.soc.model", "ro.board.platform", "ro.product.cpu.abi",
-                  "ro.build.version.release", "ro.product.model", "ro.product.name")
-LOOPBACK_PRODUCT = "loopback"  # ro.product.name of the harness's loopback device
-
-
-def identify(client: adbutils.AdbClient, serial: str) -> DeviceIdentity:
-    """Read the device's identity in one shell call. The SoC comes from `ro.soc.model`, else
-    from the SoC config whose `board_platforms` lists `ro.board.platform` (older builds leave
-    ro.soc.model empty). The harness talks to devices over the shell protocol v2 (exit codes,
-    stdin with an end; Android 7 and later), so a device without it is refused here."""
-    command = "; ".join(f"getprop {q(p)}; echo @@" for p in IDENTITY_PROPS)
-    try:
-        features = client.device(serial).get_features()
-        if "shell_v2" not in features.split(","):
-            raise DeviceError(f"{serial}: its adbd lacks the shell protocol v2 (features: "
-                              f"{features or 'none'}); the harness needs it (Android 7 or later)")
-        _, raw, _ = adb_wire.shell_v2(client, serial, command, timeout=30)
-        out = raw.decode("utf-8", errors="replace")
-    except (adbutils.AdbError, OSError) as exc:
-        raise DeviceError(f"{serial}: cannot read its properties: {exc}") from exc
-    values = [v.strip() for v in out.split("@@")][:len(IDENTITY_PROPS)]
-    props = dict(zip(IDENTITY_PROPS, values + [""] * (len(IDENTITY_PROPS) - len(values))))
-    soc, source = props["ro.soc.model"], "ro.soc.model"
-    platform = props["ro.board.platform"]
-    if not soc:
-        soc = soc_for_board_platform(platform) or ""
-        source = (f"ro.board.platform={platform}" if soc else
-                  f"ro.soc.model is empty and ro.board.platform {platform!r} is in no SoC "
-                  "config's board_platforms")
-    return DeviceIdentity(serial, soc, source, props["ro.product.cpu.abi"],
-                          props["ro.build.version.release"], props["ro.product.model"], platform,
-                          props["ro.product.name"])
+    return transport.HarnessAdbClient(host=host, port=port)
 
 
 # Phase 3 inputs: what to push ---------------------------------------------------------------------
@@ -159,72 +109,6 @@ def identify(client: adbutils.AdbClient, serial: str) -> DeviceIdentity:
 def new_workspace(worker: str) -> PurePosixPath:
     """A fresh workspace directory for one session and worker."""
     return WORKSPACE_BASE / f"executorch-hil-{uuid.uuid4().hex[:8]}-{worker}"
-
-
-def qnn_device_libraries(sdk_root: Path, htp_arch: int,
-                         workspace: PurePosixPath) -> dict[Path, PurePosixPath]:
-    """The QAIRT SDK's arm64 libraries for HTP v`htp_arch` -> where they go in the workspace:
-    `lib/aarch64-android/{libQnnHtp,libQnnSystem,libQnnHtpV<arch>Stub}.so` and
-    `lib/hexagon-v<arch>/unsigned/libQnnHtpV<arch>Skel.so`. A missing file is a DeviceError
-    naming every missing one, because a phone without its Skel fails only at the first load."""
-    root = Path(sdk_root)
-    android = root / "lib" / "aarch64-android"
-    files = {android / "libQnnHtp.so": workspace / "libQnnHtp.so",
-             android / "libQnnSystem.so": workspace / "libQnnSystem.so",
-             android / f"libQnnHtpV{htp_arch}Stub.so": workspace / f"libQnnHtpV{htp_arch}Stub.so",
-             root / "lib" / f"hexagon-v{htp_arch}" / "unsigned" / f"libQnnHtpV{htp_arch}Skel.so":
-                 workspace / f"libQnnHtpV{htp_arch}Skel.so"}
-    missing = [str(p) for p in files if not p.is_file()]
-    if missing:
-        raise DeviceError(f"QNN SDK at {root} lacks {', '.join(missing)} (HTP v{htp_arch})")
-    return files
-
-
-def qnn_libraries(abi: str, htp_arch: int, workspace: PurePosixPath, *, sdk_root: str | None,
-                  simulator_lib_dir: Callable[[], Path]) -> dict[Path, PurePosixPath]:
-    """The QNN libraries a device of `abi` gets: the simulator's on x86_64 (`simulator_lib_dir`
-    is only called then), else the SDK's at `sdk_root` (QNN_SDK_ROOT) for the HTP arch."""
-    if abi == "x86_64":
-        return qnn_simulator_libraries(simulator_lib_dir(), workspace)
-    if not sdk_root:
-        raise DeviceError("set QNN_SDK_ROOT to a QAIRT SDK: its lib/aarch64-android and "
-                          "lib/hexagon-v<arch> libraries are pushed to the device")
-    return qnn_device_libraries(Path(sdk_root), htp_arch, workspace)
-
-
-def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
-                   workspace: PurePosixPath, *, sdk_root: str | None,
-                   simulator_lib_dir: Callable[[], Path], dsp_heap_setting: str = "auto") -> Payload:
-    """The files and run variables for `build` on this device. On an arm64 phone the harness's
-    interposer takes the name libQnnHtp.so in the workspace (first on LD_LIBRARY_PATH) and the
-    SDK's real library goes to `qnn/`, so the QNN call trace works there as on the simulator,
-    and the interposer reads the DSP heap (`dsp_heap_setting`, harness.qnn.dsp_heap.wanted)."""
-    if build.kind == "arm64-linux" and identity.product != LOOPBACK_PRODUCT:
-        raise DeviceError(
-            f"{identity.serial} is an arm64 Android device, and the only arm64 runner here is the "
-            "arm64-linux (glibc) build: build the Android one with `python -m harness "
-            "build-runner --android --ndk <ndk> --executorch-prefix <prefix>` and set "
-            "EXECUTORCH_HIL_ANDROID_BUILD to the directory it prints")
-    files = {lib: workspace / lib.name for lib in build.libraries()}
-    env: dict[str, str] = {}
-    if not build.has_backend("QnnBackend"):
-        return Payload(build.runner, files, env, build.backends, dsp_heap.NO_QNN_NOTE)
-    qnn = qnn_libraries(identity.abi, htp_arch, workspace, sdk_root=sdk_root,
-                        simulator_lib_dir=simulator_lib_dir)
-    interposer = build.interposer
-    android_htp = identity.abi != "x86_64" and interposer is not None
-    if android_htp and interposer is not None:  # (the second test only narrows the type)
-        from harness.qnn.sdk import bridge_environment
-
-        real = workspace / "qnn" / "libQnnHtp.so"
-        qnn = {src: (real if dst.name == "libQnnHtp.so" else dst) for src, dst in qnn.items()}
-        files[interposer] = workspace / "libQnnHtp.so"
-        env = {"HARNESS_QNN_REAL_HTP": str(real), **bridge_environment("auto")}
-    on = dsp_heap.wanted(dsp_heap_setting, android_htp=android_htp)
-    env[dsp_heap.ENV] = "1" if on else "0"
-    files.update(qnn)
-    return Payload(build.runner, files, env, build.backends,
-                   dsp_heap.note(on, android_htp=android_htp))
 
 
 class _ServerEndedBeforeForking(Exception):
@@ -251,7 +135,7 @@ class AdbDevice(ShellDevice):
 
     def _send(self, files: list[tuple[Path, PurePosixPath, int]]) -> None:
         """Every file in one sync session."""
-        adb_wire.push_files(self.client, self.serial, [(p, str(r), m) for p, r, m in files])
+        transport.push_files(self.client, self.serial, [(p, str(r), m) for p, r, m in files])
 
     def __init__(self, client: adbutils.AdbClient, identity: DeviceIdentity,
                  soc_config: SocConfig, workspace: PurePosixPath, *, artifacts_dir: Path,
@@ -295,7 +179,7 @@ class AdbDevice(ShellDevice):
         self.backends: tuple[str, ...] | None = None  # what the device's runtime registers
         self.preflight_report: dict = {}
         # --scenario-isolation: "fork" runs each scenario as a fork of `harness-runner --serve`
-        # on the device (harness.devices.adb_fork), "process" starts a runner per scenario.
+        # on the device (harness.devices.adb.fork), "process" starts a runner per scenario.
         self.isolation = isolation
         self.fork_refused = ""  # why the device's fork server could not serve, once it could not
         self.runs = {"fork": 0, "process": 0}
@@ -312,7 +196,7 @@ class AdbDevice(ShellDevice):
     def _raw_sh(self, command: str, timeout: float) -> tuple[int, str]:
         """One shell-v2 call, (exit code, stdout then stderr); adb errors are raised as they
         come (the lease's heartbeat uses it: no re-acquire from there)."""
-        code, out, err = adb_wire.shell_v2(self.client, self.serial, command, timeout=timeout)
+        code, out, err = transport.shell_v2(self.client, self.serial, command, timeout=timeout)
         return code, (out + err).decode("utf-8", errors="replace")
 
     def prop(self, name: str) -> str:
@@ -478,7 +362,7 @@ class AdbDevice(ShellDevice):
         return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes,
                          notes + self._failed_run_notes(returncode, stdout))
 
-    # Forks of a served runner (harness.devices.adb_fork) -----------------------------------
+    # Forks of a served runner (harness.devices.adb.fork) -----------------------------------
     def _fork_server(self, scenario: Scenario) -> DeviceForkServer | None:
         """The device's fork server for this scenario (one with the QNN libraries loaded for
         scenarios with QNN programs, one without for the rest, as on the simulator), started on
@@ -651,7 +535,7 @@ class AdbDevice(ShellDevice):
         tail) and room after it for the stderr and trace the command prints, within theirs."""
         self._check_not_lost()
         try:
-            stream = adb_wire.ShellStream(self.client, self.serial, command, stdin)
+            stream = transport.ShellStream(self.client, self.serial, command, stdin)
         except (adbutils.AdbError, OSError) as exc:
             raise self._offline("starting the runner", exc) from exc
         limit = output_limit.limit_bytes()
