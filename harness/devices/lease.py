@@ -72,7 +72,7 @@ TAKEOVER_LOCK_STALE_S = 60  # a takeover lock this old was left by a session tha
 q = shlex.quote
 
 # A shell on the device: run(command, timeout) -> (exit code, output); raises on transport
-# errors (adbutils.AdbError / OSError over adb, DeviceError over ssh), which the lease turns
+# errors (AdbError over adb, SshError over ssh: both DeviceErrors), which the lease turns
 # into a DeviceError (taking it) or ignores (the heartbeat: the session's own calls re-acquire).
 Run = Callable[[str, float], tuple[int, str]]
 _TOKEN: tuple[int, str] = (0, "")
@@ -312,7 +312,7 @@ class DeviceLease:
     def _try(self, dead: str = "") -> tuple[str, Holder, Holder]:
         try:
             _, out = self.run(self._acquire_script(dead), 30.0)
-        except Exception as exc:  # the transport's: adbutils.AdbError, OSError, DeviceError
+        except Exception as exc:  # the transport's: AdbError, SshError (DeviceErrors)
             raise DeviceError(f"{self.serial}: cannot take the device lease: {exc}") from exc
         status = ""
         holder: dict[str, str] = {}

@@ -119,7 +119,7 @@ def test_a_scenario_whose_files_are_there_costs_one_adb_call(adb_device, compile
     model = compiled_model("linear_relu")
     driver = ScenarioDriver(adb_device, tmp_path / "a", 300)
     calls: list[str] = []
-    real = adb_device.client.make_connection
+    real = adb_device.adb.client.make_connection
     main = threading.current_thread()
 
     def counted(*args, **kwargs):
@@ -127,14 +127,14 @@ def test_a_scenario_whose_files_are_there_costs_one_adb_call(adb_device, compile
             calls.append("connection")
         return real(*args, **kwargs)
 
-    adb_device.client.make_connection = counted
+    adb_device.adb.client.make_connection = counted
     try:
         first = driver.run(simple(model, "first-use"))
         first_calls = len(calls)
         calls.clear()
         result = driver.run(simple(model, "files-there"))
     finally:
-        del adb_device.client.make_connection
+        del adb_device.adb.client.make_connection
     assert first_calls == 3 and first.output.pushes["pushed"] >= 4, (first_calls,
                                                                      first.output.pushes)
     assert len(calls) == 1

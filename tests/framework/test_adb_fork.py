@@ -118,7 +118,7 @@ def test_forks_give_what_processes_give_in_one_request_each(tmp_path, phone, hil
         (_, server), = device._servers.values()
         sent: list[dict] = []
         connections: list[str] = []
-        real_send, real_connect = server.send, device.client.make_connection
+        real_send, real_connect = server.send, device.adb.client.make_connection
         main = threading.current_thread()
 
         def counted(*args, **kwargs):
@@ -127,12 +127,12 @@ def test_forks_give_what_processes_give_in_one_request_each(tmp_path, phone, hil
             return real_connect(*args, **kwargs)
 
         server.send = lambda request: (sent.append(request), real_send(request))[1]
-        device.client.make_connection = counted
+        device.adb.client.make_connection = counted
         try:
             forks = [driver.run(sc, allow_crash=True)
                      for sc in (s1_two_modules(model, "A"), s4_cleanup_reload(model))]
         finally:
-            del device.client.make_connection
+            del device.adb.client.make_connection
         assert len(sent) == 2 and connections == [], (sent, connections)
         assert device._servers[True][1] is server and server.alive
         device.isolation = "process"

@@ -348,7 +348,8 @@ def test_a_session_in_a_kept_workspace_kills_runners_left_there(phone, tmp_path,
     # An earlier session that died mid-run: its runner was started and its stream dropped.
     run_dir = device.workspace / "runs" / "0123456789abcdef-left"
     device.sh(f"mkdir -p {shlex.quote(str(run_dir))}")
-    conn = device.adb.shell(device._run_command(run_dir), stream=True, timeout=None)
+    conn = device.adb.client.device(device.serial).shell(device._run_command(run_dir), stream=True,
+                                                         timeout=None)
     text = b""
     while b"HARNESS_PID" not in text:
         text += conn.conn.recv(4096)

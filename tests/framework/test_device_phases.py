@@ -19,6 +19,7 @@ import pytest
 
 from harness.config import known_socs, resolve_soc_config, soc_config
 from harness.devices.adb import device as adb_device, identify as adb_identify
+from harness.devices.adb.transport import AdbProxy, adb_client
 from harness.devices.adb import payload as adb_payload
 from harness.devices.adb.payload import qnn_device_libraries
 from harness.devices.workspace import MARKER
@@ -224,7 +225,7 @@ def test_phone_with_only_a_board_platform_is_found_through_the_configs(arm64, tm
         line = proc.stdout.readline()
         assert line.startswith("serial: "), line
         serial = line.split()[1]
-        identity = adb_identify.identify(adb_device.adb_client(), serial)
+        identity = adb_identify.identify(AdbProxy(adb_client(), serial))
         assert (identity.soc, identity.soc_source, identity.board_platform) == \
             ("SM8550", "ro.board.platform=kalama", "kalama")
         session = HilSession(options(tmp_path, serial))

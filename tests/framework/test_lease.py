@@ -193,8 +193,7 @@ def test_of_sessions_racing_for_a_lease_exactly_one_gets_it(stale, phone):
     """Eight holders (tokens of eight processes) ask at the same moment, for a free device or
     for one whose lease is stale: one takes it (mkdir, or the takeover under its own mkdir
     lock), the seven others are told who holds it."""
-    from harness.devices.adb.device import adb_client
-    from harness.devices.adb.transport import shell_v2
+    from harness.devices.adb.transport import adb_client, shell_v2
 
     if stale:
         write_lease(phone, age_s=150)
@@ -233,8 +232,7 @@ def test_of_sessions_racing_for_a_lease_exactly_one_gets_it(stale, phone):
 
 def shell_of(phone):
     """A lease's `run` on the loopback phone through the real adb server."""
-    from harness.devices.adb.device import adb_client
-    from harness.devices.adb.transport import shell_v2
+    from harness.devices.adb.transport import adb_client, shell_v2
 
     client = adb_client()
 
@@ -298,8 +296,7 @@ def test_a_lease_of_a_dead_process_of_this_host_is_taken_over_at_once(phone, tmp
     script = (
         "import os, sys\n"
         "from harness.devices import lease\n"
-        "from harness.devices.adb.device import adb_client\n"
-        "from harness.devices.adb.transport import shell_v2\n"
+        "from harness.devices.adb.transport import adb_client, shell_v2\n"
         "c = adb_client()\n"
         "run = lambda cmd, t: (lambda r: (r[0], (r[1] + r[2]).decode()))("
         "shell_v2(c, sys.argv[1], cmd, timeout=t))\n"

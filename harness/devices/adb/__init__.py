@@ -79,10 +79,10 @@ class AdbKind(DeviceKind):
 
     @classmethod
     def online(cls, target: str, context: OpenContext) -> bool:
-        from harness.devices.adb.device import adb_client, wait_online
+        from harness.devices.adb.transport import AdbProxy, adb_client
 
         try:
-            wait_online(adb_client(cls._server(context)), cls.serial(target), 0)
+            AdbProxy(adb_client(cls._server(context)), cls.serial(target)).wait_online(0)
         except DeviceError:
             return False
         return True
@@ -93,16 +93,16 @@ class AdbKind(DeviceKind):
         explicit arguments. A labgrid place's `adb` and `soc=` tags replace --adb-server and
         the farm file's SoC."""
         from harness.config import resolve_soc_config
-        from harness.devices.adb.device import (CONNECT_S, REACQUIRE_S, AdbDevice, adb_client,
-                                                new_workspace, wait_online)
+        from harness.devices.adb.device import CONNECT_S, REACQUIRE_S, AdbDevice, new_workspace
         from harness.devices.adb.identify import identify
         from harness.devices.adb.payload import device_payload
+        from harness.devices.adb.transport import AdbProxy, adb_client
         from harness.runner.select import device_build
 
         opts, place, serial = context.options, context.place, cls.serial(target)
-        client = adb_client(cls._server(context))
-        wait_online(client, serial, opts.connect_s or CONNECT_S)
-        identity = identify(client, serial)
+        adb = AdbProxy(adb_client(cls._server(context)), serial)
+        adb.wait_online(opts.connect_s or CONNECT_S)
+        identity = identify(adb)
         config, source = resolve_soc_config(
             serial, identity.soc, farm_soc=place.soc if place else opts.device_socs.get(serial),
             farm_from=f"place {place.place} tag soc" if place else "farm file", soc=opts.soc,
@@ -110,7 +110,7 @@ class AdbKind(DeviceKind):
         workspace = (ws_rules.check_workspace(opts.device_workspace,
                                               reserved=[PurePosixPath(LEASE_DIR).name])
                      if opts.device_workspace is not None else new_workspace(opts.worker))
-        device = AdbDevice(client, identity, config, workspace,
+        device = AdbDevice(adb, identity, config, workspace,
                            artifacts_dir=opts.artifacts_dir, keep_workspace=opts.keep_workspace,
                            reacquire_s=opts.reacquire_s or REACQUIRE_S, soc_source=source,
                            notice=context.notice, session_id=opts.session_id,

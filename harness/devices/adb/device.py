@@ -2,12 +2,12 @@
 
 A device is built in phases, so that nothing reads a half-built session:
 
-1. `wait_online` and `identify(client, serial)`: what the device says about itself (SoC from
+1. `AdbProxy.wait_online` and `identify(adb)`: what the device says about itself (SoC from
    `ro.soc.model`, else `ro.board.platform` through the SoC configs' `board_platforms`; ABI;
    Android version), as a `DeviceIdentity`;
 2. `harness.config.resolve_soc_config`: which SoC config it runs with (farm entry, `--soc`,
    what it reports; `--device-config` replaces the file);
-3. `AdbDevice(client, identity, soc_config, workspace, ...)` and `setup(runner, libraries)`
+3. `AdbDevice(adb, identity, soc_config, workspace, ...)` and `setup(runner, libraries)`
    with explicit arguments: the device build's payload (`device_payload`: runner, runtime
    libraries, the interposer and QNN libraries where its runtime has QNN) for the
    resolved HTP arch (`qnn_device_libraries`, or `qnn_simulator_libraries` on an x86_64 device).
@@ -39,8 +39,10 @@ re-acquired for the full window, whatever `adb connect` answers meanwhile; if it
 back, every later test fails at once with what happened, so the session never hangs. A session
 that starts in an existing workspace kills runners an earlier session left running there.
 
-Every shell command is built with `shlex.quote` around each argument: serials, paths and model
-names are untrusted input.
+Every adb call goes through the device's `AdbProxy` (`harness.devices.adb.transport`): a call
+that fails is an `AdbError` naming the command, what adb said and what to check. Every shell
+command is built with `shlex.quote` around each argument: serials, paths and model names are
+untrusted input.
 """
 
 from __future__ import annotations
@@ -59,10 +61,9 @@ from harness.qnn import dsp_heap
 from harness.cache import file_sha256
 from harness.config import SocConfig
 from harness.programs.compile import uses_qnn
-from harness.devices.adb import transport
-from harness.devices.adb.address import adb_server_address, check_environment
 from harness.devices.adb.fork import REPLY_TIMEOUT_S, DeviceForkServer
 from harness.devices.adb.identify import DeviceIdentity
+from harness.devices.adb.transport import AdbError, AdbProxy
 from harness.devices.base import DeviceInfo
 from harness.devices.shell_device import (PID_FILE, SCENARIO_FILE, STDERR_FILE, STDOUT_FILE,
                                           TRACE_FILE, ShellDevice)
@@ -82,10 +83,6 @@ from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
 from harness.scenario import Scenario
 
-# transport and fork above check the environment before they import adbutils too.
-check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
-import adbutils  # noqa: E402
-
 WORKSPACE_BASE = ws_rules.ANDROID_SCRATCH
 RUNNER_NAME = "executorch_hil_runner"
 SHADOW_DIRS = ("/vendor/lib64", "/system/lib64", "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp",
@@ -95,13 +92,6 @@ CONNECT_S = 10.0  # how long a session start waits for its device
 REACQUIRE_S = 30.0  # how long a device that dropped off mid-session is waited for
 LOGCAT_LINES = 300
 q = shlex.quote
-
-
-def adb_client(server: str | None = None) -> adbutils.AdbClient:
-    """The adb server to talk to (see adb_server_address): adbutils' client with TCP_NODELAY on
-    its connections and the server version asked once (`transport.HarnessAdbClient`)."""
-    host, port = adb_server_address(server)
-    return transport.HarnessAdbClient(host=host, port=port)
 
 
 # Phase 3 inputs: what to push ---------------------------------------------------------------------
@@ -131,13 +121,13 @@ class RunInterrupted(DeviceError):
 class AdbDevice(ShellDevice):
     # A scenario costs a round trip or more: big explorations take an evenly spaced sample.
     exploration_limit = 300
-    transport_errors = (adbutils.AdbError, OSError)
+    transport_errors = (AdbError,)
 
     def _send(self, files: list[tuple[Path, PurePosixPath, int]]) -> None:
         """Every file in one sync session."""
-        transport.push_files(self.client, self.serial, [(p, str(r), m) for p, r, m in files])
+        self.adb.push([(p, str(r), m) for p, r, m in files])
 
-    def __init__(self, client: adbutils.AdbClient, identity: DeviceIdentity,
+    def __init__(self, adb: AdbProxy, identity: DeviceIdentity,
                  soc_config: SocConfig, workspace: PurePosixPath, *, artifacts_dir: Path,
                  keep_workspace: bool = False, reacquire_s: float = REACQUIRE_S,
                  soc_source: str = "", notice: Callable[[str], None] | None = None,
@@ -145,7 +135,7 @@ class AdbDevice(ShellDevice):
                  isolation: str = "fork") -> None:
         """No I/O: everything comes in as arguments (the resolved config, the workspace, the
         session's options it uses); `setup` takes the device's lease and does the pushes."""
-        self.client = client
+        self.adb = adb  # every adb call of the device goes through it
         self.serial = identity.serial
         self.identity = identity
         self.soc_config = soc_config
@@ -155,16 +145,14 @@ class AdbDevice(ShellDevice):
         self.keep_workspace = keep_workspace
         self.reacquire_s = reacquire_s
         self.notice = notice or (lambda line: None)
-        self.adb = client.device(self.serial)
         self.lost: str | None = None
         self.stats = PushStats()
         self._remote_sha: dict[str, str] = {}  # remote path -> sha256 known to be there
         self._reacquiring = False
         self._scratch_made = False
         self.lease_wait = lease_wait
-        self.device_lease = DeviceLease(f"{client.host}:{client.port}", self.serial,
-                                        self._raw_sh, session=session_id, worker=worker,
-                                        notice=self.notice)
+        self.device_lease = DeviceLease(adb.server, self.serial, adb.sh, session=session_id,
+                                        worker=worker, notice=self.notice)
         details = {"model": identity.model.replace(" ", "_")}
         if soc_source:
             details["soc_from"] = soc_source.replace(" ", "_")
@@ -189,15 +177,9 @@ class AdbDevice(ShellDevice):
         """Run a shell command (already quoted) and return (exit code, stdout+stderr)."""
         self._check_not_lost()
         try:
-            return self._raw_sh(command, timeout)
-        except (adbutils.AdbError, OSError) as exc:
+            return self.adb.sh(command, timeout)
+        except AdbError as exc:
             raise self._offline(f"`{command[:80]}`", exc) from exc
-
-    def _raw_sh(self, command: str, timeout: float) -> tuple[int, str]:
-        """One shell-v2 call, (exit code, stdout then stderr); adb errors are raised as they
-        come (the lease's heartbeat uses it: no re-acquire from there)."""
-        code, out, err = transport.shell_v2(self.client, self.serial, command, timeout=timeout)
-        return code, (out + err).decode("utf-8", errors="replace")
 
     def prop(self, name: str) -> str:
         return self.sh(f"getprop {q(name)}")[1].strip()
@@ -380,8 +362,7 @@ class AdbDevice(ShellDevice):
         if held is not None:
             self._drop_server(held[1])
         try:
-            server = DeviceForkServer(self.client, self.serial, self._serve_command(qnn),
-                                      self.log)
+            server = DeviceForkServer(self.adb, self._serve_command(qnn), self.log)
         except ForkServerError as exc:
             if not self._online():
                 return None  # the process path meets the drop and re-acquires the device
@@ -465,8 +446,8 @@ class AdbDevice(ShellDevice):
     def _read_back(self, path: PurePosixPath) -> str:
         """A file of an interrupted run (what its runner streamed), or "" when unreadable."""
         try:
-            return self._raw_sh(f"cat {q(str(path))} 2>/dev/null", 30)[1]
-        except (adbutils.AdbError, OSError):
+            return self.adb.sh(f"cat {q(str(path))} 2>/dev/null", 30)[1]
+        except AdbError:
             return ""
 
     def _drop_server(self, server: DeviceForkServer) -> None:
@@ -535,8 +516,8 @@ class AdbDevice(ShellDevice):
         tail) and room after it for the stderr and trace the command prints, within theirs."""
         self._check_not_lost()
         try:
-            stream = transport.ShellStream(self.client, self.serial, command, stdin)
-        except (adbutils.AdbError, OSError) as exc:
+            stream = self.adb.stream(command, stdin)
+        except AdbError as exc:
             raise self._offline("starting the runner", exc) from exc
         limit = output_limit.limit_bytes()
         chunks = output_limit.CappedBuffer(limit, tail=limit - limit // 2 + 2 * limit + 65536)
@@ -633,19 +614,22 @@ class AdbDevice(ShellDevice):
 
     # Offline handling ----------------------------------------------------------------------
     def _online(self) -> bool:
-        return _state(self.client, self.serial) == "device"
+        return self.adb.online()
 
     def _offline(self, what: str, exc: Exception | None) -> DeviceError:
         """The device dropped: re-acquire it for the full window (re-installing the workspace
-        and killing the interrupted runner), and fail this test either way."""
-        why = f" ({exc})" if exc else ""
+        and killing the interrupted runner), and fail this test either way. A device still
+        there fails with the adb call's AdbError, saying `what` it was doing."""
+        why = f" ({exc.reason if isinstance(exc, AdbError) else exc})" if exc else ""
         if self._reacquiring or self._online():
+            if isinstance(exc, AdbError):
+                return exc.while_(what)
             return DeviceError(f"{self.serial}: {what} failed{why}")
         self._reacquiring = True
         self.log.warning("offline during %s%s; waiting up to %.0f s for it to come back", what,
                          why, self.reacquire_s)
         try:
-            wait_online(self.client, self.serial, self.reacquire_s)
+            self.adb.wait_online(self.reacquire_s)
             self._close_servers()  # their streams went with the device
             self._remote_sha.clear()  # a restarted device may have lost files
             self.device_lease.acquire(0)  # still ours (or taken over meanwhile: then lost)
@@ -686,64 +670,4 @@ class AdbDevice(ShellDevice):
             pass
         finally:
             self.device_lease.release()
-
-
-# Waiting for a device ---------------------------------------------------------------------------
-
-def _state(client: adbutils.AdbClient, serial: str) -> str:
-    """The adb server's state of `serial` ("device" when usable), or its error text."""
-    try:
-        return client.device(serial).get_state()
-    except (adbutils.AdbError, OSError) as exc:
-        return str(exc) or type(exc).__name__
-
-
-def _connect(client: adbutils.AdbClient, serial: str, timeout: float) -> str:
-    try:
-        return (client.connect(serial, timeout=timeout) or "").strip()
-    except (adbutils.AdbError, OSError) as exc:
-        return str(exc) or type(exc).__name__
-
-
-def wait_online(client: adbutils.AdbClient, serial: str, window: float,
-                poll_s: float = 0.5) -> None:
-    """Wait up to `window` seconds for the adb server to report `serial` as "device".
-
-    A `host:port` device is `adb connect`ed again on every try whatever the last answer was
-    ("Connection refused" while a phone reboots says nothing about a second later); when the
-    server still holds a dead transport ("already connected" but offline) it is disconnected
-    first, which is faster than the server's own reconnect back-off. Raises DeviceError saying
-    how long it waited, how many connects it tried, what adb said last and the last state."""
-    started = time.monotonic()
-    deadline = started + window
-    tries, answer = 0, ""
-    while True:
-        state = _state(client, serial)
-        if state == "device":
-            return
-        remaining = deadline - time.monotonic()
-        if ":" in serial and remaining > 0:
-            tries += 1
-            answer = _connect(client, serial, timeout=max(1.0, min(5.0, remaining)))
-            if "already connected" in answer:
-                client.disconnect(serial)
-                answer = _connect(client, serial, timeout=max(1.0, min(5.0, remaining)))
-            if answer.startswith("connected to") or "already connected" in answer:
-                # The transport needs a moment for its handshake before it reads "device".
-                settle = min(2.0, max(0.0, deadline - time.monotonic()))
-                end = time.monotonic() + settle
-                while time.monotonic() < end:
-                    state = _state(client, serial)
-                    if state == "device":
-                        return
-                    time.sleep(0.05)
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
-    waited = time.monotonic() - started
-    said = (f"; {tries} `adb connect` attempt(s), adb's last answer: {answer!r}"
-            if ":" in serial else "")
-    raise DeviceError(f"device {serial} is not online after waiting {waited:.1f} s "
-                      f"(window {window:g} s){said}; last state: {state}; check `adb devices` "
-                      f"(adb server {client.host}:{client.port})")
 

@@ -23,12 +23,8 @@ import logging
 import select
 import time
 
-from harness.devices.adb import transport  # checks the environment before it imports adbutils
-from harness.devices.adb.address import check_environment
+from harness.devices.adb.transport import AdbError, AdbProxy
 from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
-
-check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
-import adbutils  # noqa: E402
 
 START_TIMEOUT_S = 120.0  # loading the libraries on a busy device
 REPLY_TIMEOUT_S = 30.0  # for a fork (or a killed fork's end) to be reported
@@ -39,14 +35,14 @@ class DeviceForkServer:
     """One `harness-runner --serve` on a device; one scenario at a time (an adb device runs
     its scenarios one after another)."""
 
-    def __init__(self, client: adbutils.AdbClient, serial: str, command: str,
+    def __init__(self, adb: AdbProxy, command: str,
                  log: logging.LoggerAdapter | logging.Logger) -> None:
         self.log = log
         self._lines = bytearray()
         self._stderr = bytearray()
         try:
-            self.stream = transport.ShellStream(client, serial, command, stdin=None)
-        except (adbutils.AdbError, OSError) as exc:
+            self.stream = adb.stream(command, stdin=None)
+        except AdbError as exc:
             raise ForkServerError(f"cannot start the fork server: {exc}") from exc
         ready = self.reply(START_TIMEOUT_S)
         if not is_ready(ready):

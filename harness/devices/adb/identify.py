@@ -8,12 +8,8 @@ import dataclasses
 import shlex
 
 from harness.config import soc_for_board_platform
-from harness.devices.adb import transport
-from harness.devices.adb.address import check_environment
+from harness.devices.adb.transport import AdbError, AdbProxy
 from harness.errors import DeviceError
-
-check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
-import adbutils  # noqa: E402
 
 q = shlex.quote
 
@@ -37,21 +33,23 @@ IDENTITY_PROPS = ("ro.soc.model", "ro.board.platform", "ro.product.cpu.abi",
 LOOPBACK_PRODUCT = "loopback"  # ro.product.name of the harness's loopback device
 
 
-def identify(client: adbutils.AdbClient, serial: str) -> DeviceIdentity:
+def identify(adb: AdbProxy) -> DeviceIdentity:
     """Read the device's identity in one shell call. The SoC comes from `ro.soc.model`, else
     from the SoC config whose `board_platforms` lists `ro.board.platform` (older builds leave
     ro.soc.model empty). The harness talks to devices over the shell protocol v2 (exit codes,
-    stdin with an end; Android 7 and later), so a device without it is refused here."""
+    stdin with an end; Android 7 and later), so a device without it is refused here. An adb
+    call that fails is an AdbError saying that its properties could not be read."""
+    serial = adb.serial
     command = "; ".join(f"getprop {q(p)}; echo @@" for p in IDENTITY_PROPS)
     try:
-        features = client.device(serial).get_features()
+        features = adb.features()
         if "shell_v2" not in features.split(","):
             raise DeviceError(f"{serial}: its adbd lacks the shell protocol v2 (features: "
                               f"{features or 'none'}); the harness needs it (Android 7 or later)")
-        _, raw, _ = transport.shell_v2(client, serial, command, timeout=30)
-        out = raw.decode("utf-8", errors="replace")
-    except (adbutils.AdbError, OSError) as exc:
-        raise DeviceError(f"{serial}: cannot read its properties: {exc}") from exc
+        _, raw, _ = adb.shell(command, timeout=30)
+    except AdbError as exc:
+        raise exc.while_("cannot read its properties") from exc
+    out = raw.decode("utf-8", errors="replace")
     values = [v.strip() for v in out.split("@@")][:len(IDENTITY_PROPS)]
     props = dict(zip(IDENTITY_PROPS, values + [""] * (len(IDENTITY_PROPS) - len(values))))
     soc, source = props["ro.soc.model"], "ro.soc.model"

@@ -1,5 +1,10 @@
-"""The adb path's hot calls, on adbutils' connections to the adb server, without its per-call
-costs.
+"""Every adb call of the harness: `AdbProxy`, one device's calls through the adb server, and
+beneath it the hot calls on adbutils' connections, without adbutils' per-call costs.
+
+`AdbProxy` (in the manner of Mobly's) is what the device, its identification, its fork server
+and its lease use: shell commands, streams, pushes and the server's view of the device. A call
+that fails raises one `AdbError(cmd, stdout, stderr, returncode, serial)`, a DeviceError whose
+message says which adb call failed, what adb said, and what to check.
 
 Measured on the loopback device through the real adb server (see DESIGN.md and
 benchmarks/adb_path.py), a `device.shell2("true")` of adbutils 2.12 takes about 23 ms where the
@@ -20,19 +25,26 @@ So:
   with `host:transport:<serial>` on a connection of the client (no version query) and close the
   socket at once once the device has closed the stream (nothing is left to flush).
 
-Errors are adbutils' (`AdbError` for a refusal of the server or the device, e.g. "device
-'...' not found") or `OSError` (a cut connection, `socket.timeout`), as from adbutils itself.
+Beneath the proxy, errors are adbutils' (`adbutils.AdbError` for a refusal of the server or the
+device, e.g. "device '...' not found") or `OSError` (a cut connection, `socket.timeout`), as
+from adbutils itself; the proxy turns each into an `AdbError`.
+
+Callers quote every argument of a shell command with `shlex.quote`: serials, paths and model
+names are untrusted input.
 """
 
 from __future__ import annotations
 
 import datetime
+import shlex
 import socket
 import stat
 import struct
+import time
 from pathlib import Path
 
-from harness.devices.adb.address import check_environment
+from harness.devices.adb.address import adb_server_address, check_environment
+from harness.errors import DeviceError
 
 check_environment()  # before adbutils, which reads ANDROID_ADB_SERVER_PORT when imported
 import adbutils  # noqa: E402
@@ -237,3 +249,189 @@ def push_files(client: adbutils.AdbClient, serial: str,
         sock.sendall(_SYNC.pack(b"QUIT", 0))
     finally:
         close_now(connection)
+
+
+def adb_client(server: str | None = None) -> HarnessAdbClient:
+    """The adb server to talk to (see adb_server_address): adbutils' client with TCP_NODELAY on
+    its connections and the server version asked once (`HarnessAdbClient`)."""
+    host, port = adb_server_address(server)
+    return HarnessAdbClient(host=host, port=port)
+
+
+class AdbError(DeviceError):
+    """An adb call that failed: `cmd` (the shell command, or the adb service the call used),
+    what it printed, its exit status (None when it never got one: the adb server or the device
+    refused the call, or the connection was cut) and the device's `serial`. `during` says what
+    the harness was doing, where that says more than the command."""
+
+    def __init__(self, cmd: str, stdout: str = "", stderr: str = "",
+                 returncode: int | None = None, serial: str = "", *, server: str = "",
+                 during: str = "") -> None:
+        self.cmd = cmd
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode = returncode
+        self.serial = serial
+        self.server = server
+        self.during = during
+        super().__init__(self.describe())
+
+    @property
+    def reason(self) -> str:
+        """What adb said, in a line (or the exit status when it said nothing)."""
+        said = (self.stderr or self.stdout).strip()
+        if said:
+            return said[-1000:]
+        return "no answer" if self.returncode is None else f"exit status {self.returncode}"
+
+    def describe(self) -> str:
+        command = self.cmd if len(self.cmd) <= 80 else self.cmd[:77] + "..."
+        doing = f"{self.during}: " if self.during else ""
+        status = "" if self.returncode is None else f" (exit status {self.returncode})"
+        server = f" of the adb server at {self.server}" if self.server else ""
+        return (f"{self.serial}: {doing}adb `{command}` failed{status}: {self.reason}; check "
+                f"that `adb -s {shlex.quote(self.serial)} get-state` answers `device`{server}, "
+                "and reconnect or replug the device if it does not")
+
+    def while_(self, during: str) -> AdbError:
+        """The same failure, saying what the harness was doing."""
+        return AdbError(self.cmd, self.stdout, self.stderr, self.returncode, self.serial,
+                        server=self.server, during=during)
+
+
+class AdbProxy:
+    """One device's adb calls through one adb server; a failed call raises AdbError."""
+
+    def __init__(self, client: HarnessAdbClient, serial: str) -> None:
+        self.client = client
+        self.serial = serial
+
+    @property
+    def server(self) -> str:
+        return f"{self.client.host}:{self.client.port}"
+
+    def _error(self, cmd: str, exc: BaseException) -> AdbError:
+        return AdbError(cmd, "", str(exc) or type(exc).__name__, None, self.serial,
+                        server=self.server)
+
+    # Commands --------------------------------------------------------------------------------
+    def shell(self, command: str, *, stdin: bytes = b"",
+              timeout: float | None = 60.0) -> tuple[int, bytes, bytes]:
+        """`command` (already quoted) over the shell protocol v2: (exit code, stdout, stderr).
+        A command that exits non-zero is returned, not raised: its caller reads the code."""
+        try:
+            return shell_v2(self.client, self.serial, command, stdin=stdin, timeout=timeout)
+        except (adbutils.AdbError, OSError) as exc:
+            raise self._error(f"shell {command}", exc) from exc
+
+    def sh(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
+        """`shell`, as (exit code, stdout then stderr as text)."""
+        code, out, err = self.shell(command, timeout=timeout)
+        return code, (out + err).decode("utf-8", errors="replace")
+
+    def stream(self, command: str, stdin: bytes | None = b"",
+               timeout: float | None = None) -> ShellStream:
+        """`command` as a stream (ShellStream): its output as it comes."""
+        try:
+            return ShellStream(self.client, self.serial, command, stdin, timeout)
+        except (adbutils.AdbError, OSError) as exc:
+            raise self._error(f"shell {command}", exc) from exc
+
+    def push(self, files: list[tuple[Path, str, int]]) -> None:
+        """Every (local file, remote path, mode) in one sync session."""
+        try:
+            push_files(self.client, self.serial, files)
+        except (adbutils.AdbError, OSError) as exc:
+            names = ", ".join(remote for _, remote, _ in files[:4])
+            raise self._error(f"push {names}" + (" ..." if len(files) > 4 else ""),
+                              exc) from exc
+
+    # The adb server's view of the device -----------------------------------------------------
+    def features(self) -> str:
+        """The device's adbd features, comma-separated (`adb features`)."""
+        try:
+            return self.client.device(self.serial).get_features()
+        except (adbutils.AdbError, OSError) as exc:
+            raise self._error("features", exc) from exc
+
+    def state(self) -> str:
+        """The adb server's state of the device ("device" when usable)."""
+        try:
+            return self.client.device(self.serial).get_state()
+        except (adbutils.AdbError, OSError) as exc:
+            raise self._error("get-state", exc) from exc
+
+    def online(self) -> bool:
+        try:
+            return self.state() == "device"
+        except AdbError:
+            return False
+
+    def connect(self, timeout: float) -> str:
+        """`adb connect` a host:port device: the server's answer."""
+        try:
+            return (self.client.connect(self.serial, timeout=timeout) or "").strip()
+        except (adbutils.AdbError, OSError) as exc:
+            raise self._error(f"connect {self.serial}", exc) from exc
+
+    def disconnect(self) -> None:
+        try:
+            self.client.disconnect(self.serial)
+        except (adbutils.AdbError, OSError) as exc:
+            raise self._error(f"disconnect {self.serial}", exc) from exc
+
+    def wait_online(self, window: float, poll_s: float = 0.5) -> None:
+        """Wait up to `window` seconds for the adb server to report the device as "device".
+
+        A `host:port` device is `adb connect`ed again on every try whatever the last answer was
+        ("Connection refused" while a phone reboots says nothing about a second later); when
+        the server still holds a dead transport ("already connected" but offline) it is
+        disconnected first, which is faster than the server's own reconnect back-off. Raises
+        DeviceError saying how long it waited, how many connects it tried, what adb said last
+        and the last state."""
+        serial = self.serial
+        started = time.monotonic()
+        deadline = started + window
+        tries, answer = 0, ""
+        while True:
+            state = self._state_or_error()
+            if state == "device":
+                return
+            remaining = deadline - time.monotonic()
+            if ":" in serial and remaining > 0:
+                tries += 1
+                answer = self._connect_answer(timeout=max(1.0, min(5.0, remaining)))
+                if "already connected" in answer:
+                    self.disconnect()
+                    answer = self._connect_answer(timeout=max(1.0, min(5.0, remaining)))
+                if answer.startswith("connected to") or "already connected" in answer:
+                    # The transport needs a moment for its handshake before it reads "device".
+                    settle = min(2.0, max(0.0, deadline - time.monotonic()))
+                    end = time.monotonic() + settle
+                    while time.monotonic() < end:
+                        state = self._state_or_error()
+                        if state == "device":
+                            return
+                        time.sleep(0.05)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
+        waited = time.monotonic() - started
+        said = (f"; {tries} `adb connect` attempt(s), adb's last answer: {answer!r}"
+                if ":" in serial else "")
+        raise DeviceError(f"device {serial} is not online after waiting {waited:.1f} s "
+                          f"(window {window:g} s){said}; last state: {state}; check `adb "
+                          f"devices` (adb server {self.server})")
+
+    def _state_or_error(self) -> str:
+        """The device's state, or what adb said instead."""
+        try:
+            return self.state()
+        except AdbError as exc:
+            return exc.stderr
+
+    def _connect_answer(self, timeout: float) -> str:
+        try:
+            return self.connect(timeout)
+        except AdbError as exc:
+            return exc.stderr
