@@ -6,7 +6,27 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path, PurePosixPath
 
+from harness.errors import DeviceError
 from harness.qnn import dsp_heap
+
+
+def qnn_sdk_libraries(root: Path, target: str, htp_arch: int,
+                      dest: PurePosixPath) -> dict[Path, PurePosixPath]:
+    """The QAIRT SDK's libraries for HTP v`htp_arch` -> where they go below `dest`:
+    `lib/<target>/{libQnnHtp,libQnnSystem,libQnnHtpV<arch>Stub}.so` (target: aarch64-android
+    for a phone, an aarch64 Linux one for a board) and
+    `lib/hexagon-v<arch>/unsigned/libQnnHtpV<arch>Skel.so`. A missing file is a DeviceError
+    naming every missing one, because a device without its Skel fails only at the first load."""
+    host = root / "lib" / target
+    files = {host / "libQnnHtp.so": dest / "libQnnHtp.so",
+             host / "libQnnSystem.so": dest / "libQnnSystem.so",
+             host / f"libQnnHtpV{htp_arch}Stub.so": dest / f"libQnnHtpV{htp_arch}Stub.so",
+             root / "lib" / f"hexagon-v{htp_arch}" / "unsigned" / f"libQnnHtpV{htp_arch}Skel.so":
+                 dest / f"libQnnHtpV{htp_arch}Skel.so"}
+    missing = [str(p) for p in files if not p.is_file()]
+    if missing:
+        raise DeviceError(f"QNN SDK at {root} lacks {', '.join(missing)} (HTP v{htp_arch})")
+    return files
 
 
 def qnn_simulator_libraries(lib_dir: Path, workspace: PurePosixPath) -> dict[Path, PurePosixPath]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.adb.device import RUNNER_NAME, STDOUT_FILE, RunInterrupted
+from harness.devices.shell_device import RUNNER_NAME, STDOUT_FILE, RunInterrupted
 from harness.drive.driver import ScenarioDriver
 from harness.scenario import Scenario
 from harness.scenario.library import s1_two_modules, s4_cleanup_reload
@@ -115,7 +115,7 @@ def test_forks_give_what_processes_give_in_one_request_each(tmp_path, phone, hil
     try:
         warm = driver.run(simple(model, "warm"))
         assert [s.status for s in warm.steps] == ["ok", "ok", "ok"]
-        (_, server), = device._servers.values()
+        server, = device._servers.values()
         sent: list[dict] = []
         connections: list[str] = []
         real_send, real_connect = server.send, device.adb.client.make_connection
@@ -134,7 +134,7 @@ def test_forks_give_what_processes_give_in_one_request_each(tmp_path, phone, hil
         finally:
             del device.adb.client.make_connection
         assert len(sent) == 2 and connections == [], (sent, connections)
-        assert device._servers[True][1] is server and server.alive
+        assert device._servers[True] is server and server.alive
         device.isolation = "process"
         processes = [driver.run(sc, allow_crash=True)
                      for sc in (s1_two_modules(model, "A"), s4_cleanup_reload(model))]
@@ -163,11 +163,11 @@ def test_a_hung_fork_is_killed_with_its_group_and_the_server_goes_on(device, pho
     assert '"index": 0' in out.stdout  # what the fork wrote before it hung came back
     run_dir = next(on_host(phone, device, device.workspace / "runs").glob("*-hang"))
     assert not (run_dir / "runner.pid").exists()
-    server = device._servers[False][1]  # the server without QNN, for the XNNPACK program
+    server = device._servers[False]  # the server without QNN, for the XNNPACK program
     after = Scenario("after").load_module("A", compiled_model("xnn_convs", "fp32"))
     again = device.run(after.load_method("A", "conv_nobias"), tmp_path / "after", 300)
     assert again.returncode == 0 and not again.timed_out, again.stderr
-    assert device._servers[False][1] is server and server.alive
+    assert device._servers[False] is server and server.alive
 
 
 def test_a_crashed_fork_reports_its_signal_and_the_runs_logs(device, phone, tmp_path,
@@ -258,11 +258,11 @@ def test_a_changed_run_environment_gets_a_new_server(device, tmp_path, compiled_
     variables changed is served by a server started with them."""
     model = compiled_model("linear_relu")
     device.run(simple(model, "before"), tmp_path / "before", 300)
-    (_, first), = device._servers.values()
+    first, = device._servers.values()
     device.run_env = {**device.run_env, "HARNESS_TEST_VARIABLE": "1"}
     out = device.run(simple(model, "after"), tmp_path / "after", 300)
     assert out.returncode == 0, out.stderr
-    (_, second), = device._servers.values()
+    second, = device._servers.values()
     assert second is not first and second.pid != first.pid and not first.alive
 
 
@@ -276,7 +276,7 @@ def test_a_server_that_died_between_scenarios_is_replaced(device, tmp_path, comp
     the scenario)."""
     model = compiled_model("linear_relu")
     device.run(simple(model, "before"), tmp_path / "before", 300)
-    (_, first), = device._servers.values()
+    first, = device._servers.values()
     os.kill(first.pid, signal.SIGKILL)  # the loopback's device processes are this host's
     assert wait_gone(first.pid, 30)
     if end_seen:
@@ -290,7 +290,7 @@ def test_a_server_that_died_between_scenarios_is_replaced(device, tmp_path, comp
             lambda server: True if server is first else alive.fget(server)))
     out = device.run(simple(model, "after"), tmp_path / "after", 300)
     assert out.returncode == 0, out.stderr
-    (_, second), = device._servers.values()
+    second, = device._servers.values()
     assert second is not first and first.stream.closed and second.alive
     assert device.runs == {"fork": 2, "process": 0}
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.adb.device import RUNNER_NAME, RunInterrupted
+from harness.devices.shell_device import RUNNER_NAME, RunInterrupted
 from harness.drive.driver import ScenarioDriver
 from harness.errors import DeviceError
 from harness.loopback import LoopbackDevice, connect, start_server

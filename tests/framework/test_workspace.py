@@ -220,7 +220,7 @@ def full_runs(phone, tmp_path):
 
 @pytest.mark.parametrize("isolation", ["fork", "process"])
 def test_a_run_on_a_full_device_names_enospc(full_runs, isolation, tmp_path, compiled_model):
-    from harness.devices.adb.device import RunInterrupted
+    from harness.devices.shell_device import RunInterrupted
     from harness.drive.driver import ScenarioDriver
     from harness.scenario import Scenario
 

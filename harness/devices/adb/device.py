@@ -47,8 +47,6 @@ untrusted input.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import shlex
 import time
@@ -56,35 +54,31 @@ import uuid
 from pathlib import Path, PurePosixPath
 from collections.abc import Callable
 
-from harness import output_limit, storage
 from harness.qnn import dsp_heap
 from harness.cache import file_sha256
 from harness.config import SocConfig
 from harness.programs.compile import uses_qnn
-from harness.devices.adb.fork import REPLY_TIMEOUT_S, DeviceForkServer
+from harness.devices.adb.fork import DeviceForkServer
 from harness.devices.adb.identify import DeviceIdentity
 from harness.devices.adb.transport import AdbError, AdbProxy
 from harness.devices.base import DeviceInfo
-from harness.devices.shell_device import (PID_FILE, SCENARIO_FILE, STDERR_FILE, STDOUT_FILE,
-                                          TRACE_FILE, ShellDevice)
-from harness.devices.lease import DeviceLease, LeaseBusy
+from harness.devices.shell_device import (PID_FILE, RUNNER_NAME, SCENARIO_FILE, STDERR_FILE,
+                                          STDOUT_FILE, TRACE_FILE, RunInterrupted, ServedRunner,
+                                          ShellDevice)
+from harness.devices.lease import DeviceLease
 from harness.devices.payload import PushStats
 from harness.devices.remote_run import (  # their names here before the move
-    kill_in_directory as _kill_in_directory, kill_tree as _kill_tree, marker as _marker,
-    output_sizes as _output_sizes, print_outputs as _print_outputs, running_step,
-    safe_name as _safe, scenario_line as _scenario_line, split_outputs, tail as _tail,
+    marker as _marker, print_outputs as _print_outputs, safe_name as _safe, tail as _tail,
     to_int as _int)
 from harness.devices import workspace as ws_rules
 from harness.errors import DeviceError
 from harness.protocol.memory import ALLOCATOR_ENV
-from harness.protocol import run_ended
 from harness.qnn.sdk import TRACE_ENV
 from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
 from harness.scenario import Scenario
 
 WORKSPACE_BASE = ws_rules.ANDROID_SCRATCH
-RUNNER_NAME = "executorch_hil_runner"
 SHADOW_DIRS = ("/vendor/lib64", "/system/lib64", "/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp",
                "/system/lib/rfsa/adsp", "/odm/lib64")
 FASTRPC_NODES = ("/dev/fastrpc-cdsp", "/dev/fastrpc-cdsp-secure", "/dev/adsprpc-smd")
@@ -105,23 +99,13 @@ class _ServerEndedBeforeForking(Exception):
     """The device's fork server ended before it forked the scenario (nothing of it ran)."""
 
 
-class RunInterrupted(DeviceError):
-    """A run whose adb stream ended before the runner's exit was reported (the device dropped
-    off, or the connection did). It keeps what the run streamed until then and names the step
-    that was running, so the test's failure says where it stopped."""
-
-    def __init__(self, message: str, output: RunOutput, step: str) -> None:
-        super().__init__(message)
-        self.output = output
-        self.step = step
-
-
 # Phase 3: the device --------------------------------------------------------------------------------
 
 class AdbDevice(ShellDevice):
     # A scenario costs a round trip or more: big explorations take an evenly spaced sample.
     exploration_limit = 300
     transport_errors = (AdbError,)
+    kept_tail = "; the harness's own are removed"
 
     def _send(self, files: list[tuple[Path, PurePosixPath, int]]) -> None:
         """Every file in one sync session."""
@@ -135,51 +119,25 @@ class AdbDevice(ShellDevice):
                  isolation: str = "fork") -> None:
         """No I/O: everything comes in as arguments (the resolved config, the workspace, the
         session's options it uses); `setup` takes the device's lease and does the pushes."""
+        super().__init__(identity.serial, soc_config, workspace, artifacts_dir=artifacts_dir,
+                         keep_workspace=keep_workspace, reacquire_s=reacquire_s, notice=notice,
+                         lease_wait=lease_wait, isolation=isolation)
         self.adb = adb  # every adb call of the device goes through it
-        self.serial = identity.serial
         self.identity = identity
-        self.soc_config = soc_config
-        self.workspace = workspace
         self.adb_server: str | None = None  # --adb-server (or a place's), for replay commands
-        self.artifacts_dir = artifacts_dir
-        self.keep_workspace = keep_workspace
-        self.reacquire_s = reacquire_s
-        self.notice = notice or (lambda line: None)
-        self.lost: str | None = None
-        self.stats = PushStats()
-        self._remote_sha: dict[str, str] = {}  # remote path -> sha256 known to be there
-        self._reacquiring = False
-        self._scratch_made = False
-        self.lease_wait = lease_wait
         self.device_lease = DeviceLease(adb.server, self.serial, adb.sh, session=session_id,
                                         worker=worker, notice=self.notice)
-        details = {"model": identity.model.replace(" ", "_")}
-        if soc_source:
-            details["soc_from"] = soc_source.replace(" ", "_")
-        if identity.soc and identity.soc != soc_config.soc:
-            details["reported_soc"] = identity.soc
+        details = self._config_details({"model": identity.model.replace(" ", "_")}, soc_source,
+                                       identity.soc, soc_config.soc)
         self.info = DeviceInfo(self.serial, "adb", soc_config.soc, identity.abi, identity.android,
                                details)
-        self.runner_path = workspace / RUNNER_NAME  # what runs start (tests swap in scripts)
         self.runner_source: Path | None = None
         self.qnn_libraries: dict[Path, PurePosixPath] = {}
-        self.run_env: dict[str, str] = {}  # extra variables every run gets (the interposer's)
-        self.backends: tuple[str, ...] | None = None  # what the device's runtime registers
         self.preflight_report: dict = {}
-        # --scenario-isolation: "fork" runs each scenario as a fork of `harness-runner --serve`
-        # on the device (harness.devices.adb.fork), "process" starts a runner per scenario.
-        self.isolation = isolation
-        self.fork_refused = ""  # why the device's fork server could not serve, once it could not
-        self.runs = {"fork": 0, "process": 0}
-        self._servers: dict[bool, tuple[tuple, DeviceForkServer]] = {}  # QNN preloaded? ->
+        self._server_env: dict[bool, tuple] = {}  # the run variables each server started with
 
-    def sh(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
-        """Run a shell command (already quoted) and return (exit code, stdout+stderr)."""
-        self._check_not_lost()
-        try:
-            return self.adb.sh(command, timeout)
-        except AdbError as exc:
-            raise self._offline(f"`{command[:80]}`", exc) from exc
+    def _shell(self, command: str, timeout: float) -> tuple[int, str]:
+        return self.adb.sh(command, timeout)
 
     def prop(self, name: str) -> str:
         return self.sh(f"getprop {q(name)}")[1].strip()
@@ -214,32 +172,8 @@ class AdbDevice(ShellDevice):
         entries += [(path, remote, 0o644) for path, remote in self.qnn_libraries.items()]
         self._push_payload(entries)
 
-    def _remove_workspace(self) -> None:
-        """Remove what this harness wrote in the workspace (`harness.devices.workspace`: only
-        with its marker there, the directory itself only if it created it and it is empty)."""
-        pushed = [self.runner_path, *self.qnn_libraries.values()]
-        entries = ws_rules.top_entries(self.workspace, pushed) | {RUNNER_NAME}
-        out = self.sh(ws_rules.remove_script(self.workspace, entries), timeout=30)[1]
-        for line in out.splitlines():
-            if line.startswith("HARNESS_WS kept"):
-                left = line[len("HARNESS_WS kept"):].strip() or "entries"
-                self.notice(f"{self.serial}: workspace {self.workspace} kept: it holds files the "
-                            f"harness did not write ({left}); the harness's own are removed")
-            elif line.startswith("HARNESS_WS nomarker"):
-                self.notice(f"{self.serial}: workspace {self.workspace} kept: its "
-                            f"{ws_rules.MARKER} marker is gone, so nothing in it is removed")
-
-    def _leftover_script(self) -> str:
-        """Shell code that kills the process group of every runner whose pid file is still in
-        the workspace, if that process still runs in that run directory (so a reused pid is
-        never killed), and removes the pid files. Prints `HARNESS_KILLED <pid>` per kill."""
-        runs = q(str(self.workspace / "runs"))
-        return (f"for f in {runs}/*/{q(PID_FILE)}; do [ -f \"$f\" ] || continue; "
-                "p=$(cat \"$f\"); d=${f%/*}; rm -f \"$f\"; "
-                "case \"$p\" in ''|*[!0-9]*) continue;; esac; "
-                "if [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = \"$d\" ]; then "
-                f"{_kill_tree('$p')}; echo HARNESS_KILLED $p; fi; "
-                "done; true")
+    def _pushed(self) -> list[PurePosixPath]:
+        return list(self.qnn_libraries.values())
 
     # Preflight -----------------------------------------------------------------------------
     def preflight(self) -> list[str]:
@@ -286,18 +220,7 @@ class AdbDevice(ShellDevice):
 
     # Running -------------------------------------------------------------------------------
     def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
-        self._check_not_lost()
-        files = {p: self.workspace / "files" / f"{file_sha256(p)[:16]}-{p.name}" for p in scenario.files()}
-        before = dataclasses.replace(self.stats)
-        self.push_files(files)  # nothing to do (no adb call) once the session has pushed them
-        artifacts.mkdir(parents=True, exist_ok=True)
-        local_scenario = scenario.write(
-            artifacts / "scenario.json", lambda p: str(PurePosixPath("../..") / "files" / files[p].name))
-        # Named by content, like the files it uses: the same scenario in a later session on a
-        # kept workspace finds its directory and scenario file already there.
-        content = local_scenario.read_bytes()
-        sha = hashlib.sha256(content).hexdigest()
-        run_dir = self.workspace / "runs" / f"{sha[:16]}-{scenario.name}"
+        before, content, sha, run_dir = self._prepare_run(scenario, artifacts)
         for retry in (True, False):  # a second server when the first ended before forking
             server = self._fork_server(scenario)
             if server is None:
@@ -311,41 +234,25 @@ class AdbDevice(ShellDevice):
         nonce = uuid.uuid4().hex[:16]
         text, timed_out, pid, start, cut, stream_total = self._stream(
             self._run_command(run_dir, scenario_sha=sha, nonce=nonce), timeout, stdin=content)
-        text, sent = _scenario_line(text)
-        if sent == "written":
-            self.stats.pushed += 1
-        elif sent == "kept":
-            self.stats.skipped += 1
+        stdout, outputs, notes, sent, code = self._process_output(text, stream_total, nonce)
         if sent:
             self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
-        pushes = self._pushes(before)
-        stdout, outputs = split_outputs(text, nonce)
-        limit = output_limit.limit_bytes()
-        sizes = _output_sizes(text, nonce)
-        after = text.find(f"\nHARNESS_STDERR_{nonce}\n")
-        printed = stream_total - (len(text[after:].encode()) if after >= 0 else 0)
-        notes = output_limit.notes_over(
-            {"stdout": printed, "stderr": sizes[0], "the QNN trace": sizes[1]}, limit)
-        stdout = output_limit.trim(stdout, printed, limit)
-        exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
         if timed_out:
             self._kill_run(pid, run_dir)
             returncode = None
-        elif not exit_line:
+        elif code is None:
             raise self._interrupted(scenario, stdout, artifacts, pid, run_dir, cut)
         else:
-            code = int(exit_line[-1].split()[1])
-            returncode = -(code - 128) if code > 128 else code
+            returncode = code
         self.log.debug("scenario %s: %s (%d pushed)", scenario.name,
-                       "timed out" if timed_out else f"exit {returncode}", pushes["pushed"])
-        stderr, trace = outputs if outputs is not None else self._fetch_outputs(run_dir)
+                       "timed out" if timed_out else f"exit {returncode}",
+                       self.stats.pushed - before.pushed)
         logs = self._crash_logs(start) if returncode is None or returncode < 0 else {}
-        self.runs["process"] += 1
-        return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs, pushes,
-                         notes + self._failed_run_notes(returncode, stdout))
+        return self._process_result(returncode, stdout, outputs, run_dir, timed_out, notes, logs,
+                                    before)
 
     # Forks of a served runner (harness.devices.adb.fork) -----------------------------------
-    def _fork_server(self, scenario: Scenario) -> DeviceForkServer | None:
+    def _fork_server(self, scenario: Scenario) -> ServedRunner | None:
         """The device's fork server for this scenario (one with the QNN libraries loaded for
         scenarios with QNN programs, one without for the rest, as on the simulator), started on
         first use; None when scenarios run as processes: --scenario-isolation process, a test's
@@ -357,23 +264,21 @@ class AdbDevice(ShellDevice):
                                                for m in scenario.models.values())
         key = tuple(sorted(self.run_env.items()))  # the loader reads its variables at start
         held = self._servers.get(qnn)
-        if held is not None and held[0] == key and held[1].alive:
-            return held[1]
+        if held is not None and self._server_env.get(qnn) == key and held.alive:
+            return held
         if held is not None:
-            self._drop_server(held[1])
+            self._drop_server(held)
         try:
             server = DeviceForkServer(self.adb, self._serve_command(qnn), self.log)
         except ForkServerError as exc:
-            if not self._online():
-                return None  # the process path meets the drop and re-acquires the device
-            self.fork_refused = str(exc)
-            self.log.warning("fork server refused: %s", exc)
-            self.notice(f"{self.serial}: each scenario starts a new runner process, since the "
-                        f"runner's fork server could not serve there: {exc}")
+            if self._there():  # else the process path meets the drop and re-acquires the device
+                self.log.warning("fork server refused: %s", exc)
+                self._refuse_forks(exc)
             return None
         self.log.info("fork server %s ready on the device (preloaded %s)", server.pid,
                       ", ".join(server.preloaded) or "nothing")
-        self._servers[qnn] = (key, server)
+        self._servers[qnn] = server
+        self._server_env[qnn] = key
         return server
 
     def _serve_command(self, qnn: bool) -> str:
@@ -386,7 +291,7 @@ class AdbDevice(ShellDevice):
         return (f"cd {q(str(self.workspace / 'runs'))} && export {self._runner_variables()} && "
                 f"exec {q(str(self.runner_path))} --serve{preload}")
 
-    def _run_forked(self, server: DeviceForkServer, scenario: Scenario, artifacts: Path,
+    def _run_forked(self, server: ServedRunner, scenario: Scenario, artifacts: Path,
                     run_dir: PurePosixPath, content: bytes, sha: str, before: PushStats,
                     timeout: float, retry: bool = False) -> RunOutput:
         """One request: the run directory (names relative to the server's `runs/`), the
@@ -398,18 +303,17 @@ class AdbDevice(ShellDevice):
         there, raises _ServerEndedBeforeForking (the caller runs the scenario on a new server):
         a server killed while idle can still look alive, its end not yet through the adb
         server, and nothing of the scenario has run (a fork it made before it died is killed)."""
-        request = self._fork_request(run_dir, content)
         child: list[str] = []
         try:
-            started, done, timed_out = self._fork_exchange(server, request, run_dir, timeout,
-                                                           child, REPLY_TIMEOUT_S)
+            started, done, timed_out = self._fork_exchange(server, run_dir, content, timeout,
+                                                           child)
         except ForkServerError as exc:
             pid = child[0] if child else ""
             if pid:  # it forked, so it wrote the scenario file
                 self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
-            ended = server.stream.closed  # (not a refusal the server replied with)
+            ended = server.ended  # (not a refusal the server replied with)
             self._drop_server(server)
-            if retry and ended and not pid and self._online():
+            if retry and ended and not pid and self._there():
                 self._kill_run("", run_dir)  # a fork made just before the server died
                 raise _ServerEndedBeforeForking(str(exc)) from exc
             raise self._interrupted(scenario, "", artifacts, pid, run_dir, str(exc),
@@ -420,28 +324,7 @@ class AdbDevice(ShellDevice):
                        "timed out" if timed_out else f"exit {returncode}", child[0])
         logs = (self._crash_logs(started.get("time")) if returncode is None or returncode < 0
                 else {})
-        return self._fork_output(done, timed_out, request["read_limit"], logs, before)
-
-    def _failed_run_notes(self, returncode: int | None, stdout: str) -> list[str]:
-        """For a run that did not finish (no end event, killed, a signal): whether the
-        workspace's storage is full. A run that finished wrote all it had to."""
-        ended = run_ended(stdout)
-        if ended and returncode is not None and returncode >= 0:
-            return []
-        note = self._storage_note()
-        return [note] if note else []
-
-    def _storage_note(self) -> str:
-        """The workspace's filesystem is full (ENOSPC): its words, or "" (one `df` call)."""
-        try:
-            code, out = self.sh(f"df -k {q(str(self.workspace / 'runs'))} 2>/dev/null",
-                                timeout=15)
-        except DeviceError:
-            return ""
-        reading = storage.parse_df(out) if code == 0 else None
-        if reading is None:
-            return ""
-        return storage.full_note(f"{self.serial}:{self.workspace / 'runs'}", *reading)
+        return self._fork_output(done, timed_out, logs, before)
 
     def _read_back(self, path: PurePosixPath) -> str:
         """A file of an interrupted run (what its runner streamed), or "" when unreadable."""
@@ -449,15 +332,6 @@ class AdbDevice(ShellDevice):
             return self.adb.sh(f"cat {q(str(path))} 2>/dev/null", 30)[1]
         except AdbError:
             return ""
-
-    def _drop_server(self, server: DeviceForkServer) -> None:
-        server.close()
-        self._servers = {k: v for k, v in self._servers.items() if v[1] is not server}
-
-    def _close_servers(self) -> None:
-        for _, server in list(self._servers.values()):
-            server.close()
-        self._servers = {}
 
     def _run_command(self, run_dir: PurePosixPath, scenario_sha: str = "",
                      nonce: str = "") -> str:
@@ -519,9 +393,7 @@ class AdbDevice(ShellDevice):
             stream = self.adb.stream(command, stdin)
         except AdbError as exc:
             raise self._offline("starting the runner", exc) from exc
-        limit = output_limit.limit_bytes()
-        chunks = output_limit.CappedBuffer(limit, tail=limit - limit // 2 + 2 * limit + 65536)
-        errors = output_limit.CappedBuffer(65536)
+        _, chunks, errors = self._output_buffers()
         deadline = time.monotonic() + timeout
         timed_out, cut = False, ""
         try:
@@ -548,23 +420,13 @@ class AdbDevice(ShellDevice):
         return (text, timed_out, _marker(text, "HARNESS_PID"),
                 _int(_marker(text, "HARNESS_START")), cut, chunks.total)
 
-    def _kill_run(self, pid: str, run_dir: PurePosixPath) -> None:
-        """Kill a run that timed out or whose end never reached the host: its process group
-        when its pid did, and every process still in its run directory: a child that left the
-        group with `setsid`, or any process of a run whose stream was cut before the pid
-        reached the host or the shell wrote the pid file. The directory is this run's alone:
-        named by the scenario, in this session's workspace, on a device the lease keeps other
-        sessions off. One `ls` of the processes' cwd links, not a command per process."""
-        known = f"{_kill_tree(pid)}; " if pid.isdigit() else ""
-        self.sh(f"{known}{_kill_in_directory(run_dir)}; rm -f {q(str(run_dir / PID_FILE))}; true")
-
     def _interrupted(self, scenario: Scenario, stdout: str, artifacts: Path, pid: str,
                      run_dir: PurePosixPath, cut: str,
                      stdout_file: PurePosixPath | None = None) -> RunInterrupted:
         """The stream ended without the runner's exit: keep what it streamed (a fork's
         `stdout_file` on the device, read once the device is there), name the step, and
         kill the run's processes once the device is there (re-acquired if it went away)."""
-        online = self._online()
+        online = self._there()
         lost = None if online else self._offline(f"scenario {scenario.name}", None)
         # A cut stream usually means the device's transport was cut, and every stream held
         # over it with it (an idle fork server's too, its end maybe not through the adb server
@@ -572,12 +434,7 @@ class AdbDevice(ShellDevice):
         self._close_servers()
         if stdout_file is not None and not self.lost:
             stdout = self._read_back(stdout_file)
-        (artifacts / "runner.stdout").write_text(stdout)
-        step = running_step(scenario, stdout)
-        output = RunOutput(None, stdout, "", runner="native")
-        kept = (f"the run of scenario {scenario.name} was interrupted during {step}; the "
-                f"{len(stdout.splitlines())} lines it streamed are kept in "
-                f"{artifacts / 'runner.stdout'}")
+        output, step, kept = self._interruption(scenario, stdout, artifacts)
         if not self.lost:  # there, or back (re-acquiring killed runners with a pid file)
             try:
                 self._kill_run(pid, run_dir)
@@ -613,40 +470,21 @@ class AdbDevice(ShellDevice):
         return logs
 
     # Offline handling ----------------------------------------------------------------------
-    def _online(self) -> bool:
+    def _there(self) -> bool:
         return self.adb.online()
 
-    def _offline(self, what: str, exc: Exception | None) -> DeviceError:
-        """The device dropped: re-acquire it for the full window (re-installing the workspace
-        and killing the interrupted runner), and fail this test either way. A device still
-        there fails with the adb call's AdbError, saying `what` it was doing."""
-        why = f" ({exc.reason if isinstance(exc, AdbError) else exc})" if exc else ""
-        if self._reacquiring or self._online():
-            if isinstance(exc, AdbError):
-                return exc.while_(what)
-            return DeviceError(f"{self.serial}: {what} failed{why}")
-        self._reacquiring = True
-        self.log.warning("offline during %s%s; waiting up to %.0f s for it to come back", what,
-                         why, self.reacquire_s)
-        try:
-            self.adb.wait_online(self.reacquire_s)
-            self._close_servers()  # their streams went with the device
-            self._remote_sha.clear()  # a restarted device may have lost files
-            self.device_lease.acquire(0)  # still ours (or taken over meanwhile: then lost)
-            self._install()
-        except LeaseBusy as taken:
-            self.lost = (f"{self.serial} went offline during {what}{why}; it came back, but "
-                         f"another session holds it now: {taken}")
-            return DeviceError(self.lost)
-        except DeviceError as gone:
-            self.lost = (f"{self.serial} went offline during {what}{why} and did not come back "
-                         f"within the {self.reacquire_s:.0f} s re-acquire window: {gone}")
-            return DeviceError(self.lost)
-        finally:
-            self._reacquiring = False
-        self.log.info("back online; workspace re-installed, the session goes on")
-        return DeviceError(f"{self.serial} went offline during {what}{why}; it is back, the "
-                           "session goes on")
+    def _reconnect(self) -> None:
+        self.adb.wait_online(self.reacquire_s)
+        self._close_servers()  # their streams went with the device
+
+    def _words(self, exc: Exception) -> str:
+        return exc.reason if isinstance(exc, AdbError) else str(exc)
+
+    def _failed(self, what: str, exc: Exception | None, why: str) -> DeviceError:
+        """A device still there fails with the adb call's AdbError, saying `what` it did."""
+        if isinstance(exc, AdbError):
+            return exc.while_(what)
+        return super()._failed(what, exc, why)
 
     def replay_args(self) -> list[str]:
         return ["--device", self.serial] + (["--adb-server", self.adb_server]
@@ -656,18 +494,4 @@ class AdbDevice(ShellDevice):
         how = ("a fork of harness-runner --serve on the device" if self.isolation == "fork"
                else "a new process")
         return f"{self.runner_kind}; each scenario {how}"
-
-    def close(self) -> None:
-        """Remove the workspace (unless kept, or the device is lost) and release the lease."""
-        self._close_servers()
-        try:
-            if not self.lost:  # runners still running (the session was interrupted, SIGTERM)
-                self.sh(f"{_kill_in_directory(self.workspace / 'runs', below=True)}; true",
-                        timeout=30)
-            if not (self.lost or self.keep_workspace):
-                self._remove_workspace()
-        except DeviceError:
-            pass
-        finally:
-            self.device_lease.release()
 

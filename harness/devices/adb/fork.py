@@ -21,36 +21,27 @@ from __future__ import annotations
 import json
 import logging
 import select
-import time
 
 from harness.devices.adb.transport import AdbError, AdbProxy
-from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
-
-START_TIMEOUT_S = 120.0  # loading the libraries on a busy device
-REPLY_TIMEOUT_S = 30.0  # for a fork (or a killed fork's end) to be reported
-LOG_LIMIT = 16 * 1024  # of what the server and its libraries wrote on stderr
+from harness.devices.shell_device import ServedRunner
+from harness.runner.fork_server import ForkServerError
 
 
-class DeviceForkServer:
+class DeviceForkServer(ServedRunner):
     """One `harness-runner --serve` on a device; one scenario at a time (an adb device runs
     its scenarios one after another)."""
 
+    where = "the device's fork server"
+
     def __init__(self, adb: AdbProxy, command: str,
                  log: logging.LoggerAdapter | logging.Logger) -> None:
+        super().__init__()
         self.log = log
-        self._lines = bytearray()
-        self._stderr = bytearray()
         try:
             self.stream = adb.stream(command, stdin=None)
         except AdbError as exc:
             raise ForkServerError(f"cannot start the fork server: {exc}") from exc
-        ready = self.reply(START_TIMEOUT_S)
-        if not is_ready(ready):
-            self.close()
-            raise not_started("the device's fork server", ready, self.log_tail())
-        self.pid = ready["ready"]
-        self.threads = ready.get("threads")
-        self.preloaded = ready.get("preloaded", [])
+        self._await_ready()
 
     def send(self, request: dict) -> None:
         try:
@@ -59,21 +50,12 @@ class DeviceForkServer:
             self.stream.closed = True
             raise ForkServerError(f"the device's fork server is gone ({exc})") from exc
 
-    def reply(self, timeout: float) -> dict | None:
-        """The next reply line, or None when none came within `timeout`. ForkServerError when
-        the stream ended (the server exited, the device or the adb server dropped it)."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._lines:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            if self.stream.closed:
-                raise ForkServerError(f"the device's fork server ended (exit "
-                                      f"{self.stream.exit_code}); its log: {self.log_tail()}")
-            self._pump(min(left, 5.0))
-        line, _, rest = bytes(self._lines).partition(b"\n")
-        self._lines = bytearray(rest)
-        return parse_reply(line, "the device's fork server")
+    @property
+    def ended(self) -> bool:
+        return self.stream.closed
+
+    def _exit_text(self) -> str:
+        return f"exit {self.stream.exit_code}"
 
     def _pump(self, timeout: float) -> None:
         """Take what the stream brings within `timeout` (replies, the server's log, its end)."""
@@ -86,10 +68,7 @@ class DeviceForkServer:
             raise ForkServerError(f"the stream to the device's fork server was cut "
                                   f"({exc or type(exc).__name__})") from exc
         self._lines += out
-        self._stderr = (self._stderr + err)[-LOG_LIMIT:]
-
-    def log_tail(self, limit: int = 2000) -> str:
-        return self._stderr.decode("utf-8", "replace")[-limit:].strip() or "(empty)"
+        self._log(err)
 
     @property
     def alive(self) -> bool:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from harness.devices.adb.identify import LOOPBACK_PRODUCT, DeviceIdentity
-from harness.devices.payload import Payload, qnn_simulator_libraries
+from harness.devices.payload import Payload, qnn_sdk_libraries, qnn_simulator_libraries
 from harness.errors import DeviceError
 from harness.qnn import dsp_heap
 from harness.runner.select import DeviceBuild
@@ -16,21 +16,9 @@ from harness.runner.select import DeviceBuild
 
 def qnn_device_libraries(sdk_root: Path, htp_arch: int,
                          workspace: PurePosixPath) -> dict[Path, PurePosixPath]:
-    """The QAIRT SDK's arm64 libraries for HTP v`htp_arch` -> where they go in the workspace:
-    `lib/aarch64-android/{libQnnHtp,libQnnSystem,libQnnHtpV<arch>Stub}.so` and
-    `lib/hexagon-v<arch>/unsigned/libQnnHtpV<arch>Skel.so`. A missing file is a DeviceError
-    naming every missing one, because a phone without its Skel fails only at the first load."""
-    root = Path(sdk_root)
-    android = root / "lib" / "aarch64-android"
-    files = {android / "libQnnHtp.so": workspace / "libQnnHtp.so",
-             android / "libQnnSystem.so": workspace / "libQnnSystem.so",
-             android / f"libQnnHtpV{htp_arch}Stub.so": workspace / f"libQnnHtpV{htp_arch}Stub.so",
-             root / "lib" / f"hexagon-v{htp_arch}" / "unsigned" / f"libQnnHtpV{htp_arch}Skel.so":
-                 workspace / f"libQnnHtpV{htp_arch}Skel.so"}
-    missing = [str(p) for p in files if not p.is_file()]
-    if missing:
-        raise DeviceError(f"QNN SDK at {root} lacks {', '.join(missing)} (HTP v{htp_arch})")
-    return files
+    """The QAIRT SDK's arm64 Android libraries for HTP v`htp_arch` -> where they go in the
+    workspace (`qnn_sdk_libraries` of lib/aarch64-android)."""
+    return qnn_sdk_libraries(Path(sdk_root), "aarch64-android", htp_arch, workspace)
 
 
 def qnn_libraries(abi: str, htp_arch: int, workspace: PurePosixPath, *, sdk_root: str | None,

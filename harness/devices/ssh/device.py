@@ -21,8 +21,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import select
 import time
@@ -30,33 +28,27 @@ import uuid
 from pathlib import Path, PurePosixPath
 from collections.abc import Callable
 
-from harness import output_limit, storage
 from harness.process import piped
 from harness.cache import file_sha256
 from harness.programs.compile import uses_qnn
 from harness.config import SocConfig
-from harness.devices import workspace as ws_rules
 from harness.devices.base import DeviceInfo
-from harness.devices.shell_device import (PID_FILE, STDERR_FILE, STDOUT_FILE,
-                                          TRACE_FILE, ShellDevice)
-from harness.devices.lease import DeviceLease, LeaseBusy
+from harness.devices.shell_device import (PID_FILE, RUNNER_NAME, STDERR_FILE, STDOUT_FILE,
+                                          TRACE_FILE, RunInterrupted, ServedRunner, ShellDevice)
+from harness.devices.lease import DeviceLease
 from harness.devices.payload import Payload, PushStats
-from harness.devices.remote_run import (kill_in_directory, kill_tree, marker, output_sizes,
-                                        print_outputs, running_step, safe_name, scenario_line,
-                                        split_outputs, tail, to_int)
-from harness.devices.ssh.fork import REPLY_TIMEOUT_S, BoardForkServer
+from harness.devices.remote_run import marker, print_outputs, safe_name, tail, to_int
+from harness.devices.ssh.fork import BoardForkServer
 from harness.devices.ssh.identify import BoardIdentity
 from harness.devices.ssh.payload import QNN_DIR
 from harness.devices.ssh.transport import SshError, SshTransport, q
 from harness.errors import DeviceError
 from harness.protocol.memory import ALLOCATOR_ENV
-from harness.protocol import run_ended
 from harness.qnn.sdk import TRACE_ENV
 from harness.results.run import RunOutput
 from harness.runner.fork_server import ForkServerError
 from harness.scenario import Scenario
 
-RUNNER_NAME = "executorch_hil_runner"
 ROOT_NAME = ".executorch-hil"  # below the board user's home: the only place workspaces go
 LEASE_DIR = "/tmp/.executorch-hil-lease"
 CONNECT_S = 10.0
@@ -77,19 +69,15 @@ def new_workspace(root: PurePosixPath, worker: str) -> PurePosixPath:
     return root / f"ws-{uuid.uuid4().hex[:8]}-{worker}"
 
 
-class RunInterrupted(DeviceError):
-    """The connection ended before the runner's exit was reported; keeps what the run wrote."""
-
-    def __init__(self, message: str, output: RunOutput, step: str) -> None:
-        super().__init__(message)
-        self.output = output
-        self.step = step
-
-
 class SshDevice(ShellDevice):
     exploration_limit: int | None = EXPLORATION_LIMIT
     transport_errors = (SshError,)
     noun = "board"
+    dropped = "{serial}: the connection dropped during {what}{why}"
+    came_back = "the board came back"
+    not_back = "the board did not answer again"
+    waiting_log = "connection lost during %s%s; waiting up to %.0f s"
+    remove_timeout_s = 60.0
 
     def _send(self, files: list[tuple[Path, PurePosixPath, int]]) -> None:
         """Every file in one tar stream below the workspace."""
@@ -103,24 +91,14 @@ class SshDevice(ShellDevice):
                  isolation: str = "fork", machine: str | None = None,
                  machine_source: str = "uname -m", lease_dir: str = LEASE_DIR) -> None:
         """No I/O: `setup` takes the lease, creates the workspace and pushes."""
+        super().__init__(transport.target.text, soc_config, workspace,
+                         artifacts_dir=artifacts_dir, keep_workspace=keep_workspace,
+                         reacquire_s=reacquire_s, notice=notice, lease_wait=lease_wait,
+                         isolation=isolation)
         self.transport = transport
         self.identity = identity
-        self.serial = transport.target.text
-        self.soc_config = soc_config
-        self.workspace = workspace
         self.root = root
-        self.artifacts_dir = artifacts_dir
-        self.keep_workspace = keep_workspace
-        self.reacquire_s = reacquire_s
-        self.notice = notice or (lambda line: None)
-        self.isolation = isolation
         self.machine = machine or identity.machine
-        self.lost: str | None = None
-        self.stats = PushStats()
-        self._remote_sha: dict[str, str] = {}
-        self._reacquiring = False
-        self._scratch_made = False
-        self.lease_wait = lease_wait
         self.device_lease = DeviceLease(f"ssh:{self.serial}", self.serial, self.transport.run,
                                         session=session_id, worker=worker, notice=self.notice,
                                         lease_dir=lease_dir)
@@ -130,20 +108,11 @@ class SshDevice(ShellDevice):
             details["model"] = identity.model.replace(" ", "_")
         if identity.soc_id:
             details["soc_id"] = identity.soc_id
-        if soc_source:
-            details["soc_from"] = soc_source.replace(" ", "_")
-        if identity.soc and identity.soc != soc_config.soc:
-            details["reported_soc"] = identity.soc
+        self._config_details(details, soc_source, identity.soc, soc_config.soc)
         if self.machine != identity.machine:
             details["arch_from"] = f"{machine_source}(uname_-m:{identity.machine})"
         self.info = DeviceInfo(self.serial, "ssh", soc_config.soc, self.machine, "", details)
-        self.runner_path = workspace / RUNNER_NAME
         self.payload: Payload | None = None
-        self.run_env: dict[str, str] = {}
-        self.backends: tuple[str, ...] | None = None
-        self.fork_refused = ""
-        self.runs = {"fork": 0, "process": 0}
-        self._servers: dict[bool, BoardForkServer] = {}
         self.evidence_unavailable: dict[str, str] = {}
 
     # The contract's small parts ------------------------------------------------------------
@@ -156,13 +125,9 @@ class SshDevice(ShellDevice):
         return f"{self.runner_kind}; each scenario {how}"
 
     # Shell ---------------------------------------------------------------------------------
-    def sh(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
-        """A command on the board (already quoted); a dropped connection is re-acquired."""
-        self._check_not_lost()
-        try:
-            return self.transport.run(command, timeout)
-        except SshError as exc:
-            raise self._offline(f"`{command[:80]}`", exc) from exc
+    def _shell(self, command: str, timeout: float) -> tuple[int, str]:
+        """A command on the board (already quoted), over the session's connection."""
+        return self.transport.run(command, timeout)
 
     # Set-up --------------------------------------------------------------------------------
     def setup(self, payload: Payload) -> None:
@@ -189,6 +154,9 @@ class SshDevice(ShellDevice):
         entries += [(p, r, 0o644) for p, r in (payload.files.items() if payload else ())]
         self._push_payload(entries)
 
+    def _pushed(self) -> list[PurePosixPath]:
+        return list(self.payload.files.values()) if self.payload else []
+
     def _refusal(self, text: str) -> str:
         return text.replace("`adb shell rm -r", f"`ssh {self.transport.target.ssh_host} rm -r")
 
@@ -202,14 +170,6 @@ class SshDevice(ShellDevice):
                               f"(uname -m says {self.identity.machine}; exit {code}: "
                               f"{out.strip()[-300:]}); for an x86_64 host standing in for an "
                               "aarch64 board register qemu-aarch64 with binfmt_misc")
-
-    def _leftover_script(self) -> str:
-        runs = q(str(self.workspace / "runs"))
-        return (f"for f in {runs}/*/{q(PID_FILE)}; do [ -f \"$f\" ] || continue; "
-                "p=$(cat \"$f\"); d=${f%/*}; rm -f \"$f\"; "
-                "case \"$p\" in ''|*[!0-9]*) continue;; esac; "
-                "if [ \"$(readlink /proc/$p/cwd 2>/dev/null)\" = \"$d\" ]; then "
-                f"{kill_tree('$p')}; echo HARNESS_KILLED $p; fi; done; true")
 
     # Preflight -----------------------------------------------------------------------------
     def preflight(self) -> list[str]:
@@ -239,17 +199,7 @@ class SshDevice(ShellDevice):
 
     # Running -------------------------------------------------------------------------------
     def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
-        self._check_not_lost()
-        files = {p: self.workspace / "files" / f"{file_sha256(p)[:16]}-{p.name}"
-                 for p in scenario.files()}
-        before = dataclasses.replace(self.stats)
-        self.push_files(files)
-        artifacts.mkdir(parents=True, exist_ok=True)
-        local = scenario.write(artifacts / "scenario.json",
-                               lambda p: str(PurePosixPath("../..") / "files" / files[p].name))
-        content = local.read_bytes()
-        sha = hashlib.sha256(content).hexdigest()
-        run_dir = self.workspace / "runs" / f"{sha[:16]}-{scenario.name}"
+        before, content, _, run_dir = self._prepare_run(scenario, artifacts)
         server = self._fork_server(scenario)
         if server is not None:
             return self._run_forked(server, scenario, artifacts, run_dir, content, before,
@@ -265,7 +215,7 @@ class SshDevice(ShellDevice):
                              for k, v in sorted({**ALLOCATOR_ENV, **self.run_env}.items()))
 
     # Forks ---------------------------------------------------------------------------------
-    def _fork_server(self, scenario: Scenario) -> BoardForkServer | None:
+    def _fork_server(self, scenario: Scenario) -> ServedRunner | None:
         if (self.isolation != "fork" or self.fork_refused or scenario.fresh_process
                 or self.runner_path != self.workspace / RUNNER_NAME or self.payload is None):
             return None
@@ -275,8 +225,7 @@ class SshDevice(ShellDevice):
         if server is not None and server.alive:
             return server
         if server is not None:
-            server.close()
-            self._servers.pop(qnn, None)
+            self._drop_server(server)
         preload = (' --preload libQnnHtp.so --preload "$HARNESS_QNN_REAL_HTP" '
                    '--preload libQnnSystem.so') if qnn else ""
         command = (f"cd {q(str(self.workspace / 'runs'))} && ulimit -c unlimited 2>/dev/null; "
@@ -286,37 +235,27 @@ class SshDevice(ShellDevice):
         try:
             server = BoardForkServer(self.transport.popen(command), self.log)
         except (ForkServerError, SshError) as exc:
-            if not self.transport.check():
-                return None  # the process path meets the drop and re-acquires the board
-            self.fork_refused = str(exc)
-            self.notice(f"{self.serial}: each scenario starts a new runner process, since the "
-                        f"runner's fork server could not serve there: {exc}")
+            if self._there():  # else the process path meets the drop and re-acquires the board
+                self._refuse_forks(exc)
             return None
         self._servers[qnn] = server
         return server
 
-    def _close_servers(self) -> None:
-        for server in self._servers.values():
-            server.close()
-        self._servers = {}
-
-    def _run_forked(self, server: BoardForkServer, scenario: Scenario, artifacts: Path,
+    def _run_forked(self, server: ServedRunner, scenario: Scenario, artifacts: Path,
                     run_dir: PurePosixPath, content: bytes, before: PushStats,
                     timeout: float) -> RunOutput:
-        request = self._fork_request(run_dir, content)
         child: list[str] = []
         try:
-            started, done, timed_out = self._fork_exchange(server, request, run_dir, timeout,
-                                                           child, REPLY_TIMEOUT_S)
+            started, done, timed_out = self._fork_exchange(server, run_dir, content, timeout,
+                                                           child)
         except ForkServerError as exc:
-            server.close()
-            self._servers = {k: v for k, v in self._servers.items() if v is not server}
+            self._drop_server(server)
             raise self._interrupted(scenario, artifacts, child[0] if child else "", run_dir,
                                     str(exc)) from exc
         returncode = self._fork_returncode(done, timed_out)
         logs = (self._crash_logs(started.get("time"), run_dir)
                 if returncode is None or returncode < 0 else {})
-        return self._fork_output(done, timed_out, request["read_limit"], logs, before)
+        return self._fork_output(done, timed_out, logs, before)
 
     # Processes -----------------------------------------------------------------------------
     def _run_command(self, run_dir: PurePosixPath, nonce: str) -> str:
@@ -344,9 +283,7 @@ class SshDevice(ShellDevice):
             proc = self.transport.popen(self._run_command(run_dir, nonce))
         except SshError as exc:
             raise self._offline("starting the runner", exc) from exc
-        limit = output_limit.limit_bytes()
-        chunks = output_limit.CappedBuffer(limit, tail=limit - limit // 2 + 2 * limit + 65536)
-        errors = output_limit.CappedBuffer(65536)
+        _, chunks, errors = self._output_buffers()
         deadline = time.monotonic() + timeout
         timed_out = False
         try:
@@ -372,53 +309,19 @@ class SshDevice(ShellDevice):
         if timed_out:
             proc.kill()
         proc.wait()
-        text, sent = scenario_line(text)
-        if sent == "written":
-            self.stats.pushed += 1
-        elif sent == "kept":
-            self.stats.skipped += 1
-        stdout, outputs = split_outputs(text, nonce)
-        sizes = output_sizes(text, nonce)
-        after = text.find(f"\nHARNESS_STDERR_{nonce}\n")
-        printed = chunks.total - (len(text[after:].encode()) if after >= 0 else 0)
-        notes = output_limit.notes_over(
-            {"stdout": printed, "stderr": sizes[0], "the QNN trace": sizes[1]}, limit)
-        stdout = output_limit.trim(stdout, printed, limit)
-        exit_line = [l for l in stdout.splitlines() if l.startswith("HARNESS_EXIT ")]
+        stdout, outputs, notes, _, code = self._process_output(text, chunks.total, nonce)
         start = to_int(marker(stdout, "HARNESS_START"))
         if timed_out:
             self._kill_run(pid, run_dir)
             returncode = None
-        elif not exit_line:
+        elif code is None:
             cut = errors.text().strip()[-300:] or f"ssh exit {proc.returncode}"
             raise self._interrupted(scenario, artifacts, pid, run_dir, cut, stdout)
         else:
-            code = int(exit_line[-1].split()[1])
-            returncode = -(code - 128) if code > 128 else code
-        stderr, trace = outputs if outputs is not None else self._fetch_outputs(run_dir)
+            returncode = code
         logs = self._crash_logs(start, run_dir) if returncode is None or returncode < 0 else {}
-        self.runs["process"] += 1
-        return RunOutput(returncode, stdout, stderr, trace, timed_out, "native", logs,
-                         self._pushes(before), notes + self._failed_run_notes(returncode, stdout))
-
-    def _kill_run(self, pid: str, run_dir: PurePosixPath) -> None:
-        """The run's process group (its pid leads one) and every process still in its run
-        directory (a child that left the group, a run whose pid never reached the host)."""
-        known = f"{kill_tree(pid)}; " if pid.isdigit() else ""
-        self.sh(f"{known}{kill_in_directory(run_dir)}; rm -f {q(str(run_dir / PID_FILE))}; true")
-
-    def _failed_run_notes(self, returncode: int | None, stdout: str) -> list[str]:
-        ended = run_ended(stdout)
-        if ended and returncode is not None and returncode >= 0:
-            return []
-        try:
-            code, out = self.sh(f"df -k {q(str(self.workspace / 'runs'))} 2>/dev/null", 15)
-        except DeviceError:
-            return []
-        reading = storage.parse_df(out) if code == 0 else None
-        note = storage.full_note(f"{self.serial}:{self.workspace / 'runs'}", *reading) \
-            if reading else ""
-        return [note] if note else []
+        return self._process_result(returncode, stdout, outputs, run_dir, timed_out, notes, logs,
+                                    before)
 
     def _interrupted(self, scenario: Scenario, artifacts: Path, pid: str,
                      run_dir: PurePosixPath, cut: str, stdout: str = "") -> RunInterrupted:
@@ -435,12 +338,7 @@ class SshDevice(ShellDevice):
                 self._kill_run(pid, run_dir)
             except DeviceError:
                 pass
-        (artifacts / "runner.stdout").write_text(stdout)
-        step = running_step(scenario, stdout)
-        output = RunOutput(None, stdout, "", runner="native")
-        kept = (f"the run of scenario {scenario.name} was interrupted during {step}; the "
-                f"{len(stdout.splitlines())} lines it streamed are kept in "
-                f"{artifacts / 'runner.stdout'}")
+        output, step, kept = self._interruption(scenario, stdout, artifacts)
         if lost is None:
             return RunInterrupted(f"{self.serial}: the runner's exit status never reached the "
                                   f"host ({cut}); {kept}", output, step)
@@ -496,61 +394,17 @@ class SshDevice(ShellDevice):
         return logs
 
     # Dropped connections -------------------------------------------------------------------
-    def _offline(self, what: str, exc: Exception | None) -> DeviceError:
-        """The connection dropped: a new one within the window (lease kept, workspace
-        re-installed), and this call fails either way; after the window, every later one."""
-        why = f" ({exc})" if exc else ""
-        if self._reacquiring or self.transport.check():
-            return DeviceError(f"{self.serial}: {what} failed{why}")
-        self._reacquiring = True
-        self.log.warning("connection lost during %s%s; waiting up to %.0f s", what, why,
-                         self.reacquire_s)
-        try:
-            self._close_servers()
-            self.transport.reconnect(self.reacquire_s)
-            self._remote_sha.clear()
-            self.device_lease.acquire(0)
-            self._install()
-        except LeaseBusy as taken:
-            self.lost = (f"{self.serial}: the connection dropped during {what}{why}; the "
-                         f"board came back, but another session holds it now: {taken}")
-            return DeviceError(self.lost)
-        except DeviceError as gone:
-            self.lost = (f"{self.serial}: the connection dropped during {what}{why} and the "
-                         f"board did not answer again within the {self.reacquire_s:.0f} s "
-                         f"re-acquire window: {gone}")
-            return DeviceError(self.lost)
-        finally:
-            self._reacquiring = False
+    def _there(self) -> bool:
+        return self.transport.check()
+
+    def _reconnect(self) -> None:
+        self._close_servers()
+        self.transport.reconnect(self.reacquire_s)
+
+    def _back(self, what: str) -> None:
         self.notice(f"{self.serial}: the ssh connection dropped during {what} and was "
                     "re-established; the session went on")
-        return DeviceError(f"{self.serial}: the connection dropped during {what}{why}; it is "
-                           "back, the session goes on")
 
     # End -----------------------------------------------------------------------------------
-    def _remove_workspace(self) -> None:
-        pushed = [self.runner_path, *(self.payload.files.values() if self.payload else ())]
-        entries = ws_rules.top_entries(self.workspace, pushed) | {RUNNER_NAME}
-        out = self.sh(ws_rules.remove_script(self.workspace, entries), timeout=60)[1]
-        for line in out.splitlines():
-            if line.startswith("HARNESS_WS kept"):
-                self.notice(f"{self.serial}: workspace {self.workspace} kept: it holds files "
-                            f"the harness did not write ({line[15:].strip() or 'entries'})")
-            elif line.startswith("HARNESS_WS nomarker"):
-                self.notice(f"{self.serial}: workspace {self.workspace} kept: its "
-                            f"{ws_rules.MARKER} marker is gone, so nothing in it is removed")
-
-    def close(self) -> None:
-        """Stop the fork servers, kill runners left running, remove the workspace (unless
-        kept or the board is lost), release the lease, close the connection."""
-        self._close_servers()
-        try:
-            if not self.lost:
-                self.sh(f"{kill_in_directory(self.workspace / 'runs', below=True)}; true", 30)
-                if not self.keep_workspace:
-                    self._remove_workspace()
-        except DeviceError:
-            pass
-        finally:
-            self.device_lease.release()
-            self.transport.close()
+    def _disconnect(self) -> None:
+        self.transport.close()

@@ -9,31 +9,23 @@ import logging
 import os
 import select
 import subprocess
-import time
 
+from harness.devices.shell_device import ServedRunner
 from harness.process import piped
-from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
-
-START_TIMEOUT_S = 120.0  # loading the libraries on a busy board
-REPLY_TIMEOUT_S = 30.0  # for a fork (or a killed fork's end) to be reported
-LOG_LIMIT = 16 * 1024
+from harness.runner.fork_server import ForkServerError
 
 
-class BoardForkServer:
+class BoardForkServer(ServedRunner):
     """One served runner; one scenario at a time (a board runs its scenarios in turn)."""
 
+    where = "the board's fork server"
+
     def __init__(self, proc: subprocess.Popen[bytes], log: logging.LoggerAdapter | logging.Logger):
+        super().__init__()
         self.proc = proc
         self.log = log
-        self._lines = bytearray()
-        self._stderr = bytearray()
         self.closed = False
-        ready = self.reply(START_TIMEOUT_S)
-        if not is_ready(ready):
-            self.close()
-            raise not_started("the board's fork server", ready, self.log_tail())
-        self.pid = ready["ready"]
-        self.preloaded = ready.get("preloaded", [])
+        self._await_ready()
 
     def send(self, request: dict) -> None:
         try:
@@ -43,21 +35,12 @@ class BoardForkServer:
             self.closed = True
             raise ForkServerError(f"the board's fork server is gone ({exc})") from exc
 
-    def reply(self, timeout: float) -> dict | None:
-        """The next reply, None when none came within `timeout`; ForkServerError when the
-        stream ended (the server exited, the connection dropped)."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._lines:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            if self.closed:
-                raise ForkServerError(f"the board's fork server ended (ssh exit "
-                                      f"{self.proc.poll()}); its log: {self.log_tail()}")
-            self._pump(min(left, 5.0))
-        line, _, rest = bytes(self._lines).partition(b"\n")
-        self._lines = bytearray(rest)
-        return parse_reply(line, "the board's fork server")
+    @property
+    def ended(self) -> bool:
+        return self.closed
+
+    def _exit_text(self) -> str:
+        return f"ssh exit {self.proc.poll()}"
 
     def _pump(self, timeout: float) -> None:
         streams = [s for s in (self.proc.stdout, self.proc.stderr) if s is not None]
@@ -72,10 +55,7 @@ class BoardForkServer:
             if stream is self.proc.stdout:
                 self._lines += chunk
             else:
-                self._stderr = (self._stderr + chunk)[-LOG_LIMIT:]
-
-    def log_tail(self, limit: int = 2000) -> str:
-        return self._stderr.decode("utf-8", "replace")[-limit:].strip() or "(empty)"
+                self._log(chunk)
 
     @property
     def alive(self) -> bool:

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from collections.abc import Callable
 
 from harness.qnn import dsp_heap
-from harness.devices.payload import Payload
+from harness.devices.payload import Payload, qnn_sdk_libraries
 from harness.errors import DeviceError
 from harness.qnn.sdk import QnnSdk
 from harness.runner.select import DeviceBuild
@@ -83,13 +83,4 @@ def linux_qnn_libraries(sdk_root: str | None, htp_arch: int,
     if not target:
         raise DeviceError(f"QNN SDK at {root} has no lib/aarch64-oe-linux-gcc* or "
                           f"lib/aarch64-ubuntu-gcc*; set {LINUX_TARGET_ENV} to its directory")
-    linux = root / "lib" / target
-    files = {linux / "libQnnHtp.so": qnn / "libQnnHtp.so",
-             linux / "libQnnSystem.so": qnn / "libQnnSystem.so",
-             linux / f"libQnnHtpV{htp_arch}Stub.so": qnn / f"libQnnHtpV{htp_arch}Stub.so",
-             root / "lib" / f"hexagon-v{htp_arch}" / "unsigned" / f"libQnnHtpV{htp_arch}Skel.so":
-                 qnn / f"libQnnHtpV{htp_arch}Skel.so"}
-    missing = [str(p) for p in files if not p.is_file()]
-    if missing:
-        raise DeviceError(f"QNN SDK at {root} lacks {', '.join(missing)} (HTP v{htp_arch})")
-    return files
+    return qnn_sdk_libraries(root, target, htp_arch, qnn)
