@@ -224,6 +224,28 @@ def test_offline_device_is_a_clear_error(tmp_path):
     assert "Connection refused" in str(exc.value)
 
 
+def test_a_failed_adb_call_is_one_adb_error_saying_what_failed():
+    """Every adb call goes through the device's AdbProxy: one the adb server refuses (a serial
+    it does not know) is an AdbError with the command, adb's words and what to check, and a
+    serial with shell metacharacters stays one quoted word in the advice."""
+    from harness.devices.adb.transport import AdbError, AdbProxy, adb_client
+
+    start_server()
+    adb = AdbProxy(adb_client(), "no-such;serial")
+    with pytest.raises(AdbError) as exc:
+        adb.shell("echo 'a b'")
+    err = exc.value
+    assert isinstance(err, DeviceError)
+    assert (err.cmd, err.returncode, err.serial) == ("shell echo 'a b'", None, "no-such;serial")
+    assert "not found" in err.stderr, err.stderr
+    text = str(err)
+    assert text.startswith("no-such;serial: adb `shell echo 'a b'` failed: "), text
+    assert "`adb -s 'no-such;serial' get-state` answers `device`" in text, text
+    during = err.while_("starting the runner")
+    assert str(during).startswith("no-such;serial: starting the runner: adb `shell echo"), during
+    assert not adb.online()
+
+
 def test_device_disappearing_mid_test_fails_fast(tmp_path, sdk, compiled_model, hil_session):
     dev = LoopbackDevice(tmp_path / "s", extra_env=sdk.device_environment()).start()
     connect(dev.serial)

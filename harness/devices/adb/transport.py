@@ -294,9 +294,10 @@ class AdbError(DeviceError):
                 "and reconnect or replug the device if it does not")
 
     def while_(self, during: str) -> AdbError:
-        """The same failure, saying what the harness was doing."""
+        """The same failure, saying what the harness was doing (unless that was the command)."""
+        said = during.strip("`") in self.cmd
         return AdbError(self.cmd, self.stdout, self.stderr, self.returncode, self.serial,
-                        server=self.server, during=during)
+                        server=self.server, during="" if said else during)
 
 
 class AdbProxy:
