@@ -113,7 +113,7 @@ def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
     adb_session = HilSession(options(work / "adb", [serial]))
     device = adb_session.device
     calls = [0]
-    make_connection = device.client.make_connection
+    make_connection = device.adb.client.make_connection
     send = adb_fork.DeviceForkServer.send
 
     def counted(*args, **kwargs):
@@ -124,7 +124,7 @@ def bench_scenarios(serial: str, repeats: int, work: Path) -> bool:
         calls[0] += 1
         return send(server, request)
 
-    device.client.make_connection = counted
+    device.adb.client.make_connection = counted
     adb_fork.DeviceForkServer.send = counted_send
     # Both targets fork a pre-loaded runner per scenario by default (--scenario-isolation
     # fork: on the device a `harness-runner --serve` in its workspace), and both start a runner
