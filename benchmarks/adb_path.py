@@ -63,8 +63,8 @@ def options(artifacts: Path, devices: list[str], isolation: str = "fork"):
 
     return Options(devices=devices, simulator=not devices, soc=None, device_config=None,
                    artifacts_dir=artifacts, keep_artifacts=False, runner="native",
-                   runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
-                   keep_workspace=False, device_workspace=None, worker="master", worker_count=1,
+                   runner_timeout=None, abi_bridge="auto", keep_workspace=False,
+                   device_workspace=None, worker="master", worker_count=1,
                    session_id=f"adb-path-bench-{os.getpid()}", scenario_isolation=isolation)
 
 

@@ -308,9 +308,9 @@ def open_session(args: argparse.Namespace, soc: str | None, artifacts: Path):
     opts = Options(devices=devices, simulator=not devices, soc=soc if not devices else None,
                    device_config=None, artifacts_dir=artifacts, keep_artifacts=True,
                    runner=args.runner, runner_timeout=args.runner_timeout, abi_bridge="auto",
-                   adb_server=args.adb_server, device_socs={}, keep_workspace=False,
-                   device_workspace=None, worker="replay", worker_count=1,
-                   session_id=artifacts.name)
+                   keep_workspace=False, device_workspace=None, worker="replay",
+                   worker_count=1, session_id=artifacts.name,
+                   kind_options={"adb_server": args.adb_server})
     return HilSession(opts)
 
 

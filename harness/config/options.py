@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 
 @dataclasses.dataclass
@@ -20,13 +21,17 @@ class Options:
     runner: str
     runner_timeout: float | None
     abi_bridge: str
-    adb_server: str | None
-    device_socs: dict[str, str]  # serial -> SoC, from a farm file (overrides what it reports)
     keep_workspace: bool
     device_workspace: str | None
     worker: str  # pytest-xdist worker id, "master" without xdist
     worker_count: int
     session_id: str = ""
+    # --farm: the farm file the devices came from (harness.config.load_farm); the adb kind reads
+    # its adb server and the SoC of each serial from it.
+    farm: Path | None = None
+    # A device kind's own option values where no pytest config holds them (`harness replay`):
+    # option dest -> value, read through OpenContext.option like the config's.
+    kind_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     # --lease-wait: how long an adb device's set-up waits for the device lease another session
     # holds (harness/devices/lease.py); 0 fails at once, naming the holder.
     lease_wait: float = 0.0

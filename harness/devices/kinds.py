@@ -58,9 +58,10 @@ class OpenContext:
     place: Lease | None = None
 
     def option(self, name: str, default: Any = None) -> Any:
-        """A kind's own pytest option (`default` outside pytest, e.g. in `harness replay`)."""
+        """A kind's own pytest option; outside pytest (`harness replay`) the value the options
+        carry for it (`Options.kind_options`), else `default`."""
         if self.config is None:
-            return default
+            return self.options.kind_options.get(name, default)
         try:
             return self.config.getoption(name)
         except ValueError:

@@ -167,13 +167,10 @@ def options_from_config(config: pytest.Config) -> Options:
     value or combination."""
     _select_runtime(config)
     worker, count = worker_info()
-    devices, adb_server, device_socs = list(config.getoption("device")), config.getoption("adb_server"), {}
+    devices = list(config.getoption("device"))
     farm = config.getoption("farm")
     if farm is not None:
-        farm_server, entries = load_farm(Path(farm))
-        devices = devices or [e["serial"] for e in entries]
-        adb_server = adb_server or farm_server
-        device_socs = {e["serial"]: e["soc"] for e in entries if "soc" in e}
+        devices = devices or [e["serial"] for e in load_farm(Path(farm))[1]]
     from harness.devices.farm import coordinator_address, parse_tags
 
     lg_tags = parse_tags(config.getoption("lg_place_tags"))
@@ -202,8 +199,8 @@ def options_from_config(config: pytest.Config) -> Options:
         session_id=sid,
         keep_artifacts=config.getoption("keep_artifacts"), runner=config.getoption("runner"),
         runner_timeout=config.getoption("runner_timeout"),
-        abi_bridge=config.getoption("qnn_abi_bridge"), adb_server=adb_server,
-        device_socs=device_socs,
+        abi_bridge=config.getoption("qnn_abi_bridge"),
+        farm=Path(farm) if farm is not None else None,
         keep_workspace=config.getoption("keep_workspace"),
         device_workspace=config.getoption("device_workspace"), worker=worker, worker_count=count,
         lease_wait=config.getoption("lease_wait"),
@@ -272,8 +269,6 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
                 "because each worker needs a device of its own (a device is leased to one "
                 f"session at a time); run with -n {len(opts.devices)} or fewer, or give one "
                 "--device per worker")
-    for soc in opts.device_socs.values():
-        soc_config(soc)
     if opts.soc:
         soc_config(opts.soc)
     known_socs = {known: k for k in kinds if (known := k.known_soc(opts)) is not None}

@@ -11,7 +11,7 @@ from harness.config.options import Options
 def adb_options(tmp_path: Path, serial: str, **overrides) -> Options:
     base = dict(devices=[serial], simulator=False, soc=None, device_config=None,
                 artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
-                runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
-                keep_workspace=False, device_workspace=None, worker="master", worker_count=1)
+                runner_timeout=None, abi_bridge="auto", keep_workspace=False,
+                device_workspace=None, worker="master", worker_count=1)
     base.update(overrides)
     return Options(**base)

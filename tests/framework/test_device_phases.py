@@ -245,12 +245,20 @@ class _Sandbox:
         self.sandbox = sandbox.resolve()
 
 
+def farm_file(path: Path, socs: dict[str, str]) -> Path:
+    """A farm file (device_configs/farms/) listing `socs`' serials with their SoCs."""
+    path.write_text("devices:\n" + "".join(f"  - serial: {serial!r}\n    soc: {soc}\n"
+                                            for serial, soc in socs.items()))
+    return path
+
+
 @needs_adb
 def test_farm_entry_soc_wins_over_soc_option_and_the_device(arm64, tmp_path):
     dev = phone(tmp_path, "phone", **{"ro.soc.model": "SM8650"})
     try:
         session = HilSession(options(tmp_path, dev.serial, soc="SM8550",
-                                     device_socs={dev.serial: "SM8750", "other:1": "SM8550"}))
+                                     farm=farm_file(tmp_path / "farm.yaml",
+                                                    {dev.serial: "SM8750", "other:1": "SM8550"})))
         assert (session.soc, session.soc_config.htp_arch) == ("SM8750", 79)
         details = session.device.info.details
         assert (details["soc_from"], details["reported_soc"]) == ("farm_file", "SM8650")
@@ -258,7 +266,8 @@ def test_farm_entry_soc_wins_over_soc_option_and_the_device(arm64, tmp_path):
         session.device.close()
         # Without a farm entry for this serial, --soc wins over what the device reports.
         session = HilSession(options(tmp_path, dev.serial, soc="SM8550",
-                                     device_socs={"other:1": "SM8750"}))
+                                     farm=farm_file(tmp_path / "farm2.yaml",
+                                                    {"other:1": "SM8750"})))
         assert (session.soc, session.soc_config.htp_arch) == ("SM8550", 73)
         session.device.close()
     finally:

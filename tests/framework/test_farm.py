@@ -350,7 +350,7 @@ def test_preflight_failure_reclaim_and_no_place_left(tmp_path, monkeypatch, hil_
             devices=[], simulator=False, soc=None, device_config=None,
             artifacts_dir=tmp_path / "artifacts", keep_artifacts=False,
             runner=hil_session.options.runner, runner_timeout=None, abi_bridge="auto",
-            adb_server=None, device_socs={}, keep_workspace=False, device_workspace=None,
+            keep_workspace=False, device_workspace=None,
             worker="master", worker_count=1, lg_coordinator=address,
             lg_place_tags={"soc": "SM8650"}))
         try:

@@ -40,8 +40,7 @@ def board(tmp_path_factory):
 def options(tmp_path: Path, **changes) -> Options:
     base = Options(devices=[], simulator=False, soc=None, device_config=None,
                    artifacts_dir=tmp_path / "artifacts", keep_artifacts=False, runner="auto",
-                   runner_timeout=None, abi_bridge="auto", adb_server=None, device_socs={},
-                   keep_workspace=False, device_workspace=None, worker="master",
+                   runner_timeout=None, abi_bridge="auto", keep_workspace=False, device_workspace=None, worker="master",
                    worker_count=1, reacquire_s=20.0)
     return dataclasses.replace(base, **changes)
 

@@ -16,6 +16,7 @@ import os
 from typing import TYPE_CHECKING
 from pathlib import PurePosixPath
 
+from harness.config import load_farm
 from harness.devices.adb.address import adb_server_address
 from harness.devices.kinds import DeviceKind, OpenContext
 from harness.devices.lease import LEASE_DIR
@@ -61,8 +62,12 @@ class AdbKind(DeviceKind):
 
     @classmethod
     def check_start_up(cls, targets: list[str], context: OpenContext) -> None:
+        from harness.config import soc_config
+
         opts = context.options
-        adb_server_address(opts.adb_server)
+        adb_server_address(cls._server(context))
+        for soc in cls._farm_socs(context).values():
+            soc_config(soc)  # an unknown SoC in the farm file: now, not when its phone opens
         if opts.device_workspace is not None:
             ws_rules.check_workspace(opts.device_workspace,
                                      reserved=[PurePosixPath(LEASE_DIR).name])
@@ -74,8 +79,20 @@ class AdbKind(DeviceKind):
 
     @classmethod
     def _server(cls, context: OpenContext) -> str | None:
+        """A labgrid place's adb server, else --adb-server, else the farm file's."""
         place = context.place
-        return (place.adb if place is not None else None) or context.options.adb_server
+        if place is not None and place.adb:
+            return place.adb
+        farm = context.options.farm
+        return context.option("adb_server") or (load_farm(farm)[0] if farm is not None else None)
+
+    @classmethod
+    def _farm_socs(cls, context: OpenContext) -> dict[str, str]:
+        """serial -> SoC of the farm file's entries that name one (it overrides what the
+        phone reports)."""
+        farm = context.options.farm
+        entries = load_farm(farm)[1] if farm is not None else []
+        return {e["serial"]: e["soc"] for e in entries if "soc" in e}
 
     @classmethod
     def online(cls, target: str, context: OpenContext) -> bool:
@@ -104,7 +121,7 @@ class AdbKind(DeviceKind):
         adb.wait_online(opts.connect_s or CONNECT_S)
         identity = identify(adb)
         config, source = resolve_soc_config(
-            serial, identity.soc, farm_soc=place.soc if place else opts.device_socs.get(serial),
+            serial, identity.soc, farm_soc=place.soc if place else cls._farm_socs(context).get(serial),
             farm_from=f"place {place.place} tag soc" if place else "farm file", soc=opts.soc,
             device_config=opts.device_config, reported_from=identity.soc_source)
         workspace = (ws_rules.check_workspace(opts.device_workspace,
