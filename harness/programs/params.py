@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from harness.errors import ConfigError
 from harness.programs.compile import CompiledModel, uses_qnn
 
 MARKER = "hil_programs"
@@ -54,7 +55,7 @@ def params_for(mark, ptes: list[Path]) -> list[ProgramParam]:
     needs = tuple(mark.kwargs.get("needs", ()))
     unknown = [n for n in needs if n not in NEEDS]
     if unknown:
-        raise ValueError(f"hil_programs needs: unknown {unknown}; known: {', '.join(NEEDS)}")
+        raise ConfigError(f"hil_programs needs: unknown {unknown}; known: {', '.join(NEEDS)}")
     if ptes:
         return [ProgramParam(needs, pte=p) for p in ptes]
     options = tuple(sorted((mark.kwargs.get("options") or {}).items()))

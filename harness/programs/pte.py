@@ -232,7 +232,7 @@ class ProgramInfo:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProgramInfo:
         if data.get("format") != JSON_FORMAT:
-            raise ValueError(f"program JSON format {data.get('format')!r}, expected {JSON_FORMAT}")
+            raise ModelError(f"program JSON format {data.get('format')!r}, expected {JSON_FORMAT}")
         methods = {
             name: MethodInfo(name, tuple(_spec(t) for t in m["inputs"]),
                              tuple(_spec(t) for t in m["outputs"]), tuple(m["delegates"]))

@@ -7,6 +7,7 @@ steps. `name` defaults to the scenario's id; pass another to keep artifacts apar
 
 from __future__ import annotations
 
+from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
 from harness.protocol import ScenarioError
 from harness.scenario import Scenario
@@ -42,7 +43,7 @@ def method_pair(model: CompiledModel) -> tuple[str, str]:
         return "prefill", "decode"
     methods = delegated_methods(model) or list(model.methods)
     if len(methods) < 2:
-        raise ValueError(f"program {model.name} has fewer than two methods: {', '.join(methods)}")
+        raise ModelError(f"program {model.name} has fewer than two methods: {', '.join(methods)}")
     return methods[0], methods[1]
 
 

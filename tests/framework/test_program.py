@@ -276,7 +276,7 @@ def test_properties_and_describe():
                   "SoC: SM8650, SM8750", "QNN multi-context: yes", "multi-context on",
                   "spill-fill 4096 bytes", "arch v75", "portable CPU ops"):
         assert words in text, f"{words!r} not in\n{text}"
-    with pytest.raises(ValueError, match="format"):
+    with pytest.raises(ModelError, match="format"):
         ProgramInfo.from_json({**info.to_json(), "format": 0})
 
 
