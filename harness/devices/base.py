@@ -17,7 +17,7 @@ from pathlib import Path
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from harness.results.run import RunOutput
+from harness.protocol.output import RunOutput
 from harness.scenario import Scenario
 
 if TYPE_CHECKING:

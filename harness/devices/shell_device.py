@@ -35,7 +35,7 @@ from harness.devices.remote_run import (kill_in_directory, kill_tree, output_siz
 from harness.errors import DeviceError
 from harness.protocol import run_ended
 from harness.qnn.sdk import TRACE_ENV
-from harness.results.run import RunOutput
+from harness.protocol.output import RunOutput
 from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
 from harness.scenario import Scenario
 

@@ -34,7 +34,7 @@ from harness.errors import HarnessError
 from harness.protocol.memory import ALLOCATOR_ENV
 from harness.process import ProcessOutput, kill_by_environment, run_process
 from harness.qnn.sdk import TRACE_ENV, QnnSdk
-from harness.results.run import RunOutput
+from harness.protocol.output import RunOutput
 from harness.runner.fork_server import ForkServerPool
 from harness.runner.select import RunnerChoice
 from harness.scenario import Scenario

@@ -13,27 +13,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.protocol.output import RunOutput
 from harness.protocol import (STEP_MARKER, Event, EventError, ExitCode, StepEvent, is_protocol_line,
                               parse_event, read_events, run_ended, step_marker_index)
 from harness.qnn.trace import TraceRecord, TraceState, replay, replay_by_offsets
 from harness.scenario import Scenario, Step
-
-
-@dataclasses.dataclass
-class RunOutput:
-    """Raw outcome of running a runner process, whatever the device."""
-
-    returncode: int | None  # None when killed for a timeout
-    stdout: str
-    stderr: str
-    trace_text: str = ""
-    timed_out: bool = False
-    runner: str = ""
-    logs: dict[str, str] = dataclasses.field(default_factory=dict)  # logcat, tombstone, ...
-    pushes: dict[str, int] = dataclasses.field(default_factory=dict)  # pushed/skipped counts
-    # What the device saw about a failed run beyond its output (a full disk, an output limit):
-    # part of the run's headline.
-    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 def split_log_by_step(text: str) -> dict[int, str]:

@@ -16,7 +16,8 @@ from harness.devices.adb.identify import DeviceIdentity
 from harness.devices.adb.payload import device_payload
 from harness.devices.payload import Payload
 from harness.qnn.trace import parse_trace, replay
-from harness.results.run import RunOutput, ScenarioResult
+from harness.protocol.output import RunOutput
+from harness.results.run import ScenarioResult
 from harness.results import step_memory
 from harness.runner.select import DeviceBuild
 from harness.scenario import Scenario

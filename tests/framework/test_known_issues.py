@@ -19,7 +19,8 @@ from harness.errors import ConfigError
 from harness.results.failures import Failure, failure_of, run_failures
 from harness.results.known_issues import (DEFAULT_PATH, PROJECT_ROOT, KnownIssue, issue_for, load_all,
                                   load_known_issues, uncovered)
-from harness.results.run import RunOutput, ScenarioResult
+from harness.protocol.output import RunOutput
+from harness.results.run import ScenarioResult
 from harness.protocol import EVENT_PREFIX, StepEvent
 from harness.scenario.library import s1_two_modules
 

@@ -18,7 +18,8 @@ from harness.results.failures import run_failures
 from harness.report.plugin import kept_runs
 from harness.report.html import devices_section, failing_steps, known_issues_section, extras_for_test
 from harness.report.plots import scenario_plot
-from harness.results.run import RunOutput, ScenarioResult
+from harness.protocol.output import RunOutput
+from harness.results.run import ScenarioResult
 from harness.results import (SCHEMA, ResultsError, junit_properties, load_results, run_entry,
                              metrics_of)
 from harness.protocol import EVENT_PREFIX, STEP_MARKER

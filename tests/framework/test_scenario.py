@@ -173,7 +173,8 @@ def fake_result(sc, contexts_after, creates_in_step=None):
     step i (each a list of handle values); `creates_in_step[i]` extra contexts are created and
     freed again inside step i."""
     from harness.qnn.trace import parse_trace
-    from harness.results.run import RunOutput, ScenarioResult
+    from harness.protocol.output import RunOutput
+    from harness.results.run import ScenarioResult
 
     lines, events, live = ["api core=2.40.0"], [], set()
     for i, handles in enumerate(contexts_after):
@@ -247,7 +248,8 @@ def test_a_method_without_a_delegate_holds_no_context(tmp_path):
 
 
 def test_labels_name_steps_for_the_result_and_stay_host_side(tmp_path):
-    from harness.results.run import LiveCounts, RunOutput, ScenarioResult
+    from harness.protocol.output import RunOutput
+    from harness.results.run import LiveCounts, ScenarioResult
 
     m = fake_model(tmp_path)
     sc = Scenario("lab").load_module("A", m).label("loaded").execute("A", "forward").label("ran")

@@ -19,7 +19,8 @@ from harness.protocol.memory import read_heap
 from harness.results import junit_properties, run_entry
 from harness.results.assertions import assert_soak_bounded
 from harness.results.failures import HilFailure
-from harness.results.run import RunOutput, ScenarioResult
+from harness.protocol.output import RunOutput
+from harness.results.run import ScenarioResult
 from harness.results.soak import fit, soak_fit
 from harness.scenario import Scenario
 from harness.scenario.library import SOAK_SHAPES, soak

@@ -58,7 +58,8 @@ def test_missing_trace_is_reported_not_read_as_zero(tmp_path):
     destroyed with no method loaded makes no QNN call, so no trace is right there."""
     from harness.results.assertions import assert_live_counts
     from harness.programs.compile import CompiledModel, MethodReference
-    from harness.results.run import RunOutput, ScenarioResult
+    from harness.protocol.output import RunOutput
+    from harness.results.run import ScenarioResult
     from harness.scenario import Scenario
 
     model = CompiledModel("m", "qnn", "SM8650", "fp16", tmp_path / "m.pte",
@@ -84,7 +85,8 @@ def test_htp_memory_bound_uses_live_contexts(tmp_path):
     from harness.results.assertions import assert_htp_memory_bounded
     from harness.programs.compile import CompiledModel
     from harness.qnn.trace import parse_trace
-    from harness.results.run import RunOutput, ScenarioResult
+    from harness.protocol.output import RunOutput
+    from harness.results.run import ScenarioResult
     from harness.scenario import Scenario
 
     model = CompiledModel("m", "qnn", "SM8650", "fp16", tmp_path / "m.pte", {}, 0, 0)

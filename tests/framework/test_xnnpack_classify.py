@@ -10,7 +10,8 @@ import pytest
 
 from harness.results import xnnpack
 from harness.programs.compile import CompiledModel, MethodReference
-from harness.results.run import RunOutput, ScenarioResult
+from harness.protocol.output import RunOutput
+from harness.results.run import ScenarioResult
 from harness.protocol import EVENT_PREFIX
 from harness.scenario import Scenario
 from harness.protocol.tensors import TensorFile

@@ -45,7 +45,7 @@ from harness.devices.ssh.transport import SshError, SshTransport, q
 from harness.errors import DeviceError
 from harness.protocol.memory import ALLOCATOR_ENV
 from harness.qnn.sdk import TRACE_ENV
-from harness.results.run import RunOutput
+from harness.protocol.output import RunOutput
 from harness.runner.fork_server import ForkServerError
 from harness.scenario import Scenario
 
