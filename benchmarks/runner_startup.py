@@ -51,7 +51,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from harness.protocol import EVENT_PREFIX  # noqa: E402  (after the path set-up above)
+from harness.protocol.wire import EVENT_PREFIX  # noqa: E402  (after the path set-up above)
 
 VARIANTS = ("native", "python", "bare", "bare-portable")
 RUN_TIMEOUT_S = 300.0

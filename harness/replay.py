@@ -23,7 +23,7 @@ from harness.programs.compile import CompiledModel, MethodReference, uses_qnn
 from harness.drive.driver import RUN_RECORD
 from harness.errors import HarnessError
 from harness.results.failures import HilFailure, run_failures
-from harness.protocol import check_scenario, load_scenario
+from harness.protocol.scenario_check import check_scenario, load_scenario
 from harness.results.run import ScenarioResult
 from harness.scenario import Scenario, parse_scenario
 from harness.protocol.tensors import TensorFile

@@ -13,7 +13,7 @@ import shlex
 from pathlib import PurePosixPath
 
 from harness import output_limit
-from harness.protocol import read_events
+from harness.protocol.wire import read_events
 from harness.scenario import Scenario
 
 q = shlex.quote

@@ -26,7 +26,7 @@ from harness import storage
 from harness.qnn import dsp_heap
 from harness.programs.compile import uses_qnn
 from harness.output_limit import limit_bytes, notes_over, read_capped
-from harness.protocol import run_ended
+from harness.protocol.wire import run_ended
 from harness.config import load_soc, simulator_config, soc_config
 from harness.devices.base import Device, DeviceInfo, Limits
 from harness.devices.kinds import SIMULATOR, DeviceKind, OpenContext

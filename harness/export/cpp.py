@@ -23,7 +23,7 @@ TEMPLATE = Path(__file__).with_name("templates") / "standalone.cpp"
 DTYPES = {"float32": "Float", "float16": "Half", "bfloat16": "BFloat16", "float64": "Double",
           "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
           "uint64": "UInt64", "uint32": "UInt32", "uint16": "UInt16", "uint8": "Byte",
-          "bool": "Bool"}  # every dtype of harness.protocol.DTYPES
+          "bool": "Bool"}  # every dtype of harness.protocol.scenario_file.DTYPES
 
 CMAKE = """# Builds test_{scenario} against an installed ExecuTorch, with the flags of
 # executorch-qnn-hil's native runner:

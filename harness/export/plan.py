@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.cache import file_sha256
 from harness.programs.compile import uses_qnn
 from harness.errors import HarnessError
-from harness.protocol import DEFAULT_LOAD_MODE
+from harness.protocol.scenario_file import DEFAULT_LOAD_MODE
 from harness.scenario.reference import predict
 from harness.replay import RunRecord
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.export.plan import ExportError, Plan
-from harness.protocol import DEFAULT_LOAD_MODE
+from harness.protocol.scenario_file import DEFAULT_LOAD_MODE
 from harness.export.run_script import write_run_script
 from harness.export.source import Language, fill, tensors
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from harness.programs.compile import CompiledModel, MethodReference
 from harness.errors import ModelError
 from harness.programs.pte import ProgramInfo, TensorSpec
-from harness.protocol.tensors import DTYPES, FLOAT_DTYPES, TensorFile, numpy_dtype, write_array
+from harness.protocol.scenario_file import FLOAT_DTYPES
+from harness.protocol.tensors import DTYPES, TensorFile, numpy_dtype, write_array
 
 SOLO_REFERENCE = ("the program's own solo run (one module, nothing else live; it has no "
                   "ETRecord, so a runtime that is consistently wrong agrees with it)")

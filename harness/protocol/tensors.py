@@ -3,7 +3,7 @@
 Raw little-endian, C-contiguous bytes plus a `{dtype, shape, file}` descriptor, because the
 native runner must read them without a tensor library and a device receives them by `adb push`.
 numpy has no bfloat16, so ml_dtypes (the dtype extensions JAX and TensorFlow share) gives it
-one: every dtype of `harness.protocol.DTYPES` is then a numpy dtype, read and written alike.
+one: every dtype of `harness.protocol.scenario_file.DTYPES` is then a numpy dtype, read and written alike.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.protocol import DTYPES as _ITEM_SIZES
-from harness.protocol import FLOAT_DTYPES as FLOAT_DTYPES  # re-exported for harness.programs
+from harness.protocol.scenario_file import DTYPES as _ITEM_SIZES
+from harness.protocol.scenario_file import FLOAT_DTYPES
 
 if TYPE_CHECKING:
     import numpy as np

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.protocol.output import RunOutput
-from harness.protocol import (STEP_MARKER, Event, EventError, ExitCode, StepEvent, is_protocol_line,
-                              parse_event, read_events, run_ended, step_marker_index)
+from harness.protocol.wire import (STEP_MARKER, ExitCode, is_protocol_line, read_events, run_ended,
+                                   step_marker_index)
+from harness.protocol.events import Event, EventError, StepEvent, parse_event
 from harness.qnn.trace import TraceRecord, TraceState, replay, replay_by_offsets
 from harness.scenario import Scenario, Step
 

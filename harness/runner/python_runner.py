@@ -5,7 +5,7 @@ wheels, the same extension under its earlier name): the public `portable_lib` wr
 imports all of `exir` (seconds per process, and every scenario is a fresh process). Modules
 are `_load_program` objects and methods are the method objects the runner holds itself, because
 `executorch.runtime.Program.load_method` caches methods for the program's lifetime and so
-cannot unload one. Contract: harness/protocol/__init__.py (docs/runner-protocol.md explains it).
+cannot unload one. Contract: harness/protocol/ (docs/runner-protocol.md explains it).
 
 A `parallel` step runs each sub-step on its own `threading.Thread`, released together by a
 `threading.Barrier`. The threads really are concurrent only where the pybindings drop the GIL;
@@ -26,9 +26,11 @@ import time
 from typing import Any
 from pathlib import Path
 
-from harness.protocol import (DEFAULT_LOAD_MODE, HARNESS_ERROR_CODE, TEARDOWN_INDEX, ExitCode,
-                              ScenarioError, ScenarioFile, ScenarioStep, TensorSpec,
-                              format_event, format_step_marker, load_scenario)
+from harness.protocol.scenario_file import (DEFAULT_LOAD_MODE, ScenarioError, ScenarioFile,
+                                            ScenarioStep, TensorSpec)
+from harness.protocol.events import HARNESS_ERROR_CODE
+from harness.protocol.wire import TEARDOWN_INDEX, ExitCode, format_event, format_step_marker
+from harness.protocol.scenario_check import load_scenario
 
 
 def pybindings():

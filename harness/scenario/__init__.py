@@ -3,7 +3,8 @@
 A test builds a scenario with the fluent methods (`load_module`, `load_method`, `execute`,
 `unload_method`, `destroy_module`, `snapshot`, `set_option`, `get_option`, `parallel`); the
 device stages it (`to_json` with paths as the runner will see them). The JSON form is the
-runner protocol's scenario file: harness/protocol/__init__.py defines and validates it.
+runner protocol's scenario file: harness/protocol/scenario_file.py defines it and
+harness/protocol/scenario_check.py validates it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from typing import Any
 from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
 from harness.protocol.tensors import TensorFile
-from harness.protocol import (LOAD_MODES, MAX_PARALLEL, OPS, PARALLEL_OPS, SCENARIO_VERSION,
-                              ScenarioError, ScenarioStep, check_distinct_modules,
-                              validate_scenario)
+from harness.protocol.scenario_file import (LOAD_MODES, MAX_PARALLEL, OPS, PARALLEL_OPS,
+                                            SCENARIO_VERSION, ScenarioError, ScenarioStep)
+from harness.protocol.scenario_check import check_distinct_modules, validate_scenario
 
 __all__ = ["MAX_PARALLEL", "OPS", "PARALLEL_OPS", "Scenario", "ScenarioError", "Step",
            "parse_scenario"]
@@ -350,7 +351,7 @@ def _step(raw: dict[str, Any], parsed: ScenarioStep) -> Step:
 
 
 def parse_scenario(doc: dict[str, Any]) -> list[Step]:
-    """Validate a scenario document (as runners receive it: `harness.protocol`) and return its
+    """Validate a scenario document (as runners receive it: `harness.protocol.scenario_check`) and return its
     steps."""
     parsed = validate_scenario(doc).steps
     return [_step(raw, step) for raw, step in zip(doc["steps"], parsed)]

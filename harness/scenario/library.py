@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
-from harness.protocol import ScenarioError
+from harness.protocol.scenario_file import ScenarioError
 from harness.scenario import Scenario
 
 

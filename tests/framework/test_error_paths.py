@@ -147,7 +147,7 @@ def test_a_short_input_file_is_refused_before_any_step(compiled_model, hil_devic
                                                        tmp_path, runner, simulator_device):
     """An input file shorter than its shape: the scenario cannot be run as written, so both
     runners refuse it before the first step (exit 2, no events), naming the file and both
-    sizes (harness.protocol.check_tensor_sizes). The Python runner used to run it and report
+    sizes (harness.protocol.scenario_check.check_tensor_sizes). The Python runner used to run it and report
     the execute step's error; a step that raises inside it is still that step's error
     (tests/framework/test_protocol.py)."""
     import dataclasses

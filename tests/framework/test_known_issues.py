@@ -21,7 +21,8 @@ from harness.results.known_issues import (DEFAULT_PATH, PROJECT_ROOT, KnownIssue
                                   load_known_issues, uncovered)
 from harness.protocol.output import RunOutput
 from harness.results.run import ScenarioResult
-from harness.protocol import EVENT_PREFIX, StepEvent
+from harness.protocol.wire import EVENT_PREFIX
+from harness.protocol.events import StepEvent
 from harness.scenario.library import s1_two_modules
 
 ISOLATION = PROJECT_ROOT / "tests" / "hil" / "test_isolation.py"

@@ -4,7 +4,7 @@ MmapUseMlockIgnoreErrors and say so for the others, naming the runner that can."
 
 import pytest
 
-from harness.protocol import LOAD_MODES
+from harness.protocol.scenario_file import LOAD_MODES
 from harness.runner.select import choose_runner
 from harness.scenario import Scenario
 from harness.drive.driver import ScenarioDriver

@@ -1,4 +1,4 @@
-"""harness/protocol/__init__.py on its own: exit codes, the wire format, scenario validation, typed
+"""harness/protocol/ on its own: exit codes, the wire format, scenario validation, typed
 events, and that it stays cheap to import. Both runners against it: test_protocol_conformance.py.
 """
 
@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import protocol
-from harness.protocol import (EVENT_PREFIX, STEP_MARKER, EndEvent, EventError, ExitCode,
-                              ScenarioError, StartEvent, StepEvent, load_scenario, parse_event,
-                              validate_scenario)
+from harness.protocol import events as protocol_events
+from harness.protocol import scenario_file, wire
+from harness.protocol.wire import EVENT_PREFIX, STEP_MARKER, ExitCode
+from harness.protocol.events import EndEvent, EventError, StartEvent, StepEvent, parse_event
+from harness.protocol.scenario_file import ScenarioError
+from harness.protocol.scenario_check import load_scenario, validate_scenario
 
 MEMORY = {"rollup": {"Rss": 1000, "Anonymous": 400}, "mappings": {"/abs/x.pte": {"Rss": 0}},
           "dmabuf": {"count": 0, "bytes": 0}}
@@ -40,23 +42,25 @@ def test_exit_codes_have_their_values_and_docs():
 
 
 def test_events_and_markers_on_the_wire():
-    line = protocol.format_event({"event": "end", "status": "ok", "steps": 0, "failed_steps": 0})
+    line = wire.format_event({"event": "end", "status": "ok", "steps": 0, "failed_steps": 0})
     assert line.startswith(EVENT_PREFIX) and "\n" not in line
     stdout = "\n".join(["runtime log", line, EVENT_PREFIX + '{"event": "st', line])
-    assert protocol.read_events(stdout) == [json.loads(line[len(EVENT_PREFIX):])] * 2
-    assert protocol.format_step_marker(3) == STEP_MARKER + "3"
-    assert protocol.step_marker_index("HARNESS_STEP -1") == protocol.TEARDOWN_INDEX
-    assert protocol.step_marker_index("HARNESS_STEP 2 execute") == 2
-    assert protocol.step_marker_index("HARNESS_STEP x") is None
-    assert protocol.step_marker_index("other") is None
-    assert protocol.is_protocol_line(line) and not protocol.is_protocol_line("I log")
+    assert wire.read_events(stdout) == [json.loads(line[len(EVENT_PREFIX):])] * 2
+    assert wire.format_step_marker(3) == STEP_MARKER + "3"
+    assert wire.step_marker_index("HARNESS_STEP -1") == wire.TEARDOWN_INDEX
+    assert wire.step_marker_index("HARNESS_STEP 2 execute") == 2
+    assert wire.step_marker_index("HARNESS_STEP x") is None
+    assert wire.step_marker_index("other") is None
+    assert wire.is_protocol_line(line) and not wire.is_protocol_line("I log")
 
 
 def test_cheap_to_import():
     """Runners are a fresh process per scenario: no torch, executorch, numpy or pydantic at
     import time, for the protocol and for the Python runner's module (which imports torch only
     once the scenario is valid)."""
-    code = ("import sys, harness.protocol, harness.runner.python_runner; "
+    code = ("import sys, harness.protocol.wire, harness.protocol.scenario_file, "
+            "harness.protocol.scenario_check, harness.protocol.events, harness.protocol.output, "
+            "harness.protocol.memory, harness.protocol.tensors, harness.runner.python_runner; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'torch', 'executorch', 'numpy', 'pydantic', 'yaml'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -78,10 +82,10 @@ def test_a_valid_scenario_is_typed():
                                      {"op": "load_module", "module": "B", "pte": "m.pte"}]}]}
     sc = validate_scenario(doc)
     load, execute, snapshot, get, par = sc.steps
-    assert sc.name == "" and sc.watch_mappings == () and sc.version == protocol.SCENARIO_VERSION
+    assert sc.name == "" and sc.watch_mappings == () and sc.version == scenario_file.SCENARIO_VERSION
     assert (load.module, load.method, load.pte) == ("A", None, "m.pte")
     assert load.backend_options == {"XnnpackBackend": {"weight_cache_enabled": True, "n": 2}}
-    assert execute.inputs[0] == protocol.TensorSpec("float16", (2, 3), "in.bin")
+    assert execute.inputs[0] == scenario_file.TensorSpec("float16", (2, 3), "in.bin")
     assert execute.inputs[0].nbytes == 12 and execute.atol == 0.0 and execute.emit_outputs
     assert execute.extra == {"note": 1}
     assert (snapshot.module, snapshot.extra) == (None, {"module": "A"})
@@ -227,20 +231,20 @@ def test_python_runner_reports_a_raising_step_and_goes_on(tmp_path, capfd):
     runner.snapshot = snapshot
     assert runner.run() == ExitCode.STEP_FAILED
     out, err = capfd.readouterr()
-    events = protocol.parse_events(out)
+    events = protocol_events.parse_events(out)
     assert [type(e) for e in events] == [StartEvent, StepEvent, StepEvent, StepEvent, EndEvent]
     first, destroy = events[1], events[2]
-    assert first.status == "error" and first.error_code == protocol.HARNESS_ERROR_CODE
+    assert first.status == "error" and first.error_code == protocol_events.HARNESS_ERROR_CODE
     assert first.message == ("runner error: ValueError: cannot reshape array of size 1 into "
                              "shape (1,16)")
     assert destroy.message == "module A is not loaded"
     assert events[-1] == EndEvent("end", "failed", 3, 3)
-    assert [protocol.step_marker_index(line) for line in err.splitlines()] == [0, 1, 2, -1]
+    assert [wire.step_marker_index(line) for line in err.splitlines()] == [0, 1, 2, -1]
 
 
 def test_exports_name_every_protocol_dtype():
     """The C++ export maps each tensor dtype a scenario may hold to its ScalarType."""
     from harness.export.cpp import DTYPES as CPP_DTYPES
-    from harness.protocol import DTYPES
+    from harness.protocol.scenario_file import DTYPES
 
     assert set(CPP_DTYPES) == set(DTYPES)

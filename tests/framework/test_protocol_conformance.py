@@ -1,12 +1,12 @@
-"""Both runners against the runner protocol (harness/protocol/__init__.py), on one set of scenario files.
+"""Both runners against the runner protocol (harness/protocol/), on one set of scenario files.
 
 data/scenarios/good/*.json: scenarios both runners must run. Both must exit with the same code
 (`GOOD_EXIT`, else OK), and write event streams that validate against the protocol's typed
 events and agree step by step (op, module, method, status, sub-steps, output dtypes and shapes).
 
 data/scenarios/bad/*.json: scenarios the protocol rejects. Both runners must exit with
-`ExitCode.BAD_SCENARIO` before any step, without an event, and `harness.protocol.load_scenario`
-must reject them too.
+`ExitCode.BAD_SCENARIO` before any step, without an event, and
+`harness.protocol.scenario_check.load_scenario` must reject them too.
 
 The files name `program.pte` (a portable Linear(4, 2) + ReLU program), `in.bin` (its input),
 `out.bin` (its output), `wrong.bin` (not its output) and `short.bin` (too short for the
@@ -32,8 +32,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.protocol import (EndEvent, ExitCode, ScenarioError, StartEvent, StepEvent,
-                              load_scenario, parse_events, read_events)
+from harness.protocol.events import EndEvent, StartEvent, StepEvent, parse_events
+from harness.protocol.wire import ExitCode, read_events
+from harness.protocol.scenario_file import ScenarioError
+from harness.protocol.scenario_check import load_scenario
 from harness.runner import native_build
 from harness.runner.select import RunnerChoice
 

@@ -22,7 +22,7 @@ from harness.protocol.output import RunOutput
 from harness.results.run import ScenarioResult
 from harness.results import (SCHEMA, ResultsError, junit_properties, load_results, run_entry,
                              metrics_of)
-from harness.protocol import EVENT_PREFIX, STEP_MARKER
+from harness.protocol.wire import EVENT_PREFIX, STEP_MARKER
 from harness.scenario import Scenario
 from harness.qnn.trace import parse_trace
 from harness.protocol.tensors import TensorFile

@@ -14,7 +14,8 @@ from harness.export.plan import ExportError, Plan, PlanStep
 from harness.export.cpp import render as render_cpp
 from harness.export.python import export_python
 from harness.programs.compile import CompiledModel, MethodReference
-from harness.protocol import LOAD_MODES, ScenarioError, validate_scenario
+from harness.protocol.scenario_file import LOAD_MODES, ScenarioError
+from harness.protocol.scenario_check import validate_scenario
 from harness.protocol.memory import read_heap
 from harness.results import junit_properties, run_entry
 from harness.results.assertions import assert_soak_bounded

@@ -12,7 +12,7 @@ from harness.results import xnnpack
 from harness.programs.compile import CompiledModel, MethodReference
 from harness.protocol.output import RunOutput
 from harness.results.run import ScenarioResult
-from harness.protocol import EVENT_PREFIX
+from harness.protocol.wire import EVENT_PREFIX
 from harness.scenario import Scenario
 from harness.protocol.tensors import TensorFile
 from harness.results.xnnpack import (COUNTER_KEYS, add_counter_probes, assert_cache_steps_ok,

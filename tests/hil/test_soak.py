@@ -17,7 +17,7 @@ cycles: there a soak runs 24 warm-up cycles and fits 16 or more after them (soak
 
 import pytest
 
-from harness.protocol import DEFAULT_LOAD_MODE, LOAD_MODES
+from harness.protocol.scenario_file import DEFAULT_LOAD_MODE, LOAD_MODES
 from harness.results.assertions import assert_soak_bounded, assert_steps_ok
 from harness.results.soak import soak_length
 from harness.scenario.library import SOAK_SHAPES, soak

@@ -26,7 +26,7 @@ class ScenarioError : public std::runtime_error {
 };
 
 // Protocol dtype names (numpy's spelling) <-> ScalarType, the same list as
-// harness.protocol.DTYPES (runner-protocol.md); dtype_name says "unknown" for
+// harness.protocol.scenario_file.DTYPES (runner-protocol.md); dtype_name says "unknown" for
 // the types outside it (complex, quantized, bits, float8).
 bool parse_dtype(const std::string& name, executorch::aten::ScalarType& out);
 const char* dtype_name(executorch::aten::ScalarType type);
