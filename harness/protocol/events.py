@@ -2,6 +2,10 @@
 `OptionReport`, `Memory`), `EndEvent`. `parse_event` checks one against its type and names the
 bad field (`EventError`); `parse_events` reads every event of a runner's stdout.
 
+These types are the events' schema: the harness keeps each event as its JSON object
+(`harness.results.run.StepResult.event`) and checks it against them once
+(`ScenarioResult.build`); the conformance test reads them typed.
+
 Cheap to import: the standard library and `harness.errors` only.
 """
 

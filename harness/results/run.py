@@ -16,7 +16,7 @@ from typing import Any, Literal
 from harness.protocol.output import RunOutput
 from harness.protocol.wire import (STEP_MARKER, ExitCode, is_protocol_line, read_events, run_ended,
                                    step_marker_index)
-from harness.protocol.events import Event, EventError, StepEvent, parse_event
+from harness.protocol.events import EventError, parse_event
 from harness.qnn.trace import TraceRecord, TraceState, replay, replay_by_offsets
 from harness.scenario import Scenario, Step
 
@@ -78,10 +78,11 @@ NONE_LIVE = LiveCounts()
 @dataclasses.dataclass
 class StepResult:
     step: Step
-    event: dict[str, Any] | None  # None when the runner never reported this step
+    # The runner's step event as its JSON object (its schema: harness.protocol.events.StepEvent,
+    # checked once by ScenarioResult.build); None when the runner never reported this step.
+    event: dict[str, Any] | None
     trace: dict[str, Any]  # TraceState.snapshot() after the step
     log: str = ""  # the runtime's stderr lines written while this step ran
-    record: StepEvent | None = None  # `event` as the protocol's type (None: not reported)
 
     @property
     def status(self) -> str:
@@ -129,23 +130,20 @@ class ScenarioResult:
     # A soak run's growth per cycle (harness.results.soak.SoakFit.entry), once a test fitted it:
     # results.json and the JUnit properties report it.
     soak: dict[str, Any] | None = None
-    # The runner's events as the protocol's types, parsed once; an event that does not match
-    # the protocol is named in `protocol_errors` (a failure of the run: the runner broke it).
-    events: list[Event] = dataclasses.field(default_factory=list)
+    # Every event of the run is checked once against the protocol's types (harness.protocol.
+    # events); one that does not match is named here (a failure of the run: the runner broke it).
     protocol_errors: list[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def build(cls, scenario: Scenario, output: RunOutput, trace: list[TraceRecord],
               artifacts: Path | None = None) -> ScenarioResult:
         every = read_events(output.stdout)
-        typed: list[Event] = []
         errors: list[str] = []
         for raw in every:
             try:
-                typed.append(parse_event(raw))
+                parse_event(raw)
             except EventError as exc:
                 errors.append(f"{exc} in {raw!r:.300}")
-        records = {e.index: e for e in typed if isinstance(e, StepEvent)}
         events = [e for e in every if e.get("event") == "step"]
         by_index = {e["index"]: e for e in events}
         offsets = [by_index[i]["trace_offset"] if i in by_index else -1
@@ -154,10 +152,9 @@ class ScenarioResult:
         end = trace[-1].offset if trace else 0
         states = replay_by_offsets(trace, [o if o >= 0 else end for o in offsets])
         logs = split_log_by_step(output.stderr)
-        steps = [StepResult(s, by_index.get(i), states[i], logs.get(i, ""), records.get(i))
+        steps = [StepResult(s, by_index.get(i), states[i], logs.get(i, ""))
                  for i, s in enumerate(scenario.steps)]
-        result = cls(scenario, output, steps, trace, artifacts, events=typed,
-                     protocol_errors=errors)
+        result = cls(scenario, output, steps, trace, artifacts, protocol_errors=errors)
         result.__dict__["completed"] = run_ended(every)  # the cached property, from this parse
         return result
 

@@ -22,7 +22,6 @@ from harness.results.known_issues import (DEFAULT_PATH, PROJECT_ROOT, KnownIssue
 from harness.protocol.output import RunOutput
 from harness.results.run import ScenarioResult
 from harness.protocol.wire import EVENT_PREFIX
-from harness.protocol.events import StepEvent
 from harness.scenario.library import s1_two_modules
 
 ISOLATION = PROJECT_ROOT / "tests" / "hil" / "test_isolation.py"
@@ -204,12 +203,13 @@ def test_the_known_error_alone_is_covered(tmp_path):
 
 def test_an_event_that_breaks_the_protocol_fails_the_run_and_no_issue_covers_it(tmp_path):
     # The known error at step 5, and a runner whose step 2 event carries a field the protocol
-    # does not have: the run's events are parsed once into the protocol's types, and the bad
-    # one is a failure of its own ("protocol"), which no known issue can excuse.
+    # does not have: the run's events are checked once against the protocol's types, and the
+    # bad one is a failure of its own ("protocol"), which no known issue can excuse.
     good = s1_run(tmp_path, {5: "error"}, {5: KNOWN_ERROR})
     bad_stdout = good.output.stdout.replace('"index": 2,', '"index": 2, "surprise": 1,', 1)
     result = ScenarioResult.build(good.scenario, dataclasses.replace(good.output, stdout=bad_stdout), [])
-    assert isinstance(result.steps[5].record, StepEvent) and result.steps[2].record is None
+    assert len(result.protocol_errors) == 1 and "'index': 2" in result.protocol_errors[0]
+    assert result.steps[2].event is not None and result.steps[2].event["surprise"] == 1
     failures, missed = verdict(result, issue())
     assert [f.kind for f in failures] == ["error", "protocol"]
     assert "unknown field 'surprise'" in failures[1].message
