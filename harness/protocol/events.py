@@ -17,6 +17,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
+from harness.errors import HarnessError
 from harness.protocol.scenario_file import OPS
 from harness.protocol.wire import EVENT_PREFIX, is_int, is_number, json_kind, read_events
 
@@ -135,7 +136,7 @@ Event = StartEvent | StepEvent | EndEvent
 EVENT_TYPES: dict[str, type] = {"start": StartEvent, "step": StepEvent, "end": EndEvent}
 
 
-class EventError(ValueError):
+class EventError(HarnessError):
     """An event that does not match the protocol; the message names the field (`path`)."""
 
     def __init__(self, message: str, path: str = "") -> None:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.errors import HarnessError
 from harness.results.failures import Failure
 from harness.results.run import ScenarioResult, StepResult
 
@@ -33,7 +34,7 @@ MEMORY_FIELDS = (("rss_kb", "Rss"), ("pss_kb", "Pss"), ("anonymous_kb", "Anonymo
 PEAK_FIELDS = ("rss_kb", "pss_kb", "anonymous_kb", "dmabuf_bytes", "dsp_heap_bytes")
 
 
-class ResultsError(ValueError):
+class ResultsError(HarnessError):
     """A results.json that is not one this version understands."""
 
 
