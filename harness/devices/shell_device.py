@@ -33,7 +33,7 @@ from harness.devices.remote_run import (kill_in_directory, kill_tree, output_siz
                                         print_outputs, running_step, scenario_line,
                                         split_outputs)
 from harness.errors import DeviceError
-from harness.protocol import run_ended
+from harness.protocol.wire import run_ended
 from harness.qnn.sdk import TRACE_ENV
 from harness.protocol.output import RunOutput
 from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
