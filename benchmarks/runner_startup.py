@@ -159,7 +159,7 @@ def build_cases(which: str, work: Path):
 
 def commands(work: Path):
     """Command builders per variant, the native binary, and the Python runner's environment."""
-    from harness.runner.builds.arm64_linux import build_host_runner
+    from harness.runner.builds.host import build_host_runner
     from harness.runner.select import RunnerChoice
 
     native = RunnerChoice("native", build_host_runner())

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "build-runner":
-        from harness.runner.builds.arm64_linux import main as build_main
+        from harness.runner.builds.cli import main as build_main
 
         return build_main(rest)
     if command == "compare":

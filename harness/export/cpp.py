@@ -106,7 +106,7 @@ def render(plan: Plan) -> str:
 
 def export_cpp(plan: Plan, out: Path, data: str = "data", copy_data: bool = True) -> Path:
     """Write the C++ export into `out`; `data` is the data directory relative to it."""
-    from harness.runner.builds.arm64_linux import build_tools
+    from harness.runner.builds.tools import build_tools
 
     out.mkdir(parents=True, exist_ok=True)
     (out / f"test_{plan.scenario}.cpp").write_text(render(plan))

@@ -15,6 +15,12 @@ import sys
 from pathlib import Path
 
 from harness.errors import DeviceError, HarnessError
+from harness.runner.builds.cmake import (
+    COMPONENTS_FILE,
+    INTERPOSER_NAME,
+    RUNNER_NAME,
+    build_backends,
+)
 
 RUNNERS = ("auto", "native", "python")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -64,16 +70,16 @@ def choose_runner(requested: str) -> RunnerChoice:
         raise HarnessError(f"--runner must be one of {', '.join(RUNNERS)}, not {requested!r}")
     if requested == "python":
         return RunnerChoice("python", None)
-    from harness.runner.builds import arm64_linux
+    from harness.runner.builds import RunnerBuildError, host
 
-    available, why = arm64_linux.host_runner_available()
+    available, why = host.host_runner_available()
     if not available:
         if requested == "native":
             raise HarnessError(f"--runner=native: the native runner cannot be built here: {why}")
         return RunnerChoice("python", None, f"native runner unavailable ({why}); using the Python runner")
     try:
-        return RunnerChoice("native", arm64_linux.build_host_runner())
-    except arm64_linux.RunnerBuildError as exc:
+        return RunnerChoice("native", host.build_host_runner())
+    except RunnerBuildError as exc:
         if requested == "native":
             raise HarnessError(f"--runner=native: {exc}") from exc
         first = str(exc).splitlines()[0]
@@ -131,7 +137,7 @@ def device_build(abi: str) -> DeviceBuild:
     - anything else: DeviceError.
     A failed build is a DeviceError carrying the build's message.
     """
-    from harness.runner.builds import arm64_linux
+    from harness.runner.builds import RunnerBuildError, aarch64_wheel, android, arm64_linux
 
     if abi == "x86_64":
         choice = choose_runner("native")
@@ -140,13 +146,13 @@ def device_build(abi: str) -> DeviceBuild:
         from harness.qnn.interposer_build import build_interposer
 
         return DeviceBuild(abi, choice.binary, build_interposer(), (),
-                           _backends(arm64_linux, choice.binary.parent), "host")
+                           _backends(choice.binary.parent), "host")
     if abi not in ARM64_ABIS:
         raise DeviceError(f"no runner build for a device of ABI {abi!r}: the harness builds "
                           "for x86_64 (host) and arm64-v8a (Android or arm64-linux)")
     directory = os.environ.get(ANDROID_BUILD_ENV)
     if directory:
-        return _android_build(abi, Path(directory).expanduser(), arm64_linux)
+        return _android_build(abi, Path(directory).expanduser())
     from harness.runtime import current
 
     runtime = current()
@@ -159,11 +165,11 @@ def device_build(abi: str) -> DeviceBuild:
         # An Android prefix is recognised by its CMake package and libraries.
         assert runtime.cmake_prefix is not None and runtime.lib_dir is not None
         try:
-            built = arm64_linux.android_prefix_build(runtime.cmake_prefix, runtime.lib_dir,
-                                                      Path(ndk))
-        except arm64_linux.RunnerBuildError as exc:
+            built = android.android_prefix_build(runtime.cmake_prefix, runtime.lib_dir,
+                                                 Path(ndk))
+        except RunnerBuildError as exc:
             raise DeviceError(f"the Android build against {runtime.path} failed: {exc}") from exc
-        return _android_build(abi, built, arm64_linux)
+        return _android_build(abi, built)
     ok, why = arm64_linux.arm64_linux_available()
     if not ok:
         raise DeviceError(
@@ -175,37 +181,36 @@ def device_build(abi: str) -> DeviceBuild:
             "and the arm64-linux build is made on first use")
     try:
         build_dir = arm64_linux.build_arm64_linux()
-        lib_dir = arm64_linux.aarch64_executorch_dir() / "lib"
-    except arm64_linux.RunnerBuildError as exc:
+        lib_dir = aarch64_wheel.aarch64_executorch_dir() / "lib"
+    except RunnerBuildError as exc:
         raise DeviceError(f"the arm64-linux build for a device of ABI {abi} failed: {exc}") from exc
-    return DeviceBuild(abi, build_dir / arm64_linux.RUNNER_NAME,
-                       build_dir / arm64_linux.INTERPOSER_NAME, (lib_dir,),
-                       _backends(arm64_linux, build_dir), "arm64-linux")
+    return DeviceBuild(abi, build_dir / RUNNER_NAME, build_dir / INTERPOSER_NAME, (lib_dir,),
+                       _backends(build_dir), "arm64-linux")
 
 
-def _android_build(abi: str, directory: Path, arm64_linux) -> DeviceBuild:
-    runner = directory / arm64_linux.RUNNER_NAME
+def _android_build(abi: str, directory: Path) -> DeviceBuild:
+    runner = directory / RUNNER_NAME
     if not runner.is_file():
         raise DeviceError(
-            f"{ANDROID_BUILD_ENV}={directory} holds no {arm64_linux.RUNNER_NAME}: set it to the "
+            f"{ANDROID_BUILD_ENV}={directory} holds no {RUNNER_NAME}: set it to the "
             "directory `python -m harness build-runner --android ...` prints")
-    interposer = directory / arm64_linux.INTERPOSER_NAME
+    interposer = directory / INTERPOSER_NAME
     lib_dir = directory / "lib"
     return DeviceBuild(abi, runner, interposer if interposer.is_file() else None,
                        (lib_dir,) if lib_dir.is_dir() else (),
-                       arm64_linux.build_backends(directory), "android")
+                       build_backends(directory), "android")
 
 
-def _backends(arm64_linux, build_dir: Path) -> tuple[str, ...]:
+def _backends(build_dir: Path) -> tuple[str, ...]:
     """From the build's configure (harness-runner-components.txt); a build older than that
     file is asked with --list-backends (it runs on this host)."""
-    found = arm64_linux.build_backends(build_dir)
-    if found or (build_dir / arm64_linux.COMPONENTS_FILE).is_file():
+    found = build_backends(build_dir)
+    if found or (build_dir / COMPONENTS_FILE).is_file():
         return found
     import subprocess
 
     try:
-        out = subprocess.run([str(build_dir / arm64_linux.RUNNER_NAME), "--list-backends"],
+        out = subprocess.run([str(build_dir / RUNNER_NAME), "--list-backends"],
                              capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return ()

@@ -27,18 +27,45 @@ from harness.errors import DeviceError
 from harness.loopback import DEFAULT_PROPERTIES, LoopbackDevice, connect, disconnect
 from harness.loopback import emulation
 from harness.runner import select
-from harness.runner.builds import arm64_linux
+from harness.runner.builds import RunnerBuildError
+from harness.runner.builds.aarch64_wheel import aarch64_executorch_dir
+from harness.runner.builds.android import (
+    android_build_commands,
+    android_interposer_command,
+    build_android_runner,
+)
+from harness.runner.builds.arm64_linux import (
+    CROSS_PACKAGES,
+    arm64_linux_available,
+    arm64_linux_build_commands,
+    arm64_linux_interposer_command,
+    arm64_linux_toolchain_text,
+    build_arm64_linux,
+)
+from harness.runner.builds.cli import main as build_runner
+from harness.runner.builds.cmake import (
+    COMPONENTS_FILE,
+    build_backends,
+    build_components,
+    cmake_commands,
+)
+from harness.runner.builds.host import (
+    build_host_runner,
+    host_build_commands,
+    host_runner_available,
+)
+from harness.runner.builds.inputs import executorch_package_dir, executorch_version
 from harness.runner.select import DeviceBuild, device_build
 from test_loopback import ADB, _adb, _client
 
 EVENT = "HARNESS_EVENT "
-CROSS_OK, CROSS_WHY = arm64_linux.arm64_linux_available()
+CROSS_OK, CROSS_WHY = arm64_linux_available()
 QEMU = emulation.find_qemu()
 needs_cross = pytest.mark.skipif(not CROSS_OK, reason=f"no arm64-linux build here: {CROSS_WHY}")
 needs_qemu = pytest.mark.skipif(
     QEMU is None or not CROSS_OK,
     reason="qemu-aarch64 or the cross toolchain is not installed "
-           f"(apt-get install {arm64_linux.CROSS_PACKAGES}; scripts/setup.sh does it)")
+           f"(apt-get install {CROSS_PACKAGES}; scripts/setup.sh does it)")
 needs_adb = pytest.mark.skipif(ADB is None, reason="adb client binary not installed (apt install adb)")
 
 
@@ -46,7 +73,7 @@ needs_adb = pytest.mark.skipif(ADB is None, reason="adb client binary not instal
 
 
 def test_toolchain_file_names_the_cross_compilers_and_the_wheel(tmp_path):
-    text = arm64_linux.arm64_linux_toolchain_text(tmp_path / "et")
+    text = arm64_linux_toolchain_text(tmp_path / "et")
     lines = text.splitlines()
     assert "set(CMAKE_SYSTEM_NAME Linux)" in lines
     assert "set(CMAKE_SYSTEM_PROCESSOR aarch64)" in lines
@@ -60,15 +87,15 @@ def test_toolchain_file_names_the_cross_compilers_and_the_wheel(tmp_path):
 
 def test_host_arm64_and_android_share_one_command_builder(tmp_path):
     build = tmp_path / "b"
-    base_configure, base_build = arm64_linux._cmake_commands(build, None, [])
+    base_configure, base_build = cmake_commands(build, None, [])
     n = len(base_configure)
-    host = arm64_linux.host_build_commands(build)
-    arm = arm64_linux.arm64_linux_build_commands(build, tmp_path / "tc.cmake", tmp_path / "et")
-    android = arm64_linux.android_build_commands(build, tmp_path / "ndk", tmp_path / "prefix")
+    host = host_build_commands(build)
+    arm = arm64_linux_build_commands(build, tmp_path / "tc.cmake", tmp_path / "et")
+    android = android_build_commands(build, tmp_path / "ndk", tmp_path / "prefix")
     for configure, build_line in (host, arm, android):
         assert configure[:n] == base_configure
         assert build_line == base_build
-    pkg = arm64_linux.executorch_package_dir()
+    pkg = executorch_package_dir()
     assert host[0][n:] == [f"-DCMAKE_PREFIX_PATH={pkg if pkg else '<site-packages>/executorch'}"]
     assert arm[0][n:] == [f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'tc.cmake'}",
                           f"-DCMAKE_PREFIX_PATH={tmp_path / 'et'}"]
@@ -79,8 +106,8 @@ def test_interposer_lines_for_arm64_linux_and_android(tmp_path):
     from harness.qnn.interposer_build import SOURCE, interposer_command
 
     host = interposer_command(tmp_path / "h.so")
-    arm = arm64_linux.arm64_linux_interposer_command(tmp_path / "a.so")
-    android = arm64_linux.android_interposer_command(tmp_path / "d.so", tmp_path / "ndk", 31)
+    arm = arm64_linux_interposer_command(tmp_path / "a.so")
+    android = android_interposer_command(tmp_path / "d.so", tmp_path / "ndk", 31)
     assert Path(arm[0]).name == "aarch64-linux-gnu-gcc"
     assert arm[1:] == [*host[1:host.index("-o") + 1], str(tmp_path / "a.so"), str(SOURCE),
                        "-ldl", "-lpthread"]
@@ -91,14 +118,14 @@ def test_interposer_lines_for_arm64_linux_and_android(tmp_path):
 
 
 def test_print_commands_for_arm64_linux_and_android(capsys):
-    assert arm64_linux.main(["--arm64-linux", "--print-commands"]) == 0
+    assert build_runner(["--arm64-linux", "--print-commands"]) == 0
     out = capsys.readouterr().out
     assert "pip download --no-deps --only-binary=:all: --platform manylinux_2_28_aarch64" in out
-    assert f"executorch=={arm64_linux._executorch_version()}" in out
+    assert f"executorch=={executorch_version()}" in out
     assert "set(CMAKE_SYSTEM_PROCESSOR aarch64)" in out
     assert "-DCMAKE_TOOLCHAIN_FILE=" in out and "aarch64-linux-gnu.toolchain.cmake" in out
     assert "aarch64-linux-gnu-gcc -O2" in out and "interposer.c" in out
-    assert arm64_linux.main(["--android", "--print-commands"]) == 0
+    assert build_runner(["--android", "--print-commands"]) == 0
     out = capsys.readouterr().out
     assert "android.toolchain.cmake" in out
     assert "aarch64-linux-android30-clang" in out and "libQnnHtp.so" in out
@@ -111,17 +138,17 @@ def test_android_build_needs_the_ndk_clang_for_the_interposer(tmp_path):
     prefix = tmp_path / "prefix"
     (prefix / "lib" / "cmake" / "ExecuTorch").mkdir(parents=True)
     (prefix / "lib" / "cmake" / "ExecuTorch" / "executorch-config.cmake").write_text("")
-    with pytest.raises(arm64_linux.RunnerBuildError, match="aarch64-linux-android33-clang"):
-        arm64_linux.build_android_runner(tmp_path / "b", ndk, prefix, platform=33)
+    with pytest.raises(RunnerBuildError, match="aarch64-linux-android33-clang"):
+        build_android_runner(tmp_path / "b", ndk, prefix, platform=33)
 
 
 def test_backends_come_from_the_linked_components(tmp_path):
-    (tmp_path / arm64_linux.COMPONENTS_FILE).write_text(
+    (tmp_path / COMPONENTS_FILE).write_text(
         "kernels_optimized\nbackend_xnnpack\nbackend_openvino\n")
-    assert arm64_linux.build_backends(tmp_path) == ("XnnpackBackend", "OpenvinoBackend")
-    (tmp_path / arm64_linux.COMPONENTS_FILE).write_text("backend_qnn\nbackend_xnnpack\n")
-    assert arm64_linux.build_backends(tmp_path) == ("QnnBackend", "XnnpackBackend")
-    assert arm64_linux.build_backends(tmp_path / "none") == ()
+    assert build_backends(tmp_path) == ("XnnpackBackend", "OpenvinoBackend")
+    (tmp_path / COMPONENTS_FILE).write_text("backend_qnn\nbackend_xnnpack\n")
+    assert build_backends(tmp_path) == ("QnnBackend", "XnnpackBackend")
+    assert build_backends(tmp_path / "none") == ()
 
 
 # ------------------------------------------------------------------ (a) device_build rules
@@ -133,14 +160,14 @@ def _fake_android_build(root: Path) -> Path:
     (root / "libQnnHtp.so").write_bytes(b"\x7fELF")
     (root / "lib").mkdir()
     (root / "lib" / "libqnn_executorch_backend.so").write_bytes(b"\x7fELF")
-    (root / arm64_linux.COMPONENTS_FILE).write_text("backend_xnnpack\nbackend_qnn\n")
+    (root / COMPONENTS_FILE).write_text("backend_xnnpack\nbackend_qnn\n")
     return root
 
 
 def test_android_build_from_the_environment_wins(tmp_path, monkeypatch):
     root = _fake_android_build(tmp_path / "android")
     monkeypatch.setenv(select.ANDROID_BUILD_ENV, str(root))
-    monkeypatch.setattr(arm64_linux, "build_arm64_linux",
+    monkeypatch.setattr("harness.runner.builds.arm64_linux.build_arm64_linux",
                         lambda *a, **k: pytest.fail("must not build arm64-linux"))
     build = device_build("arm64-v8a")
     assert build == DeviceBuild("arm64-v8a", root / "harness-runner", root / "libQnnHtp.so",
@@ -158,10 +185,13 @@ def test_arm64_linux_build_when_the_cross_toolchain_is_there(tmp_path, monkeypat
     monkeypatch.delenv(select.ANDROID_BUILD_ENV, raising=False)
     build_dir = tmp_path / "build"
     build_dir.mkdir()
-    (build_dir / arm64_linux.COMPONENTS_FILE).write_text("backend_xnnpack\n")
-    monkeypatch.setattr(arm64_linux, "arm64_linux_available", lambda: (True, ""))
-    monkeypatch.setattr(arm64_linux, "build_arm64_linux", lambda *a, **k: build_dir)
-    monkeypatch.setattr(arm64_linux, "aarch64_executorch_dir", lambda *a, **k: tmp_path / "et")
+    (build_dir / COMPONENTS_FILE).write_text("backend_xnnpack\n")
+    monkeypatch.setattr("harness.runner.builds.arm64_linux.arm64_linux_available",
+                        lambda: (True, ""))
+    monkeypatch.setattr("harness.runner.builds.arm64_linux.build_arm64_linux",
+                        lambda *a, **k: build_dir)
+    monkeypatch.setattr("harness.runner.builds.aarch64_wheel.aarch64_executorch_dir",
+                        lambda *a, **k: tmp_path / "et")
     assert device_build("arm64-v8a") == DeviceBuild(
         "arm64-v8a", build_dir / "harness-runner", build_dir / "libQnnHtp.so",
         (tmp_path / "et" / "lib",), ("XnnpackBackend",), "arm64-linux")
@@ -169,7 +199,7 @@ def test_arm64_linux_build_when_the_cross_toolchain_is_there(tmp_path, monkeypat
 
 def test_no_arm64_build_says_how_to_get_one(monkeypatch):
     monkeypatch.delenv(select.ANDROID_BUILD_ENV, raising=False)
-    monkeypatch.setattr(arm64_linux, "arm64_linux_available",
+    monkeypatch.setattr("harness.runner.builds.arm64_linux.arm64_linux_available",
                         lambda: (False, "the arm64 cross toolchain is not installed"))
     with pytest.raises(DeviceError) as err:
         device_build("arm64-v8a")
@@ -180,12 +210,13 @@ def test_no_arm64_build_says_how_to_get_one(monkeypatch):
 
 def test_failed_arm64_build_and_unknown_abi_are_device_errors(monkeypatch):
     monkeypatch.delenv(select.ANDROID_BUILD_ENV, raising=False)
-    monkeypatch.setattr(arm64_linux, "arm64_linux_available", lambda: (True, ""))
+    monkeypatch.setattr("harness.runner.builds.arm64_linux.arm64_linux_available",
+                        lambda: (True, ""))
 
     def broken(*a, **k):
-        raise arm64_linux.RunnerBuildError("configure failed")
+        raise RunnerBuildError("configure failed")
 
-    monkeypatch.setattr(arm64_linux, "build_arm64_linux", broken)
+    monkeypatch.setattr("harness.runner.builds.arm64_linux.build_arm64_linux", broken)
     with pytest.raises(DeviceError, match=r"arm64-linux build .* failed: configure failed"):
         device_build("arm64-v8a")
     with pytest.raises(DeviceError, match="armeabi-v7a"):
@@ -193,7 +224,7 @@ def test_failed_arm64_build_and_unknown_abi_are_device_errors(monkeypatch):
 
 
 def test_x86_64_gets_the_host_build():
-    ok, why = arm64_linux.host_runner_available()
+    ok, why = host_runner_available()
     if not ok:
         pytest.skip(f"host build impossible here: {why}")
     build = device_build("x86_64")
@@ -212,9 +243,9 @@ def arm64_build(tmp_path_factory):
     if not CROSS_OK:
         pytest.skip(f"no arm64-linux build here: {CROSS_WHY}")
     cache = tmp_path_factory.mktemp("arm64-cache")
-    arm64_linux.aarch64_executorch_dir()  # the wheel (downloaded once per machine) is not timed
+    aarch64_executorch_dir()  # the wheel (downloaded once per machine) is not timed
     started = time.monotonic()
-    build_dir = arm64_linux.build_arm64_linux(cache)
+    build_dir = build_arm64_linux(cache)
     cold = time.monotonic() - started
     print(f"\narm64-linux cold cross-build (runner + interposer): {cold:.1f} s")
     return build_dir, cold
@@ -234,10 +265,10 @@ def test_cross_build_gives_aarch64_runner_and_interposer(arm64_build):
         assert "ARM aarch64" in described and "shared object" in described
     log = (build_dir.parent / "build.log").read_text()
     assert "harness-runner: QNN backend: not in this executorch package" in log
-    assert "backend_qnn" not in arm64_linux.build_components(build_dir)
-    assert "backend_xnnpack" in arm64_linux.build_components(build_dir)
+    assert "backend_qnn" not in build_components(build_dir)
+    assert "backend_xnnpack" in build_components(build_dir)
     started = time.monotonic()
-    assert arm64_linux.build_arm64_linux(build_dir.parent.parent.parent) == build_dir
+    assert build_arm64_linux(build_dir.parent.parent.parent) == build_dir
     assert (build_dir.parent / "build.log").read_text() == log, "built again"
     assert time.monotonic() - started < 10  # cached: a lookup, not a build
 
@@ -246,7 +277,7 @@ def test_cross_build_gives_aarch64_runner_and_interposer(arm64_build):
 def test_cli_builds_arm64_linux_and_prints_the_directory(arm64_build, capsys):
     build_dir, _ = arm64_build
     cache = build_dir.parent.parent.parent
-    assert arm64_linux.main(["--arm64-linux", "--cache-dir", str(cache)]) == 0
+    assert build_runner(["--arm64-linux", "--cache-dir", str(cache)]) == 0
     assert capsys.readouterr().out.strip() == str(build_dir)
 
 
@@ -258,7 +289,7 @@ def _qemu_argv(program: Path, *args: str) -> list[str]:
 
 
 def _aarch64_env() -> dict[str, str]:
-    lib = arm64_linux.aarch64_executorch_dir() / "lib"
+    lib = aarch64_executorch_dir() / "lib"
     return {**os.environ, "LD_LIBRARY_PATH": str(lib)}
 
 
@@ -294,17 +325,17 @@ def test_arm64_runner_lists_backends_without_qnn(arm64_build):
     assert out.returncode == 0, out.stderr
     backends = out.stdout.split()
     assert "XnnpackBackend" in backends and "QnnBackend" not in backends
-    assert set(backends) == set(arm64_linux.build_backends(build_dir))
+    assert set(backends) == set(build_backends(build_dir))
 
 
 @needs_qemu
 def test_arm64_runner_matches_the_x86_64_runner(arm64_build, xnn_case):
-    ok, why = arm64_linux.host_runner_available()
+    ok, why = host_runner_available()
     if not ok:
         pytest.skip(f"host build impossible here: {why}")
     build_dir, _ = arm64_build
     _, _, scenario = xnn_case
-    host = arm64_linux.build_host_runner()
+    host = build_host_runner()
     started = time.monotonic()
     native = subprocess.run([str(host), str(scenario)], capture_output=True, text=True,
                             timeout=300)
@@ -423,8 +454,8 @@ def test_arm64_loopback_runs_a_pushed_runner(arm64_loopback, arm64_build, xnn_ca
     dev = _client().device(arm64_loopback.serial)
     ws = PurePosixPath("/data/local/tmp/hil-arm64")
     build = DeviceBuild("arm64-v8a", build_dir / "harness-runner", build_dir / "libQnnHtp.so",
-                        (arm64_linux.aarch64_executorch_dir() / "lib",),
-                        arm64_linux.build_backends(build_dir), "arm64-linux")
+                        (aarch64_executorch_dir() / "lib",),
+                        build_backends(build_dir), "arm64-linux")
     dev.sync.push(build.runner, str(ws / "executorch_hil_runner"), mode=0o755)
     dev.sync.push(build.interposer, str(ws / "libQnnHtp.so"))
     for lib in build.libraries():
@@ -450,7 +481,7 @@ def test_arm64_loopback_runs_a_pushed_runner(arm64_loopback, arm64_build, xnn_ca
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     events = _events(run.stdout.decode())
     assert events[-1] == {"event": "end", "status": "ok", "steps": 4, "failed_steps": 0}
-    host = arm64_linux.build_host_runner() if arm64_linux.host_runner_available()[0] else None
+    host = build_host_runner() if host_runner_available()[0] else None
     if host is not None:
         native = subprocess.run([str(host), str(host_scenario)], capture_output=True, text=True,
                                 timeout=300)

@@ -78,7 +78,7 @@ def test_the_suite_on_an_unpacked_wheel_names_that_runtime_and_gives_the_same_ou
 
 
 def test_the_runner_built_for_a_prefix_loads_the_prefixs_libraries(monkeypatch, prefix):
-    from harness.runner.builds.arm64_linux import build_host_runner
+    from harness.runner.builds.host import build_host_runner
 
     monkeypatch.setenv("EXECUTORCH_HIL_EXECUTORCH_PREFIX", str(prefix))
     runner = build_host_runner()  # the session's build (same key), cached
@@ -121,23 +121,29 @@ def test_an_arm64_linux_prefix_is_what_an_arm64_device_is_built_against(monkeypa
     nothing is fetched for it, and the host runner is not built against it."""
     import shutil
 
-    from harness.runner.builds import arm64_linux
+    from harness.runner.builds.aarch64_wheel import aarch64_executorch_dir
+    from harness.runner.builds.arm64_linux import (
+        arm64_linux_available,
+        arm64_linux_build_dir,
+        arm64_linux_toolchain_text,
+    )
+    from harness.runner.builds.host import host_runner_available
 
-    default_key = arm64_linux.arm64_linux_build_dir()
-    wheel = arm64_linux.aarch64_executorch_dir()  # the release's own, downloaded once
+    default_key = arm64_linux_build_dir()
+    wheel = aarch64_executorch_dir()  # the release's own, downloaded once
     mine = tmp_path / "executorch"
     shutil.copytree(wheel / "lib", mine / "lib", symlinks=True)
     shutil.copytree(wheel / "share", mine / "share", symlinks=True)
     monkeypatch.setenv("EXECUTORCH_HIL_EXECUTORCH_PREFIX", str(mine))
     runtime = from_prefix(mine)
     assert runtime.machine == "aarch64" and runtime.python_path is None
-    assert arm64_linux.aarch64_executorch_dir() == mine
-    assert arm64_linux.arm64_linux_build_dir() != default_key  # its own cache entry
-    toolchain = arm64_linux.arm64_linux_toolchain_text(arm64_linux.aarch64_executorch_dir())
+    assert aarch64_executorch_dir() == mine
+    assert arm64_linux_build_dir() != default_key  # its own cache entry
+    toolchain = arm64_linux_toolchain_text(aarch64_executorch_dir())
     assert f'set(CMAKE_PREFIX_PATH "{mine}")' in toolchain
-    ok, why = arm64_linux.arm64_linux_available()
+    ok, why = arm64_linux_available()
     assert ok, why
-    ok, why = arm64_linux.host_runner_available()
+    ok, why = host_runner_available()
     assert not ok and "built for aarch64, not this host" in why
 
 

@@ -1,4 +1,4 @@
-"""The native runner's build module and the built runner itself.
+"""The native runner's builds (harness.runner.builds) and the built runner itself.
 
 (a) Android command lines and the nlohmann/json headers of every build, (b) clear errors for
 a missing NDK/prefix, (c) a real host build, cached and safe under concurrent callers, (d) the
@@ -20,8 +20,22 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner.builds import arm64_linux
-from harness.runner.builds.arm64_linux import RunnerBuildError
+from harness.runner.builds import RunnerBuildError
+from harness.runner.builds.android import android_build_commands, build_android_runner
+from harness.runner.builds.arm64_linux import arm64_linux_build_commands
+from harness.runner.builds.cli import main as build_runner
+from harness.runner.builds.host import (
+    build_host_runner,
+    host_build_commands,
+    host_build_key,
+    host_runner_available,
+)
+from harness.runner.builds.inputs import (
+    default_cache_root,
+    executorch_package_dir,
+    runner_source_dir,
+)
+from harness.runner.builds.tools import nlohmann_json_include_dir, nlohmann_json_problem
 
 EVENT = "HARNESS_EVENT "
 
@@ -31,28 +45,28 @@ EVENT = "HARNESS_EVENT "
 
 def test_android_commands_carry_toolchain_abi_platform_and_prefix(tmp_path):
     ndk, prefix = tmp_path / "ndk", tmp_path / "et-android"
-    configure, build = arm64_linux.android_build_commands(tmp_path / "b", ndk, prefix, platform=31)
+    configure, build = android_build_commands(tmp_path / "b", ndk, prefix, platform=31)
     assert f"-DCMAKE_TOOLCHAIN_FILE={ndk}/build/cmake/android.toolchain.cmake" in configure
     assert "-DANDROID_ABI=arm64-v8a" in configure
     assert "-DANDROID_PLATFORM=android-31" in configure
     assert f"-DCMAKE_PREFIX_PATH={prefix}" in configure
     assert configure[configure.index("-G"):configure.index("-G") + 2] == ["-G", "Ninja"]
-    assert configure[configure.index("-S") + 1] == str(arm64_linux.runner_source_dir())
+    assert configure[configure.index("-S") + 1] == str(runner_source_dir())
     assert build[1:3] == ["--build", str(tmp_path / "b")]
 
 
 def test_android_commands_default_platform_and_custom_source(tmp_path):
-    configure, _ = arm64_linux.android_build_commands(
+    configure, _ = android_build_commands(
         tmp_path / "b", tmp_path / "ndk", tmp_path / "p", source_dir=tmp_path / "src")
     assert "-DANDROID_PLATFORM=android-30" in configure
     assert configure[configure.index("-S") + 1] == str(tmp_path / "src")
 
 
 def test_host_commands_use_pypi_cmake_ninja_and_the_wheel(tmp_path):
-    configure, build = arm64_linux.host_build_commands(tmp_path / "b")
+    configure, build = host_build_commands(tmp_path / "b")
     assert "-DCMAKE_BUILD_TYPE=Release" in configure
     assert configure[configure.index("-G"):configure.index("-G") + 2] == ["-G", "Ninja"]
-    pkg = arm64_linux.executorch_package_dir()
+    pkg = executorch_package_dir()
     if pkg is not None:
         assert f"-DCMAKE_PREFIX_PATH={pkg}" in configure
     if (Path(sys.executable).parent / "cmake").exists():
@@ -61,7 +75,7 @@ def test_host_commands_use_pypi_cmake_ninja_and_the_wheel(tmp_path):
 
 
 def test_cli_prints_android_commands_without_an_ndk(capsys):
-    assert arm64_linux.main(["--android", "--print-commands", "--platform", "33"]) == 0
+    assert build_runner(["--android", "--print-commands", "--platform", "33"]) == 0
     out = capsys.readouterr().out
     assert "-DANDROID_ABI=arm64-v8a" in out and "-DANDROID_PLATFORM=android-33" in out
     assert "android.toolchain.cmake" in out
@@ -72,7 +86,7 @@ def test_cli_prints_android_commands_without_an_ndk(capsys):
 
 def test_missing_ndk_names_what_to_pass(tmp_path):
     with pytest.raises(RunnerBuildError, match="--ndk"):
-        arm64_linux.build_android_runner(tmp_path / "b", tmp_path / "no-ndk", tmp_path)
+        build_android_runner(tmp_path / "b", tmp_path / "no-ndk", tmp_path)
 
 
 def test_missing_prefix_names_what_to_pass(tmp_path):
@@ -80,19 +94,19 @@ def test_missing_prefix_names_what_to_pass(tmp_path):
     (ndk / "build" / "cmake").mkdir(parents=True)
     (ndk / "build" / "cmake" / "android.toolchain.cmake").write_text("")
     with pytest.raises(RunnerBuildError, match="--executorch-prefix"):
-        arm64_linux.build_android_runner(tmp_path / "b", ndk, tmp_path / "no-prefix")
+        build_android_runner(tmp_path / "b", ndk, tmp_path / "no-prefix")
     empty = tmp_path / "empty-prefix"
     empty.mkdir()
     with pytest.raises(RunnerBuildError, match="--executorch-prefix"):
-        arm64_linux.build_android_runner(tmp_path / "b", ndk, empty)
+        build_android_runner(tmp_path / "b", ndk, empty)
 
 
 def test_cli_android_without_ndk_is_a_usage_error(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("ANDROID_NDK", raising=False)
-    assert arm64_linux.main(["--android", "--executorch-prefix", str(tmp_path)]) == 2
+    assert build_runner(["--android", "--executorch-prefix", str(tmp_path)]) == 2
     assert "--ndk" in capsys.readouterr().err
-    assert arm64_linux.main(["--android", "--ndk", str(tmp_path / "nope"),
-                              "--executorch-prefix", str(tmp_path)]) == 1
+    assert build_runner(["--android", "--ndk", str(tmp_path / "nope"),
+                        "--executorch-prefix", str(tmp_path)]) == 1
     assert "--ndk" in capsys.readouterr().err
 
 
@@ -100,45 +114,46 @@ def test_every_build_gets_the_nlohmann_json_headers(monkeypatch, tmp_path):
     include = tmp_path / "include"
     (include / "nlohmann").mkdir(parents=True)
     (include / "nlohmann" / "json.hpp").write_text("")
-    monkeypatch.setattr(arm64_linux, "_NLOHMANN_JSON_DIRS", (tmp_path / "none", include))
-    assert arm64_linux.nlohmann_json_include_dir() == include
-    assert arm64_linux._nlohmann_json_problem() == ""
+    monkeypatch.setattr("harness.runner.builds.tools.NLOHMANN_JSON_DIRS",
+                        (tmp_path / "none", include))
+    assert nlohmann_json_include_dir() == include
+    assert nlohmann_json_problem() == ""
     flag = f"-DHARNESS_NLOHMANN_JSON_INCLUDE_DIR={include}"
     for configure, _ in (
-        arm64_linux.host_build_commands(tmp_path / "b"),
-        arm64_linux.arm64_linux_build_commands(tmp_path / "b", tmp_path / "tc", tmp_path / "et"),
-        arm64_linux.android_build_commands(tmp_path / "b", tmp_path / "ndk", tmp_path / "p"),
+        host_build_commands(tmp_path / "b"),
+        arm64_linux_build_commands(tmp_path / "b", tmp_path / "tc", tmp_path / "et"),
+        android_build_commands(tmp_path / "b", tmp_path / "ndk", tmp_path / "p"),
     ):
         assert flag in configure
 
-    monkeypatch.setattr(arm64_linux, "_NLOHMANN_JSON_DIRS", (tmp_path / "none",))
+    monkeypatch.setattr("harness.runner.builds.tools.NLOHMANN_JSON_DIRS", (tmp_path / "none",))
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "none"))
-    assert arm64_linux.nlohmann_json_include_dir() is None
-    assert "apt-get install nlohmann-json3-dev" in arm64_linux._nlohmann_json_problem()
+    assert nlohmann_json_include_dir() is None
+    assert "apt-get install nlohmann-json3-dev" in nlohmann_json_problem()
 
 
 def test_cache_root_honours_env(monkeypatch, tmp_path):
     monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path))
-    assert arm64_linux.default_cache_root() == tmp_path / "runner"
+    assert default_cache_root() == tmp_path / "runner"
     monkeypatch.delenv("EXECUTORCH_HIL_CACHE")
-    assert arm64_linux.default_cache_root() == Path.home() / ".cache" / "executorch-hil" / "runner"
+    assert default_cache_root() == Path.home() / ".cache" / "executorch-hil" / "runner"
 
 
 def test_build_key_follows_the_sources(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "main.cpp").write_text("int main() { return 0; }\n")
-    first = arm64_linux._host_build_key(src)
-    assert arm64_linux._host_build_key(src) == first
+    first = host_build_key(src)
+    assert host_build_key(src) == first
     (src / "main.cpp").write_text("int main() { return 1; }\n")
-    assert arm64_linux._host_build_key(src) != first
+    assert host_build_key(src) != first
 
 
 def test_unavailable_host_build_raises_with_the_reason(monkeypatch, tmp_path):
-    monkeypatch.setattr(arm64_linux, "host_runner_available",
+    monkeypatch.setattr("harness.runner.builds.host.host_runner_available",
                         lambda: (False, "ninja not found: pip install ninja"))
     with pytest.raises(RunnerBuildError, match="pip install ninja"):
-        arm64_linux.build_host_runner(tmp_path, force=True)
+        build_host_runner(tmp_path, force=True)
 
 
 # ------------------------------------------------------------------------- (c)
@@ -147,13 +162,13 @@ def test_unavailable_host_build_raises_with_the_reason(monkeypatch, tmp_path):
 @pytest.fixture(scope="session")
 def host_build(tmp_path_factory):
     """A real cold host build into a fresh cache, by three concurrent callers."""
-    ok, why = arm64_linux.host_runner_available()
+    ok, why = host_runner_available()
     if not ok:
         pytest.skip(f"host build impossible here: {why}")
     cache = tmp_path_factory.mktemp("runner-cache")
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=3) as pool:
-        paths = list(pool.map(lambda _: arm64_linux.build_host_runner(cache), range(3)))
+        paths = list(pool.map(lambda _: build_host_runner(cache), range(3)))
     return cache, paths, time.monotonic() - started
 
 
@@ -167,7 +182,7 @@ def test_host_build_builds_once_and_caches(host_build):
     log = (binary.parent.parent / "build.log").read_text()
     assert log.count("$ ") == 2, log[:2000]
     started = time.monotonic()
-    again = arm64_linux.build_host_runner(cache)
+    again = build_host_runner(cache)
     warm = time.monotonic() - started
     assert again == binary
     assert (binary.parent.parent / "build.log").read_text() == log, "built again"

@@ -36,7 +36,7 @@ from harness.protocol.events import EndEvent, StartEvent, StepEvent, parse_event
 from harness.protocol.wire import ExitCode, read_events
 from harness.protocol.scenario_file import ScenarioError
 from harness.protocol.scenario_check import load_scenario
-from harness.runner.builds import arm64_linux
+from harness.runner.builds.host import build_host_runner, host_runner_available
 from harness.runner.select import RunnerChoice
 
 DATA = Path(__file__).parent / "data" / "scenarios"
@@ -73,9 +73,9 @@ _MAKE_PROGRAM = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def runners() -> dict[str, RunnerChoice]:
-    ok, why = arm64_linux.host_runner_available()
+    ok, why = host_runner_available()
     assert ok, why  # CI installs cmake, ninja and a compiler
-    return {"native": RunnerChoice("native", arm64_linux.build_host_runner()),
+    return {"native": RunnerChoice("native", build_host_runner()),
             "python": RunnerChoice("python", None)}
 
 

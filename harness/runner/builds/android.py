@@ -1,0 +1,167 @@
+"""The Android build: the runner and the QNN interposer for arm64-v8a Android phones.
+
+The NDK's CMake toolchain file builds the runner against an ExecuTorch install prefix built
+for arm64-v8a (ExecuTorch publishes no Android C++ SDK), the NDK's clang compiles the
+interposer, and the prefix's shared libraries are copied to ``<build-dir>/lib`` to be pushed
+next to the runner (its RUNPATH is ``$ORIGIN``). `build-runner --android` builds into a
+directory of one's choice; a session with an Android ``--executorch-prefix`` builds into the
+cache (`android_prefix_build`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform as _platform
+import shutil
+from pathlib import Path
+
+from harness.cache import file_lock
+from harness.runner.builds import RunnerBuildError
+from harness.runner.builds.cmake import (
+    INTERPOSER_NAME,
+    RUNNER_NAME,
+    cmake_commands,
+    missing_output_error,
+    run_commands,
+)
+from harness.runner.builds.inputs import (
+    default_cache_root,
+    runner_source_dir,
+    runtime_libraries_digest,
+    sources_digest,
+)
+from harness.runner.builds.tools import find_cmake, find_ninja, nlohmann_json_problem
+
+ANDROID_CACHE_DIR = "android-arm64-v8a"
+"""The Android builds' directory under the runner cache root."""
+
+
+def android_build_commands(
+    build_dir: Path,
+    ndk: Path,
+    executorch_prefix: Path,
+    platform: int = 30,
+    source_dir: Path | None = None,
+) -> list[list[str]]:
+    """Configure and build command lines for an arm64-v8a Android runner with
+    the NDK's toolchain file, against an ExecuTorch install prefix."""
+    toolchain = Path(ndk) / "build" / "cmake" / "android.toolchain.cmake"
+    return cmake_commands(build_dir, source_dir, [
+        f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
+        "-DANDROID_ABI=arm64-v8a",
+        f"-DANDROID_PLATFORM=android-{int(platform)}",
+        f"-DCMAKE_PREFIX_PATH={Path(executorch_prefix)}",
+        # The NDK toolchain confines package lookup to its sysroot; the
+        # ExecuTorch prefix lives outside it.
+        "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH",
+    ])
+
+
+def _ndk_host_tag() -> str:
+    system = _platform.system().lower()
+    return f"{'darwin' if system == 'darwin' else 'linux'}-x86_64"
+
+
+def ndk_clang(ndk: Path, platform: int = 30) -> Path:
+    """The NDK's clang driver for arm64-v8a at API level `platform`."""
+    return (Path(ndk) / "toolchains" / "llvm" / "prebuilt" / _ndk_host_tag() / "bin"
+            / f"aarch64-linux-android{int(platform)}-clang")
+
+
+def android_interposer_command(output: Path, ndk: Path, platform: int = 30) -> list[str]:
+    """The QNN interposer's compile line with the NDK's clang (no -lpthread on bionic)."""
+    from harness.qnn.interposer_build import interposer_command
+
+    return interposer_command(output, str(ndk_clang(ndk, platform)), android=True)
+
+
+def build_android_runner(
+    build_dir: Path, ndk: Path, executorch_prefix: Path, platform: int = 30
+) -> Path:
+    """Cross-compiles the runner for arm64-v8a Android into ``build_dir`` and
+    returns the binary's path (to push with ``adb push``). Raises
+    RunnerBuildError naming what to pass when the NDK or the prefix is wrong."""
+    ndk = Path(ndk).expanduser()
+    prefix = Path(executorch_prefix).expanduser()
+    toolchain = ndk / "build" / "cmake" / "android.toolchain.cmake"
+    if not toolchain.is_file():
+        raise RunnerBuildError(
+            f"Android NDK not found at {ndk} (no build/cmake/android.toolchain.cmake): "
+            "pass --ndk <path to the NDK, e.g. $ANDROID_HOME/ndk/27.2.12479018> "
+            "(or set ANDROID_NDK)"
+        )
+    if not prefix.is_dir():
+        raise RunnerBuildError(
+            f"ExecuTorch install prefix not found at {prefix}: pass --executorch-prefix "
+            "<the CMAKE_INSTALL_PREFIX of an arm64-v8a ExecuTorch build with "
+            "EXECUTORCH_BUILD_EXTENSION_MODULE/TENSOR, XNNPACK and QNN enabled>"
+        )
+    configs = list(prefix.glob("lib/cmake/*/executorch-config.cmake")) + list(
+        prefix.glob("lib/cmake/*/ExecuTorchConfig.cmake")
+    )
+    if not configs:
+        raise RunnerBuildError(
+            f"{prefix} holds no ExecuTorch CMake package (lib/cmake/ExecuTorch/"
+            "executorch-config.cmake): pass --executorch-prefix <the directory ExecuTorch "
+            "was installed to with `cmake --install`>"
+        )
+    if find_cmake() is None:
+        raise RunnerBuildError("cmake not found: pip install 'cmake>=3.28'")
+    if find_ninja() is None:
+        raise RunnerBuildError("ninja not found: pip install ninja")
+    problem = nlohmann_json_problem()
+    if problem:
+        raise RunnerBuildError(problem)
+    clang = ndk_clang(ndk, platform)
+    if not clang.is_file():
+        raise RunnerBuildError(
+            f"the NDK at {ndk} has no {clang.name} (looked for {clang}): pass an NDK (r23 or "
+            f"newer) that supports API level {platform} with --ndk, or another --platform"
+        )
+    build_dir = Path(build_dir)
+    log = build_dir / "build.log"
+    interposer = build_dir / INTERPOSER_NAME
+    run_commands(
+        [*android_build_commands(build_dir, ndk, prefix, platform),
+         android_interposer_command(interposer, ndk, platform)],
+        log,
+        "Android build (runner and QNN interposer)",
+    )
+    binary = build_dir / RUNNER_NAME
+    for out in (binary, interposer):
+        if not out.is_file():
+            raise missing_output_error("Android build", out, log)
+    # The runner's RUNPATH is $ORIGIN: shared ExecuTorch libraries (e.g.
+    # libqnn_executorch_backend.so) go to the device next to it, from here.
+    libs = [p for p in sorted((prefix / "lib").glob("*.so*")) if p.is_file()]
+    if libs:
+        lib_dir = build_dir / "lib"
+        lib_dir.mkdir(exist_ok=True)
+        for lib in libs:
+            shutil.copy2(lib, lib_dir / lib.name)
+    return binary
+
+
+def default_android_build_dir() -> Path:
+    """Where `build-runner --android` builds without --build-dir."""
+    return default_cache_root() / ANDROID_CACHE_DIR
+
+
+def android_prefix_build(prefix: Path, lib_dir: Path, ndk: Path, platform: int = 30) -> Path:
+    """The Android build against an --executorch-prefix built for Android, cached by the
+    runner's sources, the prefix's libraries' content and the NDK; returns its directory."""
+    h = hashlib.sha256(sources_digest(runner_source_dir()).encode())
+    from harness.qnn.interposer_build import SOURCE as interposer_source
+
+    h.update(interposer_source.read_bytes())
+    h.update(f"prefix={prefix}:{runtime_libraries_digest(lib_dir)}:ndk={Path(ndk).resolve()}:"
+             f"{platform}".encode())
+    entry = default_cache_root() / ANDROID_CACHE_DIR / h.hexdigest()[:16]
+    build_dir, marker = entry / "build", entry / "build.ok"
+    if marker.is_file() and (build_dir / RUNNER_NAME).is_file():
+        return build_dir
+    with file_lock(entry.parent / f"{entry.name}.lock"):
+        if not (marker.is_file() and (build_dir / RUNNER_NAME).is_file()):
+            build_android_runner(build_dir, ndk, prefix, platform)
+            marker.write_text(f"prefix={prefix}\n")
+    return build_dir
