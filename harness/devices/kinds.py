@@ -161,7 +161,14 @@ def session_kinds(options: Options) -> list[type[DeviceKind]]:
     """The kinds of this session's targets, each once (the adb kind for a labgrid farm)."""
     found = [kind_for(t) for t in session_targets(options)]
     if uses_farm(options):
-        from harness.devices.adb import AdbKind
-
-        found.append(AdbKind)
+        found.append(kind_named("adb"))
     return list(dict.fromkeys(found))
+
+
+def kind_named(name: str) -> type[DeviceKind]:
+    """The registered kind called `name`, looked up in the registry (so this module imports
+    no kind: each kind imports this one)."""
+    for kind in kinds():
+        if kind.name == name:
+            return kind
+    raise HarnessError(f"no device kind named {name!r}")
