@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.cache import cache_root, file_lock
 from harness.runner.builds import RunnerBuildError
-from harness.runner.builds.inputs import executorch_version
+from harness.runtime import executorch_version
 
 AARCH64_WHEEL_PLATFORM = "manylinux_2_28_aarch64"
 

@@ -35,9 +35,9 @@ from harness.runner.builds.cmake import (
     missing_output_error,
     run_commands,
 )
+from harness.runtime import executorch_version
 from harness.runner.builds.inputs import (
     default_cache_root,
-    executorch_version,
     runner_source_dir,
     runtime_libraries_digest,
     sources_digest,

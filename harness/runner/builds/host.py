@@ -23,10 +23,10 @@ from harness.runner.builds.cmake import (
     missing_output_error,
     run_commands,
 )
+from harness.runtime import executorch_version
 from harness.runner.builds.inputs import (
     default_cache_root,
     executorch_package_dir,
-    executorch_version,
     runner_source_dir,
     runtime_libraries_digest,
     sources_digest,

@@ -61,13 +61,6 @@ def executorch_package_dir() -> Path | None:
     return None
 
 
-def executorch_version() -> str:
-    """The version of the runtime under test ("unknown" when there is none)."""
-    from harness.runtime import current
-
-    return current().version
-
-
 @cache
 def _libraries_digest(lib_dir: Path, stamp: tuple) -> str:
     """sha256 over the names and bytes of a runtime's libraries (`stamp`, their names, sizes
