@@ -54,7 +54,8 @@ from harness.runner.builds.host import (
     host_build_commands,
     host_runner_available,
 )
-from harness.runner.builds.inputs import executorch_package_dir, executorch_version
+from harness.runner.builds.inputs import executorch_package_dir
+from harness.runtime import executorch_version
 from harness.runner.select import DeviceBuild, device_build
 from test_loopback import ADB, _adb, _client
 
