@@ -19,12 +19,11 @@ from typing import Any
 from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
 from harness.protocol.tensors import TensorFile
-from harness.protocol.scenario_file import (LOAD_MODES, MAX_PARALLEL, OPS, PARALLEL_OPS,
+from harness.protocol.scenario_file import (LOAD_MODES, MAX_PARALLEL, PARALLEL_OPS,
                                             SCENARIO_VERSION, ScenarioError, ScenarioStep)
 from harness.protocol.scenario_check import check_distinct_modules, validate_scenario
 
-__all__ = ["MAX_PARALLEL", "OPS", "PARALLEL_OPS", "Scenario", "ScenarioError", "Step",
-           "parse_scenario"]
+__all__ = ["Scenario", "Step", "parse_scenario"]
 
 # Names the builder gives scenarios and modules (they end up in file and directory names); the
 # scenario file itself takes any non-empty string.

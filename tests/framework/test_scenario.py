@@ -8,7 +8,8 @@ import pytest
 
 from harness.programs.compile import CompiledModel, MethodReference
 from harness.scenario.reference import predict
-from harness.scenario import Scenario, ScenarioError, parse_scenario
+from harness.protocol.scenario_file import ScenarioError
+from harness.scenario import Scenario, parse_scenario
 from harness.protocol.tensors import TensorFile
 
 

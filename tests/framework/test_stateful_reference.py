@@ -10,7 +10,8 @@ from harness.errors import HarnessError
 from harness.plugin.options import _etrecords
 from harness.programs.compile import CompiledModel, MethodReference
 from harness.protocol.tensors import TensorFile
-from harness.scenario import Scenario, ScenarioError
+from harness.protocol.scenario_file import ScenarioError
+from harness.scenario import Scenario
 
 
 def stateful_model(tmp_path: Path, executes: int = 3) -> CompiledModel:
