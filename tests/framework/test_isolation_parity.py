@@ -40,6 +40,13 @@ def run_suite(tmp_path: Path, isolation: str) -> dict:
     return json.loads(results.read_text())
 
 
+def outcome(test: dict) -> str:
+    """A test's outcome as the modes must agree on it: a test of an intermittent known issue
+    (a race) meets it in some runs only, so its XPASS and XFAIL are one outcome."""
+    intermittent = test["outcome"] == "xpassed" and not test["xpass_strict"]
+    return "xfailed" if intermittent else test["outcome"]
+
+
 def step_facts(step: dict) -> tuple:
     return (step["index"], step["op"], step["target"], step["status"], step["error_code"],
             tuple(sorted(step["live"].items())),
@@ -59,8 +66,8 @@ def test_fork_and_process_give_the_same_verdicts(tmp_path):
     assert len(tests["fork"]) >= 50, sorted(tests["fork"])
     for nodeid, f in tests["fork"].items():
         p = tests["process"][nodeid]
-        assert f["outcome"] == p["outcome"], f"{nodeid}: fork {f['outcome']} ({f['message']}) " \
-                                             f"vs process {p['outcome']} ({p['message']})"
+        assert outcome(f) == outcome(p), f"{nodeid}: fork {f['outcome']} ({f['message']}) " \
+                                         f"vs process {p['outcome']} ({p['message']})"
         if not nodeid.startswith(RACY):
             assert f["scenario_runs"] == p["scenario_runs"], nodeid
 
