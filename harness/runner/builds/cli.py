@@ -83,12 +83,7 @@ def _main_arm64_linux(args: argparse.Namespace) -> int:
         print("build-runner: --arm64-linux builds into the cache (--cache-dir), not --build-dir; "
               "use --print-commands for a build elsewhere", file=sys.stderr)
         return 2
-    try:
-        build_dir = build_arm64_linux(args.cache_dir, force=args.force)
-    except RunnerBuildError as exc:
-        print(f"build-runner: {exc}", file=sys.stderr)
-        return 1
-    print(build_dir)
+    print(build_arm64_linux(args.cache_dir, force=args.force))
     return 0
 
 
@@ -124,11 +119,7 @@ def _main_android(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
-        binary = build_android_runner(build_dir, ndk, args.executorch_prefix, args.platform)
-    except RunnerBuildError as exc:
-        print(f"build-runner: {exc}", file=sys.stderr)
-        return 1
+    binary = build_android_runner(build_dir, ndk, args.executorch_prefix, args.platform)
     # The directory: runner, interposer and lib/ (EXECUTORCH_HIL_ANDROID_BUILD takes it).
     print(binary.parent)
     return 0
@@ -140,22 +131,18 @@ def _main_host(args: argparse.Namespace) -> int:
         for cmd in host_build_commands(build_dir):
             print(shlex.join(cmd))
         return 0
-    try:
-        if args.build_dir is not None:
-            ok, why = host_runner_available()
-            if not ok:
-                raise RunnerBuildError(f"cannot build the native runner: {why}")
-            run_commands(
-                host_build_commands(args.build_dir),
-                args.build_dir / "build.log",
-                "native runner host build",
-            )
-            binary = args.build_dir / RUNNER_NAME
-        else:
-            binary = build_host_runner(args.cache_dir, force=args.force)
-    except RunnerBuildError as exc:
-        print(f"build-runner: {exc}", file=sys.stderr)
-        return 1
+    if args.build_dir is not None:
+        ok, why = host_runner_available()
+        if not ok:
+            raise RunnerBuildError(f"cannot build the native runner: {why}")
+        run_commands(
+            host_build_commands(args.build_dir),
+            args.build_dir / "build.log",
+            "native runner host build",
+        )
+        binary = args.build_dir / RUNNER_NAME
+    else:
+        binary = build_host_runner(args.cache_dir, force=args.force)
     print(binary)
     return 0
 
@@ -178,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as exc:
             print(f"build-runner: {exc}", file=sys.stderr)
             return 2
-    if args.arm64_linux:
-        return _main_arm64_linux(args)
-    if args.android:
-        return _main_android(args)
-    return _main_host(args)
+    target = (_main_arm64_linux if args.arm64_linux else
+              _main_android if args.android else _main_host)
+    try:
+        return target(args)
+    except RunnerBuildError as exc:  # the build is impossible here, or a step failed
+        print(f"build-runner: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
