@@ -94,10 +94,14 @@ class FarmFailover:
         """What happened to places since the last call (for the controller's summary)."""
         events = self.farm.events[self._events_sent:]
         self._events_sent += len(events)
-        return [f"farm: {self.worker}: {e}" for e in events]
+        return self._lines(events)
 
     def summary(self) -> list[str]:
-        return [f"farm: {self.worker}: {e}" for e in self.farm.events]
+        """Every event of the worker's places, for its session summary."""
+        return self._lines(self.farm.events)
+
+    def _lines(self, events: list[str]) -> list[str]:
+        return [f"farm: {self.worker}: {e}" for e in events]
 
     def close(self) -> None:
         """Release the place held and cancel the reservations (the farm's close)."""

@@ -65,8 +65,9 @@ class AdbKind(DeviceKind):
         from harness.config import soc_config
 
         opts = context.options
-        adb_server_address(cls._server(context))
-        for soc in cls._farm_socs(context).values():
+        farm_server, farm_socs = cls._farm(context)
+        adb_server_address(cls._server(context, farm_server))
+        for soc in farm_socs.values():
             soc_config(soc)  # an unknown SoC in the farm file: now, not when its phone opens
         if opts.device_workspace is not None:
             ws_rules.check_workspace(opts.device_workspace,
@@ -78,28 +79,30 @@ class AdbKind(DeviceKind):
             raise ConfigError(f"--device {empty[0]!r}: no serial after {cls.SCHEME}")
 
     @classmethod
-    def _server(cls, context: OpenContext) -> str | None:
+    def _server(cls, context: OpenContext, farm_server: str | None) -> str | None:
         """A labgrid place's adb server, else --adb-server, else the farm file's."""
         place = context.place
         if place is not None and place.adb:
             return place.adb
-        farm = context.options.farm
-        return context.option("adb_server") or (load_farm(farm)[0] if farm is not None else None)
+        return context.option("adb_server") or farm_server
 
     @classmethod
-    def _farm_socs(cls, context: OpenContext) -> dict[str, str]:
-        """serial -> SoC of the farm file's entries that name one (it overrides what the
-        phone reports)."""
+    def _farm(cls, context: OpenContext) -> tuple[str | None, dict[str, str]]:
+        """The farm file's adb server, and the SoC of each of its serials that names one (it
+        overrides what the phone reports); (None, {}) without a farm file."""
         farm = context.options.farm
-        entries = load_farm(farm)[1] if farm is not None else []
-        return {e["serial"]: e["soc"] for e in entries if "soc" in e}
+        if farm is None:
+            return None, {}
+        server, entries = load_farm(farm)
+        return server, {e["serial"]: e["soc"] for e in entries if "soc" in e}
 
     @classmethod
     def online(cls, target: str, context: OpenContext) -> bool:
         from harness.devices.adb.transport import AdbProxy, adb_client
 
         try:
-            AdbProxy(adb_client(cls._server(context)), cls.serial(target)).wait_online(0)
+            server = cls._server(context, cls._farm(context)[0])
+            AdbProxy(adb_client(server), cls.serial(target)).wait_online(0)
         except DeviceError:
             return False
         return True
@@ -117,11 +120,13 @@ class AdbKind(DeviceKind):
         from harness.runner.select import device_build
 
         opts, place, serial = context.options, context.place, cls.serial(target)
-        adb = AdbProxy(adb_client(cls._server(context)), serial)
+        farm_server, farm_socs = cls._farm(context)
+        server = cls._server(context, farm_server)
+        adb = AdbProxy(adb_client(server), serial)
         adb.wait_online(opts.connect_s or CONNECT_S)
         identity = identify(adb)
         config, source = resolve_soc_config(
-            serial, identity.soc, farm_soc=place.soc if place else cls._farm_socs(context).get(serial),
+            serial, identity.soc, farm_soc=place.soc if place else farm_socs.get(serial),
             farm_from=f"place {place.place} tag soc" if place else "farm file", soc=opts.soc,
             device_config=opts.device_config, reported_from=identity.soc_source)
         workspace = (ws_rules.check_workspace(opts.device_workspace,
@@ -133,7 +138,7 @@ class AdbKind(DeviceKind):
                            notice=context.notice, session_id=opts.session_id,
                            worker=opts.worker, lease_wait=opts.lease_wait,
                            isolation=opts.scenario_isolation)
-        device.adb_server = cls._server(context)
+        device.adb_server = server
         if opts.runner == "python":
             context.notice("adb devices always use the native runner; "
                            "--runner=python applies to the simulator only")
