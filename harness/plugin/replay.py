@@ -4,8 +4,6 @@ own without reading the artifacts first."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from harness.plugin.keys import DRIVER
@@ -42,10 +40,10 @@ def _replay_command(item: pytest.Item, exc: BaseException) -> str:
     driver = item.stash.get(DRIVER, None)
     if driver is None:
         return ""
-    results = [r for r in driver.results if r.artifacts is not None]
-    if not results:
+    kept = [(r, r.artifacts) for r in driver.results if r.artifacts is not None]
+    if not kept:
         return ""
     named = failure_of(exc).scenario
-    chosen = ([r for r in results if r.scenario.name == named] or
-              [r for r in results if run_failures(r)] or results)[-1]
-    return command_line(chosen.artifacts or Path(), driver.device.replay_args())
+    chosen = ([k for k in kept if k[0].scenario.name == named] or
+              [k for k in kept if run_failures(k[0])] or kept)[-1]
+    return command_line(chosen[1], driver.device.replay_args())
