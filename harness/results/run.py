@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.protocol.output import RunOutput
+from harness.results.crash_site import crash_site_line, without_crash_report
 from harness.protocol.wire import (STEP_MARKER, ExitCode, is_protocol_line, read_events, run_ended,
                                    step_marker_index)
 from harness.protocol.events import EventError, parse_event
@@ -215,11 +216,14 @@ class ScenarioResult:
         out = self.output
         head = self.crash_headline()
         last = self.last_completed
-        lines = [head, f"last completed step: {last.step.describe() if last else '(none)'}"]
+        lines = [head]
+        if out.returncode is not None and out.returncode < 0:
+            lines.append(crash_site_line(out.stderr))
+        lines.append(f"last completed step: {last.step.describe() if last else '(none)'}")
         nxt = next((s for s in self.steps if s.event is None), None)
         if nxt is not None:
             lines.append(f"step in progress: {nxt.step.describe()}")
-        lines.append("log tail:\n" + log_tail(out.stderr + out.stdout, 20))
+        lines.append("log tail:\n" + log_tail(without_crash_report(out.stderr) + out.stdout, 20))
         for name, text in out.logs.items():
             lines.append(f"{name} tail:\n" + log_tail(text, 20))
         if self.artifacts:

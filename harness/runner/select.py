@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import DeviceError, HarnessError
+from harness.runner.crash_report_build import build_crash_report
 from harness.runner.builds.cmake import (
     COMPONENTS_FILE,
     INTERPOSER_NAME,
@@ -59,9 +60,16 @@ class RunnerChoice:
 
             own = current().python_path  # the runtime under test's package, before any other
             path = os.environ.get("PYTHONPATH", "")
-            return {"PYTHONPATH": os.pathsep.join(
+            env = {"PYTHONPATH": os.pathsep.join(
                 p for p in (str(REPO_ROOT), str(own) if own else "", path) if p),
                 **SINGLE_THREAD_ENV}
+            # The crashing thread's frames on stderr before a signal kills the process, as
+            # the native runner writes them (harness.results.crash_site reads them).
+            reporter = build_crash_report()
+            if reporter is not None:
+                env["LD_PRELOAD"] = " ".join(
+                    p for p in (str(reporter), os.environ.get("LD_PRELOAD", "")) if p)
+            return env
         return {}
 
 

@@ -1,5 +1,7 @@
 #include "fork_server.h"
 
+#include "crash_report.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -181,6 +183,7 @@ std::string wait_status(pid_t pid) {
 }  // namespace
 
 int run_scenario_file(const char* path) {
+  install_crash_report();
   Scenario scenario;
   try {
     scenario = load_scenario(path);
