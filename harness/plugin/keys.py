@@ -19,6 +19,9 @@ SESSION = pytest.StashKey[HilSession]()
 REPORTS = pytest.StashKey[dict]()
 # item: the known issue a collected test is a strict xfail of.
 ISSUE = pytest.StashKey[KnownIssue]()
+# Every entry that names the test, ISSUE first: a failure of the run is excused by any of them
+# (a race with two endings, each its own bug).
+TEST_ISSUES = pytest.StashKey[list]()
 # config: every loaded KnownIssue (the project's file and --known-issues files).
 ISSUES = pytest.StashKey[list]()
 # config: known issue id -> node ids of the tests that ran and failed as it says (XFAIL).

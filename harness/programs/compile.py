@@ -93,6 +93,9 @@ class MethodReference:
     # variants[0] (`Scenario.execute(..., variant=1)`); two modules executing at once on
     # different inputs must each give their own input's outputs.
     variants: tuple[tuple[tuple[TensorFile, ...], tuple[TensorFile, ...]], ...] = ()
+    # A stateful method's executes with its mutable buffers started at zero (what a runtime
+    # that never loads the initial value gives), where the reference could compute them.
+    zero_start: tuple[tuple[TensorFile, ...], ...] = ()
 
     @property
     def stateful(self) -> bool:
@@ -150,7 +153,8 @@ class CompiledModel:
                                   tuple(tensors(s) for s in ref.get("sequence", ())),
                                   tuple(ref.get("mutable_buffers", ())),
                                   tuple((tensors(v["inputs"]), tensors(v["expected"]))
-                                        for v in ref.get("variants", ())))
+                                        for v in ref.get("variants", ())),
+                                  tuple(tensors(s) for s in ref.get("zero_start", ())))
             for name, ref in meta["methods"].items()
         }
         return cls(meta["name"], meta["backend"], meta["soc"], meta["precision"],

@@ -192,6 +192,25 @@ def _as_tuple(outputs) -> tuple:
     return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
 
 
+def zero_start_sequence(module, inputs, buffers: list[str], out_dir: Path,
+                        name: str) -> list[list[dict]]:
+    """What the executes of a stateful method give when its mutable buffers start at zero
+    instead of their initial value: the signature of a runtime that never loaded the initial
+    value (harness.results.failures names it in a mismatch's words). [] for a stateless one."""
+    import torch
+
+    if not buffers:
+        return []
+    copy_ = copy.deepcopy(module)
+    named = dict(copy_.named_buffers())
+    with torch.no_grad():
+        for buffer in buffers:
+            if buffer in named:
+                named[buffer].zero_()
+        return [_saved(_as_tuple(copy_(*inputs)), out_dir, f"{name}_z{n}_out")
+                for n in range(STATE_EXECUTES)]
+
+
 def _saved(tensors, out_dir: Path, stem: str) -> list[dict]:
     """`tensors` written as ref/<stem><index>.bin: the meta's entries for them."""
     from harness.protocol.tensors import save_tensor
@@ -278,6 +297,7 @@ def main(argv: list[str]) -> int:
     with torch.no_grad():
         for name, (module, inputs) in eager.items():
             runs = STATE_EXECUTES if mutated[name] else 1
+            zero_start = zero_start_sequence(module, inputs, mutated[name], out_dir, name)
             sequence = []
             for n in range(runs):
                 outputs = _as_tuple(module(*inputs))
@@ -288,6 +308,7 @@ def main(argv: list[str]) -> int:
             if mutated[name]:
                 reference[name]["mutable_buffers"] = mutated[name]
                 reference[name]["sequence"] = sequence
+                reference[name]["zero_start"] = zero_start
             else:
                 variant = input_variant(module, inputs, outputs)
                 if variant is not None:

@@ -269,12 +269,19 @@ def known_issues_section(met: dict[str, dict], unmatched: list[dict]) -> str:
     parts = [STYLE, '<div class="hil"><h2>Known issues</h2>']
     if met:
         rows = []
-        for issue_id, info in sorted(met.items()):
+        order = {"executorch": 0, "qnn": 1, "export": 2, "design": 3, "environment": 4}
+        for issue_id, info in sorted(met.items(),
+                                     key=lambda kv: (order.get(kv[1].get("where", ""), 5), kv[0])):
             outcomes = ", ".join(f"{n} {o}" for o, n in sorted(info.get("outcomes", {}).items()))
             bad = any(o not in ("xfailed",) for o in info.get("outcomes", {}))
-            rows.append(_row([issue_id, outcomes, _clip(info.get("reason", ""), 300)], failing=bad))
-        parts.append("<h4>met in this run</h4><table><tr><th>id</th><th>tests</th><th>reason</th>"
-                     "</tr>" + "".join(rows) + "</table>")
+            where = info.get("where", "")
+            counted = "bug" if info.get("bug") else "not counted"
+            rows.append(_row([issue_id, f"{where} ({counted})", outcomes,
+                              _clip(info.get("reason", ""), 300)], failing=bad))
+        bugs = sum(1 for info in met.values() if info.get("bug"))
+        parts.append(f"<h4>met in this run: {bugs} bug(s) in the runtime under test (executorch, "
+                     f"qnn), {len(met) - bugs} other(s)</h4><table><tr><th>id</th><th>where</th>"
+                     "<th>tests</th><th>reason</th></tr>" + "".join(rows) + "</table>")
     else:
         parts.append("<p>No known issue applied to a test of this run.</p>")
     if unmatched:

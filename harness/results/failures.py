@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any, Literal, get_args
 
 from harness.errors import HarnessError
+from harness.results.crash_site import crash_site_line, without_crash_report
 from harness.results.run import ScenarioResult, StepResult, log_tail
 from harness.scenario import Step
 
@@ -57,8 +58,9 @@ class HilFailure(AssertionError):
 def _step_words(result: ScenarioResult, index: int, head: str) -> str:
     step = result.steps[index]
     lines = [head] if head else []
-    if step.log.strip():
-        lines.append(step.log.strip())
+    log = without_crash_report(step.log).strip()
+    if log:
+        lines.append(log)
     return "\n".join(lines)
 
 
@@ -89,13 +91,15 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
     if kind is not None:
         nxt = next((j for j, s in enumerate(result.steps) if s.event is None), None)
         words = result.crash_headline()
+        if kind == "crash":
+            words += "\n" + crash_site_line(result.output.stderr)
         logs = "\n".join(log_tail(text, 20) for text in result.output.logs.values())
         if nxt is not None:
             words = _step_words(result, nxt, words)
             where = result.steps[nxt].step.describe()
         else:
             where = "teardown"
-            words += "\n" + log_tail(result.output.stderr, 20)
+            words += "\n" + log_tail(without_crash_report(result.output.stderr), 20)
         out.append(Failure(kind, words + ("\n" + logs if logs else ""), name, nxt, where))
     out += [Failure("protocol", f"the runner broke the runner protocol: {error}", name)
             for error in result.protocol_errors]
@@ -124,7 +128,9 @@ def mismatch_detail(result: ScenarioResult, index: int, ordinals: tuple[int | No
         nth = ordinals[k] if k < len(ordinals) else None
         words = reference_words(result, sub, nth)
         values = _values(result, sub, nth, ev)
-        parts.append(words + (f"; {values}" if values else ""))
+        pattern = _same_bytes_as_another(s, sub, ev) or _zero_start(result, sub, nth, ev)
+        parts.append(words + (f"; {values}" if values else "") +
+                     (f"; pattern: {pattern}" if pattern else ""))
     return "; ".join(parts) or reference_words(result, s.step, ordinals[0] if ordinals else None)
 
 
@@ -156,6 +162,92 @@ def _values(result: ScenarioResult, step: Step, ordinal: int | None, event: dict
                 f"{np.array2string(want[:shown], precision=4)} (first {min(shown, got.size)} of "
                 f"{got.size})")
     return ""
+
+
+def _same_bytes_as_another(step: StepResult, sub: Step, event: dict[str, Any]) -> str:
+    """A wrong output that is byte for byte another module's output of the same parallel step
+    (one sha256): the signature of two executes sharing one set of output buffers."""
+    digests = [o.get("sha256") for o in event.get("outputs") or []]
+    if not digests or None in digests:
+        return ""
+    subs = step.step.substeps
+    for other, ev in zip(subs, (step.event or {}).get("substeps") or []):
+        if other is sub or other.module == sub.module or other.op != "execute":
+            continue
+        if [o.get("sha256") for o in ev.get("outputs") or []] == digests:
+            return (f"the outputs are byte-identical to module {other.module}'s execute of "
+                    f"{other.method} in the same parallel step (sha256 {digests[0][:12]}...), "
+                    "on other inputs")
+    return ""
+
+
+def _zero_start(result: ScenarioResult, step: Step, ordinal: int | None,
+                event: dict[str, Any]) -> str:
+    """A stateful method's wrong output as a known pattern, but for a few elements of garbage:
+    what the method gives with its mutable buffers started at zero (the initial value never
+    loaded), or what another execute of the sequence gives (a state carried over from another
+    module, or not reset by a reload). "" when the outputs' bytes or those references are not
+    there, or the outputs are something else."""
+    import base64
+
+    import numpy as np
+
+    from harness.protocol.tensors import numpy_dtype
+
+    model = result.scenario.models.get(step.module or "")
+    if model is None:
+        return ""
+    ref = model.methods.get(step.method or "")
+    if ref is None or not ref.zero_start or ordinal is None or not 1 <= ordinal <= len(ref.zero_start):
+        return ""
+    # (zeroed, execute number, expected outputs): the zero start at this execute first
+    candidates = [(True, ordinal, ref.zero_start[ordinal - 1])]
+    candidates += [(True, n + 1, outs) for n, outs in enumerate(ref.zero_start) if n + 1 != ordinal]
+    candidates += [(False, n + 1, outs) for n, outs in enumerate(ref.sequence) if n + 1 != ordinal]
+    for j, out in enumerate(event.get("outputs") or []):
+        if "data" not in out:
+            continue
+        try:
+            got = np.frombuffer(base64.b64decode(out["data"]), dtype=numpy_dtype(out["dtype"]))
+        except (OSError, ValueError, TypeError):
+            continue
+        for zeroed, nth, outs in candidates:
+            if j >= len(outs) or outs[j].dtype != out.get("dtype"):
+                continue
+            try:
+                want = np.fromfile(outs[j].file, dtype=numpy_dtype(outs[j].dtype))
+            except (OSError, ValueError, TypeError):
+                continue
+            garbage = _all_but_garbage(got, want, model.atol, model.rtol)
+            if garbage is None:
+                continue
+            if nth == ordinal:
+                return (f"output {j} is the method's output with its mutable buffers started "
+                        f"at zero, not at their initial value{garbage}")
+            start = "with its buffers started at zero" if zeroed else "from the initial value"
+            return (f"output {j} is the method's output at its execute {nth} since a load "
+                    f"({start}), not at execute {ordinal}: it carries a state it did not make"
+                    f"{garbage}")
+    return ""
+
+
+def _all_but_garbage(got: Any, want: Any, atol: float, rtol: float) -> str | None:
+    """None unless `got` is `want` but for at most a quarter of its elements (uninitialised
+    memory, any value: the delegated buffers' stray elements read -48.97 or +-131008); then the
+    words for those."""
+    import numpy as np
+
+    if got.shape != want.shape or got.size == 0:
+        return None
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    other = ~np.isclose(g, w, atol=atol, rtol=rtol)
+    n_other = int(other.sum())
+    if not n_other:
+        return f" ({got.size} of {got.size} elements)"
+    if n_other > max(1, got.size // 4):
+        return None
+    return (f" ({got.size - n_other} of {got.size} elements; {n_other} other element(s), up "
+            f"to {float(np.abs(g[other]).max()):g} in magnitude: uninitialised memory)")
 
 
 def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:

@@ -23,6 +23,13 @@ An entry excuses a test only when every failure of its run (harness.results.fail
 one of the entry's kinds, with the entry's `match` found in the failing step's own words. A
 wrong output before the known error, or a crash after it, fails the test and shows both.
 
+Every entry says where the defect lives (`where`): `executorch` (the ExecuTorch runtime), `qnn`
+(the QNN libraries), `export` (the lowering flow), `design` (a design limit or a missing
+feature: worth reporting, never counted as a bug found) or `environment` (the SDK pairing or the
+host, not a defect of any runtime). Only `executorch` and `qnn` entries are bugs found
+(`BUG_CLASSES`); each of those names its standalone reproduction (`reproduce`, an id of
+harness.bugreport), which runs with executorch alone.
+
 Test patterns are matched against the test file's real location, relative to the file's base:
 the project's own entries apply to the project's own suites only (relative to the project
 root), a user's file to paths relative to the directory it is in; pytest's rootdir plays no part.
@@ -38,7 +45,7 @@ from typing import Annotated, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import Field, RootModel, field_validator
+from pydantic import Field, RootModel, field_validator, model_validator
 
 from harness.errors import ConfigError
 from harness.results.failures import KINDS, Failure
@@ -52,6 +59,16 @@ PROJECT_ROOT = DATA_ROOT  # the project's own test patterns are relative to it
 Kind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "check"]
 assert set(Kind.__args__) == set(KINDS) - {"protocol"}  # type: ignore[attr-defined]
 NonEmpty = Annotated[str, Field(min_length=1)]
+Where = Literal["executorch", "qnn", "export", "design", "environment"]
+WHERE_WORDS: dict[str, str] = {
+    "executorch": "ExecuTorch runtime defects",
+    "qnn": "QNN library defects",
+    "export": "lowering-flow (export) defects",
+    "design": "design limits and missing features (not counted as bugs)",
+    "environment": "artifacts of the environment or SDK pairing (not runtime defects)",
+}
+BUG_CLASSES = ("executorch", "qnn")
+"""The classes that count as bugs found in the runtime under test."""
 
 
 def version_specifier(text: str) -> SpecifierSet:
@@ -100,6 +117,15 @@ class IssueEntry(StrictModel):
     match: NonEmpty  # regex searched in the failing step's own words
     reason: NonEmpty
     intermittent: bool = False  # met in some runs only: a pass is not a fixed runtime
+    where: Where  # where the defect lives; only executorch and qnn count as bugs found
+    reproduce: NonEmpty | None = None  # the standalone reproduction (python -m harness bug-report)
+
+    @model_validator(mode="after")
+    def _bugs_are_reproduced(self) -> IssueEntry:
+        if self.where in BUG_CLASSES and not self.reproduce:
+            raise ValueError(f"a {self.where} defect needs `reproduce:`, the id of its "
+                             "standalone reproduction (python -m harness bug-report --list)")
+        return self
 
     @field_validator("executorch")
     @classmethod
@@ -140,6 +166,13 @@ class KnownIssue:
     base: Path = PROJECT_ROOT  # test patterns are relative to this directory
     intermittent: bool = False
     qnn: str | None = None  # QAIRT specifier; None: any QNN libraries
+    where: str = "executorch"  # WHERE_WORDS' keys
+    reproduce: str | None = None  # harness.bugreport's id for it
+
+    @property
+    def is_bug(self) -> bool:
+        """Whether it counts as a bug found (a runtime or QNN library defect)."""
+        return self.where in BUG_CLASSES
 
     def applies_to(self, version: str, qairt: str | None = None) -> bool:
         """Whether the entry is for executorch `version` with QNN libraries of QAIRT `qairt`."""
@@ -163,10 +196,13 @@ class KnownIssue:
         return bool(self.matching_patterns(path, name))
 
     def covers(self, failure: Failure) -> bool:
-        return failure.kind in self.kinds and re.search(self.match, failure.message) is not None
+        """Whether `failure` is this bug: of one of its kinds, with `match` found in
+        "scenario NAME: " and the failure's words (so an entry may name the scenario)."""
+        words = f"scenario {failure.scenario}: {failure.message}" if failure.scenario else failure.message
+        return failure.kind in self.kinds and re.search(self.match, words) is not None
 
     def describe(self) -> str:
-        return f"{self.id} ({'/'.join(self.kinds)} matching {self.match!r})"
+        return f"{self.id} [{self.where}] ({'/'.join(self.kinds)} matching {self.match!r})"
 
 
 def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> list[KnownIssue]:
@@ -180,7 +216,8 @@ def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> li
     entries = load_validated(path, IssuesFile, what="known-issues file", empty_ok=True).root
     issues = [KnownIssue(e.id, tuple(_specifiers(e.executorch)), tuple(e.tests),
                          " ".join(e.reason.split()), e.match, tuple(e.kind), path, base,
-                         e.intermittent, e.qnn) for e in entries]
+                         e.intermittent, e.qnn, e.where, e.reproduce)
+              for e in entries]
     _check_unique(issues)
     return issues
 
@@ -205,13 +242,31 @@ def _check_unique(issues: list[KnownIssue]) -> None:
 
 def issue_for(path: Path, name: str, version: str, issues: list[KnownIssue],
               qairt: str | None = None) -> KnownIssue | None:
-    for issue in issues:
-        if issue.applies_to(version, qairt) and issue.matches_test(path, name):
-            return issue
-    return None
+    """The first entry that names the test (its xfail's reason), or None."""
+    found = issues_for(path, name, version, issues, qairt)
+    return found[0] if found else None
 
 
-def uncovered(issue: KnownIssue, failures: list[Failure]) -> list[Failure]:
-    """The failures `issue` does not explain; an xfail needs at least one failure and none
+def issues_for(path: Path, name: str, version: str, issues: list[KnownIssue],
+               qairt: str | None = None) -> list[KnownIssue]:
+    """Every entry that names the test, in file order: a test that can end in two known ways
+    (a race whose endings are two bugs) is excused when each failure is one of them."""
+    return [i for i in issues if i.applies_to(version, qairt) and i.matches_test(path, name)]
+
+
+def uncovered(issue: KnownIssue | list[KnownIssue], failures: list[Failure]) -> list[Failure]:
+    """The failures no entry of `issue` explains; an xfail needs at least one failure and none
     uncovered."""
-    return [f for f in failures if not issue.covers(f)]
+    entries = issue if isinstance(issue, list) else [issue]
+    return [f for f in failures if not any(e.covers(f) for e in entries)]
+
+
+def grouped_by_where(ids: list[str], issues: list[KnownIssue]) -> dict[str, list[str]]:
+    """`ids` grouped by their entries' class, in WHERE_WORDS' order (an unknown id: "unknown")."""
+    where = {i.id: i.where for i in issues}
+    groups: dict[str, list[str]] = {}
+    for key in [*WHERE_WORDS, "unknown"]:
+        members = sorted(i for i in ids if where.get(i, "unknown") == key)
+        if members:
+            groups[key] = members
+    return groups

@@ -59,7 +59,7 @@ def test_entries_match_the_test_files_real_location(tmp_path):
 def test_user_file_patterns_are_relative_to_its_directory(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("- id: mine\n  executorch: ['<=1.5.1']\n  tests: ['tests/test_a.py::test_x*']\n"
-                    "  kind: [check]\n  match: boom\n  reason: r\n")
+                    "  kind: [check]\n  match: boom\n  reason: r\n  where: design\n")
     [mine] = load_known_issues(path)
     assert mine.base == tmp_path
     assert mine.matches_test(tmp_path / "tests" / "test_a.py", "test_x[1]")
@@ -100,7 +100,7 @@ def test_an_entry_may_name_the_qnn_libraries_it_applies_to(tmp_path):
 
 
 ENTRY = ("- id: a\n  executorch: ['1.5.1']\n  tests: ['t.py::x']\n  kind: [error]\n"
-         "  match: boom\n  reason: r\n")
+         "  match: boom\n  reason: r\n  where: design\n")
 
 
 @pytest.mark.parametrize("text, words", [
@@ -287,7 +287,12 @@ def test_the_destroy_during_execute_entry_covers_each_way_the_race_ends_and_noth
                         "Destroy Qnn context\n[ERROR] [Qnn ExecuTorch]:  <E> Context with handle "
                         "0x1: free in progress\n[ERROR] [Qnn ExecuTorch]: qnn_graph_execute "
                         "failed. Error 6039")
-    seen = [Failure("crash", "runner crashed with signal SIGSEGV"),
+    crash = ("runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x20; frames: "
+             "#0 libexecutorch_backend_qnn.so+0x20ef4 std::_Hashtable<...>::find+0x14 <- #1 "
+             "libexecutorch_backend_qnn.so+0x21355 <- #4 libexecutorch.so+0x16741 "
+             "executorch::runtime::Method::execute_instruction+0x771 <- #5 libexecutorch.so+0x184cc "
+             "executorch::runtime::Method::execute+0x1ec")
+    seen = [Failure("crash", crash),
             Failure("error", "execute(forward) failed: Error::Internal (0x1)\n" + KNOWN_ERROR),
             Failure("error", free_in_progress)]
     assert uncovered(entry, seen) == []

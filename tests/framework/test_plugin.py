@@ -36,6 +36,7 @@ def known_issues(pytester, match="DelegateHandle has been deleted", intermittent
           executorch: [">=0.1"]
           tests: ["test_x.py::test_two_methods", "test_x.py::test_other_failure"]
           kind: [error, check]
+          where: design
           reason: pretend
           match: "{match}"
           intermittent: {'true' if intermittent else 'false'}
@@ -155,6 +156,7 @@ DELEGATE_CACHE = """
   executorch: [">=0.1"]
   tests: ["tests/hil/test_isolation.py::test_s1"]
   kind: [error]
+  where: design
   match: "DelegateHandle has been deleted"
   reason: S1 on 1.5.1
 """

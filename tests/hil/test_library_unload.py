@@ -1,16 +1,12 @@
-"""Real unload of the QNN library: with no module left, the runtime drops its backend bundle and
-dlcloses libQnnHtp.so (QnnImplementation); the next load opens it afresh, and every static the
-library holds starts over. Where the real library can leave the process at all
-(harness.qnn.unload_probe), the interposer pins nothing (it puts the real library's function
-table back and closes it when it is unloaded); it traces `library_open` / `library_close`, so
-the trace says how often the library was opened. Where the real library stays resident after
-dlclose, the interposer pins itself too, and the test says that the QNN library cannot unload.
-The scenario runs in a new runner process that preloaded nothing (`Scenario.fresh_process`):
-a fork of the server that holds the QNN libraries, as every other suite runs, never unloads
-them.
+"""Release of the QNN library at a full teardown: with no module left, the runtime drops its
+backend bundle and dlcloses libQnnHtp.so (QnnImplementation); the next load opens it again and
+asks for its interface afresh (QnnInterface_getProviders, which the interposer traces as `api`).
+Whether the library then leaves the process is the loader's business (POSIX lets dlclose keep a
+library; the trace's `library_open ... unloadable=` says what the harness measured), so the test
+judges the runtime's calls, not the residency. The scenario runs in a new runner process that
+preloaded nothing (`Scenario.fresh_process`): a fork of the server that holds the QNN libraries,
+as every other suite runs, never releases them.
 """
-
-import pytest
 
 from harness.results.assertions import (assert_live_counts, assert_outputs_consistent,
                                         assert_steps_ok, check_failed)
@@ -27,8 +23,20 @@ def library_events(result) -> list[tuple[int, str, str]]:
             if rec.kind in ("library_open", "library_close")]
 
 
-def test_a_full_teardown_unloads_the_qnn_library_and_the_next_load_opens_it(hil_session,
-                                                                           scenario_driver):
+def provider_queries(result) -> list[int]:
+    """Step index of each QnnInterface_getProviders call (the interposer's `api` record): the
+    runtime asks the library for its interface once per dlopen (QnnImplementation::Load)."""
+    return [i for i in range(len(result.steps)) for rec in result.trace_during(i)
+            if rec.kind == "api"]
+
+
+def test_a_full_teardown_releases_the_qnn_library_and_the_next_load_opens_it(hil_session,
+                                                                            scenario_driver):
+    """What the runtime owes at a full teardown: it drops its backend bundle and releases the
+    library (QnnImplementation::Unload, dlclose), and the next load opens it again and asks for
+    its interface afresh. Whether the library then leaves the process is the dynamic loader's
+    and the library's business (POSIX lets dlclose keep it; here the onnxruntime-qnn wheel's
+    vendored libc++, NODELETE, holds libQnnHtp.so), so it is reported, not judged."""
     model = hil_session.model("linear_relu", "fp16")
     sc = Scenario("library_unload_reload", fresh_process=True)
     for cycle in range(CYCLES):
@@ -38,29 +46,19 @@ def test_a_full_teardown_unloads_the_qnn_library_and_the_next_load_opens_it(hil_
     assert_steps_ok(result)
     assert_outputs_consistent(result)
     assert_live_counts(result)
-    events = library_events(result)
-    opens = [i for i, what, _ in events if what == "open"]
-    closes = [i for i, what, _ in events if what == "close"]
     ends = [result.scenario.labels[f"cycle{k}"] for k in range(CYCLES)]
-    if len(opens) == CYCLES and closes == ends:
+    queries = provider_queries(result)
+    starts = [0, *(end + 1 for end in ends[:-1])]
+    per_cycle = [sum(1 for q in queries if lo <= q <= hi) for lo, hi in zip(starts, ends)]
+    events = library_events(result)
+    resident = {u for _, what, u in events if what == "open"} == {"0"}
+    print(f"QnnInterface_getProviders per cycle: {per_cycle}; the real libQnnHtp.so "
+          f"{'stays resident after dlclose (the loader keeps it)' if resident else 'may unload'}")
+    if per_cycle == [1] * CYCLES:
         return
-    seen = (f"libQnnHtp.so was opened at steps {opens} and closed at steps {closes}; each of "
-            f"the {CYCLES} cycles must open it at its first execute and close it at its destroy "
-            f"(steps {ends})")
-    measured = {unloadable for _, what, unloadable in events if what == "open"}
-    if measured == {"unknown"}:
-        pytest.skip(f"{seen}: the interposer pins itself on this device, whose libQnnHtp.so "
-                    "the harness has not measured (harness.qnn.unload_probe runs on the "
-                    "simulator's host)")
-    if measured == {"0"}:
-        # The harness measured that the real library stays loaded after dlclose, so the
-        # interposer stayed too (else the next dlopen would reach the real one by soname).
-        raise check_failed(
-            result, f"scenario {result.scenario.name}: {seen}. The real libQnnHtp.so stays "
-            "resident after dlclose (harness.qnn.unload_probe: dlopen, dlclose, then "
-            "dlopen(RTLD_NOLOAD) still finds it), so no full teardown can unload the QNN "
-            f"library in this process:\n{result.summary()}",
-            "libQnnHtp.so stays resident after dlclose")
-    raise check_failed(result, f"scenario {result.scenario.name}: {seen}:\n{result.summary()}",
-                       "the QNN library was not unloaded and opened again with each full "
-                       "teardown")
+    raise check_failed(
+        result, f"scenario {result.scenario.name}: the runtime asked libQnnHtp.so for its "
+        f"interface {per_cycle} times in the {CYCLES} load/destroy cycles (steps {queries}); "
+        "each full teardown must release the library and each next load open it again "
+        f"(once per cycle):\n{result.summary()}",
+        "the runtime did not release and reopen the QNN library at each full teardown")

@@ -34,6 +34,7 @@ import posixpath
 import pytest
 
 from harness.results.assertions import assert_outputs_consistent
+from harness.results.failures import Failure, HilFailure
 from harness.programs.compile_worker import load_model_module
 from harness.programs.models import get_model
 from harness.runtime import executorch_version
@@ -231,4 +232,17 @@ def test_corrupted_cache_contents(xnn):
     # 200 KiB of zeros 1 MiB into the file: inside the packed weights, far from the index
     xnn.sh("dd", "if=/dev/zero", f"of={cache}", "bs=1024", "seek=1024", "count=200", "conv=notrunc")
     assert xnn.size(cache) == size
-    xnn.launch("corrupted", cache)  # asserts every output matches the CPU reference
+    # The same program without a cache gives the reference outputs (a control in the same run),
+    # so a wrong output with the damaged cache is the cache's contents being trusted, not an
+    # accuracy regression of the program, which would fail this control first.
+    xnn.launch("control_no_cache", None)
+    try:
+        xnn.launch("corrupted", cache)  # asserts every output matches the CPU reference
+    except HilFailure as exc:
+        if exc.failure.kind != "mismatch":
+            raise
+        raise HilFailure(
+            f"the damaged cache's packed weights were used: outputs wrong with the cache whose "
+            f"packed data was overwritten, right without a cache in the same run:\n{exc}",
+            Failure("check", "a damaged XNNPACK packed-weight cache was used as it is "
+                    "(outputs wrong with it, right without a cache)")) from exc

@@ -1,0 +1,143 @@
+"""Each known issue excuses its bug's own signature and nothing else in the same test.
+
+For every entry of device_configs/known_issues.yaml: a failure in the bug's own words (the
+runtime's message, the crash site the runners write, the wrong-output pattern) is covered, and
+failures of another cause the same test could meet (another crash site, a bare signal with no
+backtrace, an unrelated mismatch, another runtime error) are not. A new entry must be added
+here, so no entry can excuse any crash or any accuracy regression by a bare signal or "outputs
+differ".
+"""
+
+import pytest
+
+from harness.results.failures import Failure
+from harness.results.known_issues import BUG_CLASSES, load_known_issues
+
+MISMATCH = ("outputs differ from the reference beyond tolerance (max abs diff 0.4577); reference: "
+            "eager PyTorch on CPU; output 0 got [0.1 0.2], expected [0.5 0.6] (first 2 of 8)")
+BARE_SEGV = "runner crashed with signal SIGSEGV\ncrash site: unknown (no backtrace)"
+OTHER_SEGV = ("runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x8; "
+              "frames: #0 harness-runner+0x1234 <- #1 libexecutorch.so+0x182e0 "
+              "executorch::runtime::Method::execute+0x10")
+OTHER_ERROR = ("execute(forward) failed: Error::Internal (0x1)\n[ERROR] [Qnn ExecuTorch]: "
+               "qnn_graph_execute failed. Error 1002")
+OTHER_ABORT = ("runner crashed with signal SIGABRT\ncrash site: SIGABRT; frames: #0 libc.so.6+0x8aeec"
+               " <- #1 libc.so.6+0x3bfb1 gsignal+0x11 <- #2 libc.so.6+0x26471 abort+0xd2 <- #3 "
+               "harness-runner+0x4242")
+UNRELATED = [Failure("crash", BARE_SEGV), Failure("crash", OTHER_SEGV), Failure("crash", OTHER_ABORT),
+             Failure("mismatch", MISMATCH), Failure("error", OTHER_ERROR),
+             Failure("check", "QNN context 0x2 is live after every module was destroyed"),
+             Failure("timeout", "runner hung: killed after timeout")]
+
+# Each entry's own signature, as a run meets it (the words are the runtime's and the runners').
+OWN = {
+    "qnn-delegate-cache-module-lifetime": [Failure("error", (
+        "execute(B.forward) failed: Error::Internal (0x1)\nE 00:00:00.069393 executorch:"
+        "QnnExecuTorchBackend.cpp:128] DelegateHandle has been deleted"))],
+    "qnn-delegate-cache-module-lifetime-orderings": [
+        Failure("error", "DelegateHandle has been deleted"),
+        Failure("check", "module B runs on context 0x1: it is using another module's cached context")],
+    "xnnpack-weight-cache-unverified-contents": [
+        Failure("mismatch", MISMATCH, scenario="x1_3_corrupted"),
+        Failure("check", "a damaged XNNPACK packed-weight cache was used as it is (outputs "
+                         "wrong with it, right without a cache)")],
+    "qnn-init-failure-leaks-handles": [Failure("check", "QNN still holds handles: backend#1, "
+                                                        "device#1, context#2")],
+    "qnn-concurrent-first-context-create-crash": [Failure("crash", (
+        "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: "
+        "#0 libQnnHtp.so+0xf7e339 <- #3 libQnnHtp.so+0xf25e71 hexagon_nn_deserialize_graph+0x621"
+        " <- #11 libexecutorch_backend_qnn.so+0x27092 <- #14 libexecutorch.so+0x14e0c "
+        "executorch::runtime::BackendDelegate::Init+0x33c"))],
+    "qnn-delegate-cache-concurrent-execute": [
+        Failure("check", "it is using another module's cached context"),
+        Failure("mismatch", MISMATCH + "; pattern: the outputs are byte-identical to module A's "
+                "execute of forward in the same parallel step (sha256 3f2a...), on other inputs")],
+    "qnn-delegate-cache-destroy-during-execute": [
+        Failure("crash", "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault "
+                "address 0x20; frames: #0 libexecutorch_backend_qnn.so+0x20ef4 "
+                "std::_Hashtable<...>::find+0x14 <- #5 libexecutorch.so+0x184cc "
+                "executorch::runtime::Method::execute+0x1ec"),
+        Failure("error", "DelegateHandle has been deleted"),
+        Failure("error", "<E> Context with handle 0x1: free in progress")],
+    "qnn-delegate-cache-parallel-same-program": [
+        Failure("check", "it is using another module's cached context")],
+    "qnn-spill-fill-size-last-program-only": [
+        Failure("check", "2 delegates without the program's spill-fill size")],
+    "pybindings-abort-on-non-utf8-log": [Failure("crash", (
+        "runner crashed with signal SIGABRT\ncrash site: SIGABRT; frames: #0 libc.so.6+0x8aeec <- "
+        "#2 libc.so.6+0x26471 abort+0xd2 <- #3 libstdc++.so.6.0.30+0x9d918 <- #9 "
+        "_C.cpython-311-x86_64-linux-gnu.so+0x11285 <- #12 libexecutorch.so+0x25802 "
+        "executorch::runtime::internal::vlogf+0xa2"))],
+    "qnn-mutable-buffer-initial-value": [
+        Failure("mismatch", MISMATCH + "; pattern: output 0 is the method's output with its "
+                "mutable buffers started at zero, not at their initial value (15 of 16 elements; "
+                "1 other element(s), up to 131008 in magnitude: uninitialised memory)"),
+        Failure("check", "module A did not start from the same state after it was loaded again")],
+    "qnn-mutable-buffer-shared-across-modules": [
+        Failure("check", "modules A and B of one program do not each start from the program's "
+                         "initial state and keep their own"),
+        Failure("mismatch", MISMATCH + "; pattern: output 0 is the method's output at its "
+                "execute 3 since a load (with its buffers started at zero), not at execute 1: "
+                "it carries a state it did not make (14 of 16 elements; 2 other element(s), up "
+                "to 131008 in magnitude: uninitialised memory)")],
+    "qnn-destroy-leaks-qnn-manager": [Failure("check", (
+        "memory grows per load/destroy cycle: malloc in use grows +1888 B/cycle"))],
+    "qnn-runtime-option-wrong-type-accepted": [
+        Failure("check", "a wrongly typed runtime option was accepted")],
+    "qnn-per-load-options-ignored": [
+        Failure("check", "a per-load QNN runtime option had no effect")],
+    "qnn-log-level-change-frees-live-log-handle": [Failure("check", (
+        "log_free of log handle 0x1 while backend#1, device#1 created with it live"))],
+    "qnn-online-prepare-crash-in-qnnsystem": [Failure("crash", (
+        "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x7f78d20d6767;"
+        " frames: #0 libQnnSystem.so+0x92841 <- #1 libexecutorch_backend_qnn.so+0x26ba3 <- #2 "
+        "libexecutorch_backend_qnn.so+0x27117 <- #5 libexecutorch.so+0x14e0c "
+        "executorch::runtime::BackendDelegate::Init+0x33c"))],
+    "qnn-backend-bundle-first-program-soc": [
+        Failure("check", "a program's context lives on a device created for another SoC")],
+    "qnn-shared-buffer-alloc-calls-null-off-android": [Failure("crash", (
+        "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: "
+        "#0 0x0 (a call through a null function pointer) <- #1 "
+        "libexecutorch_backend_qnn.so+0x1aed6"))],
+}
+
+ENTRIES = {issue.id: issue for issue in load_known_issues()}
+
+
+def test_every_entry_has_its_signatures_here():
+    assert set(OWN) == set(ENTRIES)
+
+
+@pytest.mark.parametrize("entry_id", sorted(ENTRIES))
+def test_the_entry_covers_its_own_signature(entry_id):
+    entry = ENTRIES[entry_id]
+    for failure in OWN[entry_id]:
+        assert entry.covers(failure), f"{entry_id} does not cover its own {failure.kind}"
+
+
+@pytest.mark.parametrize("entry_id", sorted(ENTRIES))
+def test_the_entry_does_not_excuse_another_cause_in_the_same_test(entry_id):
+    entry = ENTRIES[entry_id]
+    excused = [f.describe() for f in UNRELATED if entry.covers(f)]
+    assert not excused, f"{entry_id} excuses failures of another cause: {excused}"
+
+
+def test_a_mismatch_of_the_control_launch_is_not_the_cache_design_limit():
+    entry = ENTRIES["xnnpack-weight-cache-unverified-contents"]
+    assert not entry.covers(Failure("mismatch", MISMATCH, scenario="x1_2_control_no_cache"))
+
+
+@pytest.mark.parametrize("entry_id", sorted(ENTRIES))
+def test_bugs_found_name_a_reproduction_and_others_say_what_they_are(entry_id):
+    entry = ENTRIES[entry_id]
+    if entry.where in BUG_CLASSES:
+        assert entry.reproduce, entry_id
+    else:
+        assert not entry.is_bug
+        assert any(w in entry.reason for w in ("not a defect", "Not reportable", "design limit",
+                                                 "missing feature", "Lowering flow",
+                                                 "lowered program")), entry_id
+
+
+def test_no_reason_cites_the_closed_upstream_issue_of_another_crash():
+    assert not [i.id for i in ENTRIES.values() if "21804" in i.reason]
