@@ -22,6 +22,7 @@ from harness.devices.kinds import OpenContext, kind_for, uses_farm, worker_targe
 from harness.log import NoticeCollector, notice
 from harness.errors import ConfigError, HarnessError, ModelError
 from harness.programs.models import get_model
+from harness.qnn.pairing import Pairing, session_pairing
 from harness.qnn.sdk import QnnSdk, discover
 from harness.runtime import executorch_version
 from harness.runner.select import RunnerChoice, choose_runner
@@ -78,6 +79,16 @@ class HilSession:
             return qairt_version(self.sdk)
         except HarnessError:
             return None
+
+    @property
+    def pairing(self) -> Pairing:
+        """The SDK pairing of this session (harness.qnn.pairing): the runtime's QAIRT headers
+        against the QNN libraries', and the ABI bridge setting."""
+        try:
+            libraries = self.sdk.source
+        except HarnessError as exc:
+            libraries = f"unavailable ({exc})"
+        return session_pairing(self.qairt, libraries, self.options.abi_bridge)
 
     @property
     def simulator_runner(self) -> RunnerChoice:
@@ -304,7 +315,7 @@ class HilSession:
 
     def header(self) -> list[str]:
         lines = [f"executorch {executorch_version()}; runner requested: {self.options.runner}",
-                 f"runtime: {self.runtime_line()}"]
+                 f"runtime: {self.runtime_line()}", f"SDK pairing: {self.pairing.describe()}"]
         try:
             lines.append(f"device: {self.device.info.header()}")
             lines.append(f"runner: {self.device.runner_description()}")

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from harness.config.paths import IN_CHECKOUT
-from harness.plugin.keys import DRIVER, FILES, ISSUE, ISSUES, MET, PATTERNS, SESSION, is_hil
+from harness.plugin.keys import (DRIVER, FILES, ISSUE, ISSUES, MET, PATTERNS, SESSION,
+                                 TEST_ISSUES, is_hil)
 from harness.runtime import executorch_version
 from harness.results.failures import failure_of, run_failures
-from harness.results.known_issues import DEFAULT_PATH, KnownIssue, issue_for, uncovered
+from harness.results.known_issues import DEFAULT_PATH, KnownIssue, issues_for, uncovered
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,22 +30,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     issues = config.stash.get(ISSUES, [])
     version = executorch_version()
     qairt = config.stash[SESSION].qairt
+    pairing = config.stash[SESSION].pairing
+    # A library-side or environment entry under a mismatched pairing says so in its verdict.
+    pairing_note = ("; under a mismatched SDK pairing (" + pairing.describe().split("; pairing")[0]
+                    + ")") if pairing.matched is False else ""
     config.stash[FILES] = {item.path for item in items}
     config.stash[PATTERNS] = set()
     for item in items:
         if not is_hil(item):
             continue
         name = item.nodeid.split("::", 1)[1] if "::" in item.nodeid else item.name
-        issue = issue_for(item.path, name, version, issues, qairt)
-        if issue is not None:
+        found = issues_for(item.path, name, version, issues, qairt)
+        if found:
+            issue = found[0]
             patterns = config.stash[PATTERNS]
-            patterns.update((issue.id, p) for p in issue.matching_patterns(item.path, name))
+            for each in found:
+                patterns.update((each.id, p) for p in each.matching_patterns(item.path, name))
             item.stash[ISSUE] = issue
+            item.stash[TEST_ISSUES] = found
             # An intermittent issue's test passes in a run that did not meet it (XPASS).
+            intermittent = any(i.intermittent for i in found)
+            also = f" (or {', '.join(i.id for i in found[1:])})" if found[1:] else ""
             item.add_marker(pytest.mark.xfail(raises=AssertionError,
-                strict=not issue.intermittent,
-                reason=f"known {'intermittent ' if issue.intermittent else ''}issue {issue.id} "
-                       f"on executorch {version}: {issue.reason.split('. ')[0]}"))
+                strict=not intermittent,
+                reason=f"known {'intermittent ' if intermittent else ''}issue {issue.id}{also} "
+                       f"[{issue.where}] on executorch {version}: {issue.reason.split('. ')[0]}"
+                       + (pairing_note if issue.where in ("qnn", "environment") else "")))
     stale = unmatched_issues(config)
     if stale and config.getoption("strict_known_issues"):
         raise pytest.UsageError(
@@ -62,7 +73,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if issue is not None and report.when == "call":
         report.hil_known_issue = issue.id  # travels to the xdist controller with the report
     if issue is not None and hasattr(report, "wasxfail") and call.excinfo:
-        problem = _not_this_issue(item, issue, call.excinfo.value)
+        problem = _not_this_issue(item, item.stash.get(TEST_ISSUES, [issue]),
+                                  call.excinfo.value)
         if problem:
             # Failed, but not only the way the known issue fails: a new bug, not this one.
             del report.wasxfail
@@ -85,17 +97,19 @@ class _KnownIssuesMet:
             self.config.stash[MET].setdefault(issue, []).append(report.nodeid)
 
 
-def _not_this_issue(item: pytest.Item, issue: KnownIssue, exc: BaseException) -> str:
-    """Why this failure is not (only) `issue`, or "" when every failure of the run is it."""
+def _not_this_issue(item: pytest.Item, entries: list[KnownIssue], exc: BaseException) -> str:
+    """Why this failure is not (only) the test's known issues, or "" when every failure of the
+    run is one of them."""
     driver = item.stash.get(DRIVER, None)
     failures = [f for r in (driver.results if driver else []) for f in run_failures(r)]
     raised = failure_of(exc)
     if raised.kind == "check" or not failures:
         failures.append(raised)
-    missed = uncovered(issue, failures)
+    missed = uncovered(entries, failures)
     if not missed:
         return ""
-    lines = [f"known issue {issue.describe()} does not cover every failure of this run:"]
+    said = " or ".join(e.describe() for e in entries)
+    lines = [f"known issue {said} does not cover every failure of this run:"]
     for f in failures:
         mark = "not covered" if f in missed else "covered    "
         lines.append(f"  {mark} {f.describe()}")

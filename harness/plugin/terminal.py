@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from harness.devices.kinds import kind_for, session_targets
-from harness.plugin.keys import MET, SESSION
+from harness.plugin.keys import ISSUES, MET, SESSION
 from harness.plugin.known_issues import unmatched_issues
+from harness.results.known_issues import BUG_CLASSES, WHERE_WORDS, grouped_by_where
 from harness.runtime import executorch_version
 
 
@@ -20,7 +21,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         target = (f"a labgrid place with {' '.join(f'{k}={v}' for k, v in opts.lg_place_tags.items())}"
                   f" (coordinator {opts.lg_coordinator}) per worker")
     return [f"hil: target {target}; executorch {executorch_version()}; runner {opts.runner}; "
-            f"artifacts {opts.artifacts_dir}", f"hil: runtime {session.runtime_line()}"]
+            f"artifacts {opts.artifacts_dir}", f"hil: runtime {session.runtime_line()}",
+            f"hil: SDK pairing: {session.pairing.describe()}"]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -29,8 +31,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
         met = config.stash.get(MET, {})
         if met:
-            lines.append("known issues met: " + ", ".join(
-                f"{k} ({len(v)} tests)" for k, v in sorted(met.items())))
+            lines += met_lines(met, config.stash.get(ISSUES, []))
         stale = unmatched_issues(config)
         if stale:
             lines.append("known issues that matched no collected test: " +
@@ -39,3 +40,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.section("hil")
         for line in dict.fromkeys(lines):
             terminalreporter.write_line(line)
+
+
+def met_lines(met: dict[str, list], issues: list) -> list[str]:
+    """The known issues met, grouped by where each defect lives: only ExecuTorch and QNN
+    library defects are counted as bugs found."""
+    groups = grouped_by_where(list(met), issues)
+    bugs = [i for key in BUG_CLASSES for i in groups.get(key, [])]
+    lines = [f"known issues met: {len(bugs)} bug(s) found in the runtime under test "
+             f"(executorch, qnn); {len(met) - len(bugs)} other(s)"]
+    for key, ids in groups.items():
+        lines.append(f"  {WHERE_WORDS.get(key, key)}: " + ", ".join(
+            f"{i} ({len(met[i])} tests)" for i in ids))
+    return lines

@@ -210,7 +210,8 @@ class HilReport:
         if issue is not None and call.when == "setup":
             data["issue"] = {"id": issue.id, "reason": issue.reason, "kinds": list(issue.kinds),
                              "match": issue.match, "source": str(issue.source),
-                             "tests": list(issue.tests)}
+                             "tests": list(issue.tests), "where": issue.where,
+                             "bug": issue.is_bug, "reproduce": issue.reproduce}
         if call.when != "call":
             return data
         driver = item.stash.get(DRIVER, None)
@@ -368,9 +369,14 @@ class HilReport:
                 "pytest": pytest.__version__,
                 "qnn": next((d["qnn"] for d in self.devices.values() if d.get("qnn")), {}),
                 "ignore_known_issues": bool(self.config.getoption("ignore_known_issues", False)),
+                # every call the ABI bridge rewrote in this session's runs (harness.qnn.pairing)
+                "abi_bridge_rewrites": sum(len(r.get("abi_bridge") or []) for r in runs),
             },
             "devices": [self.devices[k] for k in sorted(self.devices)],
-            "known_issues": {"met": met, "unmatched": list(self.unmatched.values())},
+            "known_issues": {"met": met, "unmatched": list(self.unmatched.values()),
+                             # only runtime and QNN library defects count as bugs found
+                             "bugs_found": sorted(k for k, v in met.items() if v.get("bug")),
+                             "by_where": _by_where(met)},
             "totals": totals,
             "tests": tests,
             "runs": runs,
@@ -444,6 +450,7 @@ def qnn_versions(session) -> dict:
         return out
     out["libraries"] = sdk.source if sdk.source == sdk.version else f"{sdk.source} ({sdk.version.strip()})"
     out["lib_dir"] = str(sdk.real_lib_dir)
+    out["pairing"] = session.pairing.facts()
     if sdk.version.startswith("onnxruntime-qnn"):
         out["qairt"] = qairt_version(sdk)
     else:
@@ -498,4 +505,13 @@ def _safe_unmatched(config: pytest.Config) -> list:
 
 def _issue_json(issue) -> dict:
     return {"id": issue.id, "source": str(issue.source), "tests": list(issue.tests),
-            "reason": issue.reason}
+            "reason": issue.reason, "where": issue.where}
+
+
+def _by_where(met: dict[str, dict]) -> dict[str, list[str]]:
+    """The met issues' ids by where each defect lives (executorch, qnn, export, design,
+    environment)."""
+    out: dict[str, list[str]] = {}
+    for issue_id, entry in sorted(met.items()):
+        out.setdefault(entry.get("where") or "unknown", []).append(issue_id)
+    return out

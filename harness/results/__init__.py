@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
+from harness.qnn.pairing import bridge_rewrites
 from harness.results.failures import Failure
 from harness.results.run import ScenarioResult, StepResult
 
@@ -115,6 +116,9 @@ def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, i
         "failures": [failure_entry(f) for f in failures],
         "xnnpack": list(xnnpack),
         "soak": result.soak,
+        # the calls the ABI bridge rewrote in this run: a library-side failure after one may be
+        # an artifact of the SDK pairing (harness.qnn.pairing)
+        "abi_bridge": bridge_rewrites(result.trace),
         "artifacts": str(result.artifacts) if result.artifacts else None,
         "replay": replay_command(result, failures, replay_args),
     }

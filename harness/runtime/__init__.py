@@ -68,6 +68,27 @@ class Runtime:
                 "origin": self.origin, "path": str(self.path) if self.path else None}
 
     @property
+    def built_against_qairt(self) -> str | None:
+        """The QAIRT SDK the runtime was built and released with, as its own package states it
+        (backends/qualcomm/scripts: qnn_config.sh's QNN_VERSION, else download_qnn_sdk.py's
+        default, "2.37.0.250724" for 1.5.1), read as text; None where the package has neither."""
+        package = self.python_package or self.path
+        if package is None:
+            return None
+        scripts = Path(package) / "backends" / "qualcomm" / "scripts"
+        for name, pattern in (("qnn_config.sh", r'^QNN_VERSION="?([0-9][0-9.]*)'),
+                              ("download_qnn_sdk.py",
+                               r'QNN_VERSION"\s*,\s*"([0-9][0-9.]*)"')):
+            try:
+                text = (scripts / name).read_text()
+            except OSError:
+                continue
+            found = re.search(pattern, text, re.MULTILINE)
+            if found:
+                return found.group(1)
+        return None
+
+    @property
     def python_path(self) -> Path | None:
         """The directory to put first on a child's PYTHONPATH so that `import executorch` is this
         runtime's package and nothing else; None: the installed one."""
