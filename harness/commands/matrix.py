@@ -33,7 +33,8 @@ import time
 from typing import Any
 from pathlib import Path
 
-from harness.results.known_issues import KnownIssue, load_all
+from harness.results.failures import Failure
+from harness.results.known_issues import WHERE_WORDS, KnownIssue, load_all
 from harness.config.paths import DATA_ROOT
 from harness.runtime.envs import RuntimeEnvError, runtime_label, runtime_venv
 
@@ -166,8 +167,9 @@ def carries(issue: KnownIssue | None, test: dict, failures: list[dict]) -> bool:
     if test.get("outcome") != "failed":
         return False
     found = list(failures) + ([test["failure"]] if test.get("failure") else [])
-    return bool(found) and all(f.get("kind") in issue.kinds and
-                               re.search(issue.match, f.get("message") or "") for f in found)
+    return bool(found) and all(issue.covers(Failure(f.get("kind") or "error", f.get("message") or "",
+                                                    f.get("scenario") or ""))
+                               for f in found)
 
 
 def cell(column: Column, nodeid: str, issue: KnownIssue | None) -> dict:
@@ -201,8 +203,12 @@ def build_matrix(columns: list[Column], issues: list[KnownIssue]) -> dict:
     for nodeid in nodeids:
         issue = issue_of_test(nodeid, issues)
         rows.append({"issue": issue.id if issue else None, "nodeid": nodeid,
+                     "where": issue.where if issue else None,
                      "cells": {c.label: cell(c, nodeid, issue) for c in columns}})
-    rows.sort(key=lambda r: (r["issue"] is None, r["issue"] or "", r["nodeid"]))
+    # Grouped by where the defect lives: runtime and QNN library defects (bugs found) first.
+    order = {w: i for i, w in enumerate(WHERE_WORDS)}
+    rows.sort(key=lambda r: (r["issue"] is None, order.get(r["where"] or "", len(order)),
+                             r["issue"] or "", r["nodeid"]))
     runtimes = [{"label": c.label, "executorch": c.executorch, "qnn": c.qnn, "status": c.status,
                  "exit_status": c.exit_status, "seconds": round(c.seconds, 1),
                  "venv_seconds": round(c.venv_seconds, 1),
@@ -225,7 +231,8 @@ def table_text(matrix: dict) -> str:
 
     labels = [r["label"] for r in matrix["runtimes"]]
     head = ["known issue", "test", *labels]
-    body = [[row["issue"] or "-", row["nodeid"].split("::", 1)[-1],
+    body = [[f"{row['issue']} [{row.get('where')}]" if row["issue"] else "-",
+             row["nodeid"].split("::", 1)[-1],
              *(row["cells"][label]["text"] for label in labels)] for row in matrix["rows"]]
     status = ["", "runtime status", *(r["status"] if r["status"] != "ran" else
                                       f"ran in {r['seconds']:.0f} s" for r in matrix["runtimes"])]
@@ -244,7 +251,8 @@ padding:3px 6px;font-size:13px;vertical-align:top}.failed,.error{background:#fdd
 {{ r.runtime.description }}; QNN {{ r.runtime.qnn }} (QAIRT {{ r.runtime.qairt }});
 <a href="{{ r.report }}">report</a>, {{ r.seconds }} s{% else %}{{ r.status }}{% endif %}
 </small></th>{% endfor %}</tr>
-{% for row in rows %}<tr><td>{{ row.issue or "" }}</td><td>{{ row.nodeid }}</td>
+{% for row in rows %}<tr><td>{{ row.issue or "" }}{% if row.where %} [{{ row.where }}]{% endif %}</td>
+<td>{{ row.nodeid }}</td>
 {% for r in runtimes %}{% set c = row.cells[r.label] %}<td class="{{ c.outcome }}{% if c.carries %} carries{% endif %}">
 {% if c.link %}<a href="{{ c.link }}">{{ c.text }}</a>{% else %}{{ c.text }}{% endif %}</td>{% endfor %}
 </tr>{% endfor %}</table></body></html>

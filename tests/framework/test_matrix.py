@@ -75,7 +75,7 @@ def test_cells_say_what_each_runtime_did_and_which_carry_the_bug():
     text = table_text(matrix)
     assert "cannot install: pip: ResolutionImpossible" in text and "XFAIL" in text
     page = table_html(matrix)
-    assert "<td>qnn-delegate-cache-module-lifetime</td>" in page
+    assert "<td>qnn-delegate-cache-module-lifetime [executorch]</td>" in page
     assert "&lt;" not in json.dumps(matrix) and 'href="/artifacts/s1"' in page
 
 
