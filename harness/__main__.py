@@ -27,6 +27,10 @@
                      the pytest args on each runtime, each in its own cached venv from the
                      registry; prints a known issue / test x runtime table, writes matrix.json
                      and matrix.html (harness/commands/matrix.py)
+  bug-report ID --out DIR | --all --out DIR | --list
+                     a known runtime defect as a folder upstream runs with executorch alone
+                     (no harness runner, no interposer): `reproduce` exits 1 while the bug is
+                     present, `control` 0 (harness/commands/bug_report.py)
   validate-configs [FILE...] [--kind soc|simulator|farm|labgrid|known-issues]
                      load every file under device_configs/ and report every error; with
                      FILEs, validate those (kind told by place and keys, or --kind), stopping
@@ -141,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.export import main as export_main
 
         return export_main(rest)
+    if command == "bug-report":
+        from harness.commands.bug_report import main as bug_report_main
+
+        return bug_report_main(rest)
     if command == "matrix":
         from harness.commands.matrix import main as matrix_main
 

@@ -1,0 +1,291 @@
+"""`python -m harness bug-report ID --out DIR`: a folder upstream can run with executorch alone.
+
+For a known issue that is a runtime defect (`where: executorch` or `qnn`, its `reproduce:` id),
+the folder holds the smallest program(s) that show it (compiled here, for SM8650), their inputs,
+a Python script on executorch's public API (the pybindings, or the backend's public C API
+through ctypes; no harness runner, no interposer), and two executables:
+
+    DIR/reproduce   exit 1 while the bug is present, 0 on a fixed runtime, 2 when it cannot run
+    DIR/control     the same script on a case that must work (exit 0)
+
+Both use `QNN_SDK_ROOT` / `LD_LIBRARY_PATH` when set, else the QNN libraries the folder was made
+with (`qnn_env.sh`): QAIRT 2.49 from onnxruntime-qnn 2.5.0, which reads the HTP device config
+where executorch 1.5.1 writes it, so no ABI bridge stands between the runtime and the library.
+README.md gives expected against actual in the runtime's own words (from running both once),
+the versions and the SDK pairing, and the upstream source that causes it.
+
+    python -m harness bug-report --list
+    python -m harness bug-report ID --out DIR [--no-run]
+    python -m harness bug-report --all --out DIR     # every reproduction and control, a table;
+                                                     # exit 1 unless each reproduces and each
+                                                     # control passes (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.results.known_issues import BUG_CLASSES, KnownIssue, load_known_issues
+
+SCRIPTS = Path(__file__).with_name("reproductions")
+SOC = "SM8650"
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """A program a reproduction loads, by the file stem the script names."""
+
+    stem: str
+    model: str
+    precision: str = "fp16"
+    options: tuple[tuple[str, bool], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Reproduction:
+    id: str
+    script: str  # in harness/commands/reproductions/
+    programs: tuple[Program, ...]
+    control: str  # what the control runs, in words
+
+
+REPRODUCTIONS = {r.id: r for r in (
+    Reproduction("delegate-cache-module-lifetime", "delegate_cache_module_lifetime.py",
+                 (Program("linear_relu", "linear_relu"), Program("mlp_tanh", "mlp_tanh")),
+                 "two Modules of two different programs: destroying the first leaves the second "
+                 "working"),
+    Reproduction("mutable-buffer-shared-across-modules", "mutable_buffer_shared_across_modules.py",
+                 (Program("stateful_accumulator", "stateful_accumulator"),
+                  Program("stateful_accumulator_xnn", "stateful_accumulator_xnn", "fp32")),
+                 "the XNNPACK build of the same accumulator: each Module keeps its own state"),
+    Reproduction("pybindings-abort-on-non-utf8-log", "pybindings_abort_on_non_utf8_log.py", (),
+                 "a file whose header bytes are ASCII: _load_program raises RuntimeError"),
+    Reproduction("destroy-leaks-qnn-manager", "destroy_leaks_qnn_manager.py",
+                 (Program("linear_relu", "linear_relu"),
+                  Program("xnn_linear_stack", "xnn_linear_stack", "fp32")),
+                 "an XNNPACK program through the same cycles: no growth"),
+    Reproduction("shared-buffer-alloc-calls-null-off-android",
+                 "shared_buffer_alloc_calls_null_off_android.py",
+                 (Program("linear_relu_shared_buffer", "linear_relu",
+                          options=(("shared_buffer", True),)),),
+                 "the same program with its inputs on the heap executes"),
+)}
+
+
+class BugReportError(HarnessError):
+    pass
+
+
+def entries_for(reproduction: str, issues: list[KnownIssue]) -> list[KnownIssue]:
+    return [i for i in issues if i.reproduce == reproduction]
+
+
+def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
+    """Compile the programs with the libraries of `qnn_root` and lay the folder out."""
+    from harness.programs.compile import compile_model
+    from harness.programs.models import get_model
+    from harness.qnn.sdk import discover
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("common.py", repro.script):
+        shutil.copy(SCRIPTS / name, out / name)
+    previous = os.environ.get("QNN_SDK_ROOT")
+    os.environ["QNN_SDK_ROOT"] = str(qnn_root)  # compile with the libraries the folder runs on
+    try:
+        sdk = discover()
+        for program in repro.programs:
+            model = compile_model(get_model(program.model), SOC, program.precision, sdk,
+                                  options=dict(program.options))
+            (out / "programs").mkdir(exist_ok=True)
+            shutil.copy(model.pte, out / "programs" / f"{program.stem}.pte")
+            _save_inputs(model, program.stem, out / "inputs")
+    finally:
+        if previous is None:
+            os.environ.pop("QNN_SDK_ROOT", None)
+        else:
+            os.environ["QNN_SDK_ROOT"] = previous
+    from harness.qnn.releases import library_path
+
+    (out / "qnn_env.sh").write_text(
+        "# The QNN libraries this folder was made and checked with; `reproduce` and `control`\n"
+        "# source this only when QNN_SDK_ROOT is not set.\n"
+        f"export QNN_SDK_ROOT={shlex.quote(str(qnn_root))}\n"
+        f"export LD_LIBRARY_PATH={shlex.quote(library_path(qnn_root))}"
+        "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n")
+    for name, extra in (("reproduce", ""), ("control", " --control")):
+        path = out / name
+        what = ("exits 1 while the bug is present, 0 on a fixed runtime" if not extra
+                else f"the control: {repro.control} (exit 0)")
+        path.write_text(
+            "#!/usr/bin/env bash\n"
+            f"# {repro.id}: {what};\n"
+            "# 2 when it cannot run. Needs python with executorch; QNN libraries from\n"
+            "# QNN_SDK_ROOT and LD_LIBRARY_PATH, else those of qnn_env.sh.\n"
+            "set -uo pipefail\n"
+            'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+            'if [ -z "${QNN_SDK_ROOT:-}" ]; then . "$here/qnn_env.sh"; fi\n'
+            f'PYTHON="${{PYTHON:-{shlex.quote(sys.executable)}}}"\n'
+            'command -v "$PYTHON" >/dev/null || PYTHON=python3\n'
+            f'exec "$PYTHON" "$here/{repro.script}"{extra}\n')
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _save_inputs(model, stem: str, directory: Path) -> None:
+    import numpy as np
+
+    from harness.protocol.tensors import numpy_dtype
+
+    directory.mkdir(exist_ok=True)
+    method = model.methods.get("forward") or next(iter(model.methods.values()))
+    for i, tensor in enumerate(method.inputs):
+        data = np.fromfile(tensor.file, dtype=numpy_dtype(tensor.dtype)).reshape(tensor.shape)
+        np.save(directory / f"{stem}_{i}.npy", data)
+
+
+def run_one(path: Path, timeout: float = 600) -> tuple[int, str, float]:
+    """Run `reproduce` or `control` in a clean environment (no harness variables, no
+    interposer): (exit status, its output, seconds)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HARNESS_", "EXECUTORCH_HIL_")) and k not in ("QNN_SDK_ROOT",
+                                                                             "LD_PRELOAD")}
+    env.pop("LD_LIBRARY_PATH", None)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([str(path)], capture_output=True, text=True, errors="replace",
+                              timeout=timeout, env=env, cwd=path.parent)
+        return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+    except subprocess.TimeoutExpired:
+        return 2, f"timed out after {timeout:.0f} s", time.monotonic() - started
+
+
+def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str,
+           bug: tuple[int, str] | None, control: tuple[int, str] | None) -> str:
+    from harness.runtime import current
+
+    title = entries[0].id if entries else repro.id
+    lines = [f"# {title}", ""]
+    for entry in entries:
+        lines += [f"Known issue `{entry.id}` (defect in: {entry.where}), executorch "
+                  f"{', '.join(entry.executorch)}.", "", entry.reason, ""]
+    lines += ["## Run it", "", "```bash", "./reproduce   # exit 1 while the bug is present, 0 on a "
+              "fixed runtime, 2 when it cannot run", f"./control     # {repro.control}: exit 0",
+              "```", "",
+              "Needs Python with `executorch` (its pybindings) and numpy; nothing of the framework "
+              "that made this folder. The QNN libraries come from `QNN_SDK_ROOT` and "
+              "`LD_LIBRARY_PATH` when set, else from `qnn_env.sh` (the ones it was checked with). "
+              f"The programs in `programs/` were compiled for {SOC} (fp16 HTP) with those "
+              "libraries; their inputs are in `inputs/`.", "",
+              "## Versions", "", f"- {current().describe()}", f"- SDK pairing: {pairing}", ""]
+    for name, outcome in (("reproduce", bug), ("control", control)):
+        if outcome is None:
+            continue
+        status, text = outcome
+        lines += [f"## `./{name}` here: exit {status}", "", "```", text.strip()[-4000:], "```", ""]
+    return "\n".join(lines)
+
+
+def make(repro_id: str, out: Path, run: bool = True, qnn_root: Path | None = None) -> dict:
+    """Write the folder for `repro_id` into `out` (and run it once unless `run` is False):
+    {"id", "reproduce": status, "control": status, "seconds"}."""
+    from harness.qnn.pairing import session_pairing
+    from harness.qnn.releases import release_root
+    from harness.runtime import qairt_version
+    from harness.qnn.sdk import QnnSdk
+
+    if repro_id not in REPRODUCTIONS:
+        raise BugReportError(_unknown(repro_id))
+    repro = REPRODUCTIONS[repro_id]
+    root = qnn_root or release_root()
+    write_folder(repro, out, root)
+    version = (root / "sdk.yaml").read_text().strip() if (root / "sdk.yaml").is_file() else root.name
+    qairt = qairt_version(QnnSdk("QNN_SDK_ROOT", root, (), root, version))
+    pairing = session_pairing(qairt, f"{version}, {root}", "none (no interposer)").describe()
+    bug = control = None
+    result: dict[str, object] = {"id": repro_id, "out": str(out)}
+    if run:
+        status, text, seconds = run_one(out / "reproduce")
+        bug = (status, text)
+        cstatus, ctext, cseconds = run_one(out / "control")
+        control = (cstatus, ctext)
+        result.update(reproduce=status, control=cstatus, seconds=round(seconds + cseconds, 1))
+    entries = entries_for(repro_id, load_known_issues())
+    (out / "README.md").write_text(readme(repro, entries, pairing, bug, control))
+    (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _unknown(repro_id: str) -> str:
+    issues = load_known_issues()
+    named = sorted({i.reproduce for i in issues if i.reproduce})
+    missing = [r for r in named if r not in REPRODUCTIONS]
+    text = f"no reproduction {repro_id!r}; there are: {', '.join(sorted(REPRODUCTIONS))}"
+    if repro_id in missing:
+        text = (f"the known issues name the reproduction {repro_id!r}, but none ships yet: its "
+                "evidence is the framework's trace (see the entry's reason)")
+    return text
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness bug-report",
+        description="Write a standalone reproduction of a known runtime defect (executorch "
+                    "alone: no harness runner, no interposer) into a folder.")
+    parser.add_argument("id", nargs="?", help="the reproduction id (a known issue's reproduce:)")
+    parser.add_argument("--out", type=Path, help="the folder to write (empty or absent)")
+    parser.add_argument("--list", action="store_true", help="list the reproductions")
+    parser.add_argument("--all", action="store_true",
+                        help="every reproduction into OUT/<id>, each run with its control")
+    parser.add_argument("--no-run", action="store_true", help="write the folder only")
+    parser.add_argument("--qnn-sdk-root", type=Path,
+                        help="QNN libraries to compile and run with (default: QAIRT 2.49 from "
+                             "onnxruntime-qnn 2.5.0, fetched once)")
+    args = parser.parse_args(argv)
+    issues = load_known_issues()
+    if args.list:
+        for repro_id in sorted({i.reproduce for i in issues if i.reproduce} | set(REPRODUCTIONS)):
+            names = ", ".join(i.id for i in entries_for(repro_id, issues))
+            state = "" if repro_id in REPRODUCTIONS else "  (none ships yet)"
+            print(f"{repro_id}: {names}{state}")
+        return 0
+    if args.out is None or (not args.all and not args.id):
+        parser.error("give an ID and --out DIR (or --all --out DIR, or --list)")
+    if args.out.exists() and any(args.out.iterdir()):
+        print(f"error: --out {args.out} exists and is not empty", file=sys.stderr)
+        return 2
+    try:
+        if not args.all:
+            result = make(args.id, args.out, not args.no_run, args.qnn_sdk_root)
+            print(json.dumps(result))
+            if args.no_run:
+                return 0
+            return 0 if result["reproduce"] == 1 and result["control"] == 0 else 1
+        rows = []
+        for repro_id in sorted(REPRODUCTIONS):
+            result = make(repro_id, args.out / repro_id, True, args.qnn_sdk_root)
+            rows.append(result)
+            print(f"{repro_id}: reproduce exit {result['reproduce']} (1: reproduced), control "
+                  f"exit {result['control']} (0: passes), {result['seconds']} s", flush=True)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    bugs = [i for i in issues if i.where in BUG_CLASSES]
+    without = sorted({i.id for i in bugs if i.reproduce not in REPRODUCTIONS})
+    if without:
+        print("runtime defects whose reproduction does not ship yet (trace evidence only): "
+              + ", ".join(without))
+    bad = [r["id"] for r in rows if r["reproduce"] != 1 or r["control"] != 0]
+    (args.out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print("every reproduction reproduces and every control passes" if not bad else
+          f"not as expected: {', '.join(bad)}")
+    return 1 if bad else 0
