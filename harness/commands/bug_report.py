@@ -50,6 +50,7 @@ class Program:
     model: str
     precision: str = "fp16"
     options: tuple[tuple[str, bool], ...] = ()
+    damaged: bool = False  # its QNN context binary damaged (harness.programs.damage)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,10 @@ REPRODUCTIONS = {r.id: r for r in (
                  (Program("linear_relu", "linear_relu"), Program("mlp_tanh", "mlp_tanh")),
                  "two Modules of two different programs: destroying the first leaves the second "
                  "working"),
+    Reproduction("init-failure-leaks-handles", "init_failure_leaks_handles.py",
+                 (Program("linear_relu", "linear_relu"),
+                  Program("linear_relu_damaged", "linear_relu", damaged=True)),
+                 "the good program alone: its full teardown destroys context, device, backend"),
     Reproduction("mutable-buffer-shared-across-modules", "mutable_buffer_shared_across_modules.py",
                  (Program("stateful_accumulator", "stateful_accumulator"),
                   Program("stateful_accumulator_xnn", "stateful_accumulator_xnn", "fp32")),
@@ -94,6 +99,7 @@ def entries_for(reproduction: str, issues: list[KnownIssue]) -> list[KnownIssue]
 def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
     """Compile the programs with the libraries of `qnn_root` and lay the folder out."""
     from harness.programs.compile import compile_model
+    from harness.programs.damage import damaged_context_binary
     from harness.programs.models import get_model
     from harness.qnn.sdk import discover
 
@@ -108,7 +114,11 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
             model = compile_model(get_model(program.model), SOC, program.precision, sdk,
                                   options=dict(program.options))
             (out / "programs").mkdir(exist_ok=True)
-            shutil.copy(model.pte, out / "programs" / f"{program.stem}.pte")
+            target = out / "programs" / f"{program.stem}.pte"
+            if program.damaged:
+                target.write_bytes(damaged_context_binary(model.pte.read_bytes()))
+            else:
+                shutil.copy(model.pte, target)
             _save_inputs(model, program.stem, out / "inputs")
     finally:
         if previous is None:

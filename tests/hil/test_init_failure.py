@@ -10,20 +10,10 @@ import dataclasses
 
 import pytest
 
+from harness.programs.damage import damaged_context_binary
 from harness.results.assertions import assert_completed
 from harness.scenario import Scenario
 from harness.scenario.library import first_method
-
-CONTEXT_MAGIC = (0x5678ABCD).to_bytes(4, "little")
-
-
-def damaged_context_binary(pte: bytes) -> bytes:
-    at = pte.find(CONTEXT_MAGIC)
-    assert at >= 0, "no QnnContextCustomProtocol magic in the program: not a QNN .pte?"
-    data = bytearray(pte)
-    for offset in range(at + 64, min(at + 64 + 2048, len(data))):
-        data[offset] ^= 0x5A
-    return bytes(data)
 
 
 @pytest.mark.hil_programs("linear_relu", needs=("qnn",))
