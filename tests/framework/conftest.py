@@ -32,6 +32,8 @@ FILE_KIND = {
     "test_protocol.py": "unit",
     "test_scenario.py": "unit",
     "test_trace.py": "unit",
+    "test_nemesis_rules.py": "unit",
+    "test_nemesis.py": "simulator",
     "test_dsp_heap.py": "unit",
     "test_load_modes.py": "simulator",
     "test_soak_fit.py": "unit",
