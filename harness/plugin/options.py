@@ -54,6 +54,10 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--runner", choices=("auto", "native", "python"), default="auto",
                     help="lifecycle runner: native (built on first use) or python; auto picks "
                          "native when it can be built")
+    group.addoption("--fault-sweep", action="store_true", default=False,
+                    help="the QNN fault sweep (tests/hil/test_fault_sweep.py) fails every QNN "
+                         "call site of its scenarios in turn; without it each function's "
+                         "sites are sampled (its first call)")
     group.addoption("--scenario-isolation", choices=("fork", "process"), default="fork",
                     help="run each scenario in a fork of a native runner that has loaded the "
                          "QNN libraries once (fork, the default; on an adb device a "

@@ -1,0 +1,119 @@
+"""Fault sweep at the QNN boundary: each QNN call of a scenario made to fail in turn.
+
+The interposer makes one call fail with a real QNN error code without calling QNN (a nemesis
+`fail` rule, harness.protocol.nemesis), one run per call site (harness.drive.fault_sweep). After
+each: the step that made the call reports an error (never a crash, a hang, or Ok with wrong
+outputs), every QNN handle is freed once the modules are destroyed, and the next load of the
+same program in the same process works. One test per scenario and QNN function; in CI each
+function's first call (sampled), with `--fault-sweep` every call.
+
+Controls: the scenarios with nothing injected pass, and an XNNPACK program makes no QNN call
+(nothing to inject, and its run passes).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.drive import fault_sweep
+from harness.results.assertions import assert_steps_ok
+from harness.results.failures import Failure, HilFailure
+from harness.scenario import Scenario
+
+
+@pytest.fixture(autouse=True)
+def native_runner(hil_session):
+    """Occurrences count per process; the Python runner's process makes the same calls, but
+    only the native runner is measured here."""
+    if hil_session.device_runner == "python":
+        pytest.skip("the fault sweep is measured with the native runner")
+
+
+def lifecycle(model, name: str) -> Scenario:
+    """S4's shape on one module: load, execute twice, unload, destroy, load again, execute."""
+    sc = Scenario(name).load_module("A", model).load_method("A", "forward")
+    sc.execute("A", "forward").execute("A", "forward").unload_method("A", "forward")
+    return sc.destroy_module("A").snapshot()
+
+
+def two_methods(model, name: str) -> Scenario:
+    """S2's shape: both methods of one module on one context, each executed, destroyed."""
+    sc = Scenario(name).load_module("A", model)
+    for method in model.methods:
+        sc.load_method("A", method)
+    for method in model.methods:
+        sc.execute("A", method)
+    return sc.destroy_module("A").snapshot()
+
+
+def beside_live_module(model, name: str) -> Scenario:
+    """A module of another program (W, mlp_tanh) loaded and executed before, and executed
+    again after, A's lifecycle: a failure in A must leave W working."""
+    sc = Scenario(name)
+    sc.load_module("W", model[1]).load_method("W", "forward").execute("W", "forward")
+    sc.load_module("A", model[0]).load_method("A", "forward").execute("A", "forward")
+    sc.destroy_module("A").execute("W", "forward")
+    return sc.destroy_module("W").snapshot()
+
+
+SCENARIOS = {
+    "lifecycle": (("linear_relu",), lifecycle),
+    "two_methods": (("prefill_decode",), two_methods),
+    "beside_live_module": (("linear_relu", "mlp_tanh"), beside_live_module),
+}
+APIS = ("QnnInterface_getProviders", "QnnLog_create", "QnnBackend_create", "QnnDevice_create",
+        "QnnContext_createFromBinary", "QnnGraph_retrieve", "QnnGraph_execute",
+        "QnnContext_free", "QnnDevice_free", "QnnBackend_free", "QnnLog_free")
+
+
+def recorded(scenario_driver, compiled_model, which: str):
+    programs, build = SCENARIOS[which]
+    models = [compiled_model(p) for p in programs]
+    model = models[0]
+    base = build(models if len(models) > 1 else model, f"sweep_{which}")
+    full = fault_sweep.with_reload(base, model, next(iter(model.methods)))
+    result = scenario_driver.run(full)
+    return full, len(base.steps), result
+
+
+@pytest.mark.parametrize("which", list(SCENARIOS))
+def test_fault_sweep_control_nothing_injected(compiled_model, scenario_driver, which):
+    """The scenario and its reload pass with nothing injected, and make QNN calls to sweep."""
+    _, base_steps, result = recorded(scenario_driver, compiled_model, which)
+    assert_steps_ok(result)
+    assert result.last.live.released, result.summary()
+    sites = fault_sweep.call_sites(result, base_steps)
+    assert {s.api for s in sites} >= {"QnnContext_createFromBinary", "QnnGraph_execute"}, sites
+
+
+def test_fault_sweep_control_xnnpack_makes_no_qnn_call(compiled_model, scenario_driver):
+    model = compiled_model("xnn_linear_stack", "fp32")
+    base = lifecycle(model, "sweep_xnnpack")
+    result = scenario_driver.run(fault_sweep.with_reload(base, model, "forward"))
+    assert_steps_ok(result)
+    assert fault_sweep.call_sites(result, len(base.steps)) == []
+
+
+@pytest.mark.hil_cost(1.0)
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("which", list(SCENARIOS))
+def test_fault_sweep(request, compiled_model, scenario_driver, which, api):
+    full, base_steps, record = recorded(scenario_driver, compiled_model, which)
+    assert_steps_ok(record)
+    sites = [s for s in fault_sweep.call_sites(record, base_steps) if s.api == api]
+    if not sites:
+        pytest.skip(f"scenario {which} makes no {api} call")
+    if not request.config.getoption("--fault-sweep"):
+        sites = sites[:1]
+    findings: list[tuple[fault_sweep.CallSite, Failure]] = []
+    for site in sites:
+        result = scenario_driver.run(fault_sweep.injected(full, site, base_steps),
+                                     allow_crash=True)
+        findings += [(site, f) for f in fault_sweep.judge(result, site)]
+    if findings:
+        kind = next((f.kind for _, f in findings if f.kind == "check"), findings[0][1].kind)
+        words = "\n".join(f"{site.describe()}: {f.describe()}\n    "
+                          + "\n    ".join(f.message.strip().splitlines()[:8])
+                          for site, f in findings)
+        raise HilFailure(f"fault sweep of {which} over {api} ({len(sites)} call sites):\n{words}",
+                         Failure(kind, words, full.name))
