@@ -66,9 +66,11 @@ APIS = ("QnnInterface_getProviders", "QnnLog_create", "QnnBackend_create", "QnnD
         "QnnContext_free", "QnnDevice_free", "QnnBackend_free", "QnnLog_free")
 
 
-def recorded(scenario_driver, compiled_model, which: str):
+def recorded(scenario_driver, compiled_model, which: str, program=None):
+    """The scenario `which` with its reload, and its run with nothing injected; `program`
+    (a user's --pte) replaces the scenario's own."""
     programs, build = SCENARIOS[which]
-    models = [compiled_model(p) for p in programs]
+    models = [program] if program is not None else [compiled_model(p) for p in programs]
     model = models[0]
     base = build(models if len(models) > 1 else model, f"sweep_{which}")
     full = fault_sweep.with_reload(base, model, next(iter(model.methods)))
@@ -98,7 +100,20 @@ def test_fault_sweep_control_xnnpack_makes_no_qnn_call(compiled_model, scenario_
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("which", list(SCENARIOS))
 def test_fault_sweep(request, compiled_model, scenario_driver, which, api):
-    full, base_steps, record = recorded(scenario_driver, compiled_model, which)
+    sweep(request, *recorded(scenario_driver, compiled_model, which), scenario_driver, which, api)
+
+
+@pytest.mark.hil_programs("linear_relu", needs=("qnn",))
+@pytest.mark.parametrize("api", APIS)
+def test_fault_sweep_program(request, hil_program, compiled_model, scenario_driver, api):
+    """The lifecycle sweep on the session's program (a user's --pte, else linear_relu)."""
+    if "forward" not in hil_program.methods:
+        pytest.skip(f"{hil_program.name} has no forward method")
+    record = recorded(scenario_driver, compiled_model, "lifecycle", hil_program)
+    sweep(request, *record, scenario_driver, "lifecycle", api)
+
+
+def sweep(request, full, base_steps, record, scenario_driver, which, api) -> None:
     assert_steps_ok(record)
     sites = [s for s in fault_sweep.call_sites(record, base_steps) if s.api == api]
     if not sites:
