@@ -103,12 +103,14 @@ FORCED_ROUNDS = 10  # two rules a round, at most 32 rules a scenario
 
 
 def forced_concurrent_executes(model: CompiledModel, name: str) -> Scenario:
-    """`concurrent_executes` with the two threads inside QnnGraph_execute at once in every
-    round: each thread's k-th execute waits at its entry until the other has entered its own."""
+    """`concurrent_executes` with the two threads inside QnnGraph_execute of the shared graph
+    at once in every round, the runtime's own part of each execute (filling the shared tensor
+    wrappers and cloning them) one after the other: B's k-th execute step starts once A has
+    entered its k-th QnnGraph_execute, which waits there until B has entered its own."""
     sc = Scenario(name)
     for k in range(1, FORCED_ROUNDS + 1):
-        sc.nemesis(hold("enter", f"A:QnnGraph_execute#{k}", "enter", f"B:QnnGraph_execute#{k}"),
-                   hold("enter", f"B:QnnGraph_execute#{k}", "enter", f"A:QnnGraph_execute#{k}"))
+        sc.nemesis(hold("enter", f"B:step.execute#{k}", "enter", f"A:QnnGraph_execute#{k}"),
+                   hold("enter", f"A:QnnGraph_execute#{k}", "enter", f"B:QnnGraph_execute#{k}"))
     sc.load_module("A", model).load_module("B", model)
     sc.load_method("A", "forward").load_method("B", "forward")
     for _ in range(FORCED_ROUNDS):
