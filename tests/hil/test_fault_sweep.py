@@ -7,11 +7,16 @@ outputs), every QNN handle is freed once the modules are destroyed, and the next
 same program in the same process works. One test per scenario and QNN function; in CI each
 function's first call (sampled), with `--fault-sweep` every call.
 
+Memory: the same load/destroy cycle repeated with every call of a function failing must not
+grow the heap faster than the same cycles with nothing injected, nor leave handles.
+
 Controls: the scenarios with nothing injected pass, and an XNNPACK program makes no QNN call
 (nothing to inject, and its run passes).
 """
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 
@@ -132,3 +137,59 @@ def sweep(request, full, base_steps, record, scenario_driver, which, api) -> Non
                           for site, f in findings)
         raise HilFailure(f"fault sweep of {which} over {api} ({len(sites)} call sites):\n{words}",
                          Failure(kind, words, full.name))
+
+
+GROWTH_CYCLES = 12
+GROWTH_SLACK_BYTES = 512  # per cycle, above the same cycles with nothing injected
+
+
+def failing_cycles(model, api: str | None, name: str, execute: bool) -> Scenario:
+    """GROWTH_CYCLES modules of `model`, one after another: load, load forward (and execute
+    it), destroy; with `api`, every call of it fails."""
+    sc = Scenario(name)
+    for i in range(GROWTH_CYCLES):
+        m = f"M{i}"
+        sc.load_module(m, model).load_method(m, "forward").allow_error()
+        if execute:
+            sc.execute(m, "forward").allow_error()
+        sc.destroy_module(m)
+    if api is not None:
+        sc.nemesis(fault_sweep.fail_at(api, 1, fault_sweep.ERRORS.get(api, "QNN_COMMON_ERROR_GENERAL"),
+                                       from_on=True))
+    return sc.snapshot()
+
+
+def heap_per_cycle(result) -> float:
+    """Median growth of the heap in use (bytes) from one destroy to the next."""
+    heap = [s.memory.get("heap", {}).get("in_use") for s in result.steps
+            if s.step.op == "destroy_module"]
+    if None in heap or len(heap) < 3:
+        pytest.skip("the runner reports no heap readings here")
+    steps = sorted(b - a for a, b in itertools.pairwise(heap))
+    return float(steps[len(steps) // 2])
+
+
+@pytest.mark.parametrize("api", ["QnnContext_createFromBinary", "QnnGraph_retrieve",
+                                 "QnnGraph_execute"])
+def test_repeated_injected_failures_neither_leak_nor_grow(compiled_model, scenario_driver, api):
+    """The same load (execute) destroy cycle 12 times with every call of `api` failing: the
+    heap grows no faster than the same cycles with nothing injected, and nothing is left."""
+    model = compiled_model("linear_relu")
+    execute = api == "QnnGraph_execute"  # the other two fail the load: nothing to execute
+    control = scenario_driver.run(failing_cycles(model, None, f"cycles_{api.lower()}_control",
+                                                 execute))
+    control.scenario.allowed_errors.clear()  # nothing injected: every step must be ok
+    assert_steps_ok(control)
+    failing = scenario_driver.run(failing_cycles(model, api, f"cycles_{api.lower()}", execute))
+    base, grown = heap_per_cycle(control), heap_per_cycle(failing)
+    problems = []
+    if grown > base + GROWTH_SLACK_BYTES:
+        problems.append(f"heap grows {grown:.0f} B per cycle with every {api} failing, "
+                        f"{base:.0f} B per cycle with nothing injected")
+    if not failing.last.live.released:
+        problems.append(f"QNN still holds handles once every module is destroyed (live "
+                        f"{dict(failing.last.live)}) after {GROWTH_CYCLES} failed cycles")
+    if problems:
+        words = "; ".join(problems)
+        raise HilFailure(f"scenario {failing.scenario.name}: {words}\n{failing.summary()}",
+                         Failure("check", words, failing.scenario.name))
