@@ -21,6 +21,7 @@ import itertools
 import pytest
 
 from harness.drive import fault_sweep
+from harness.protocol.nemesis import fail_at
 from harness.results.assertions import assert_steps_ok
 from harness.results.failures import Failure, HilFailure
 from harness.scenario import Scenario
@@ -154,7 +155,7 @@ def failing_cycles(model, api: str | None, name: str, execute: bool) -> Scenario
             sc.execute(m, "forward").allow_error()
         sc.destroy_module(m)
     if api is not None:
-        sc.nemesis(fault_sweep.fail_at(api, 1, fault_sweep.ERRORS.get(api, "QNN_COMMON_ERROR_GENERAL"),
+        sc.nemesis(fail_at(api, 1, fault_sweep.ERRORS.get(api, fault_sweep.DEFAULT_ERROR),
                                        from_on=True))
     return sc.snapshot()
 
