@@ -81,3 +81,23 @@ def test_a_hold_orders_two_threads(native_only, compiled_model, scenario_driver)
     kinds = [r.kind for r in result.trace]
     assert kinds.index("nemesis_hold") < kinds.index("context_create") < \
         kinds.index("nemesis_release")
+
+
+def test_an_export_carries_rules_on_qnn_calls_and_refuses_thread_rules(compiled_model, tmp_path):
+    """A standalone export hands rules on QNN calls of any thread to the interposer in its
+    run.sh; a rule naming a thread or a runner step holds only in the harness's runner, so the
+    export refuses it with one clear error."""
+    from harness.export.cpp import export_cpp
+    from harness.export.plan import ExportError, build_plan
+    from harness.replay import RunRecord
+
+    model = compiled_model("linear_relu")
+    sc = load_and_execute(model, "nemesis_export").allow_error().destroy_module("A")
+    sc.nemesis(fail_at("QnnGraph_execute", 1, "QNN_GRAPH_ERROR_INVALID_HANDLE"))
+    plan = build_plan(RunRecord(tmp_path, sc, {}, {}))
+    export_cpp(plan, tmp_path / "out")
+    assert "export HARNESS_QNN_NEMESIS='fail QnnGraph_execute#1 rc=6001'" in \
+        (tmp_path / "out" / "run.sh").read_text()
+    sc.nemesis(hold("enter", "A:QnnGraph_execute#1", "leave", "B:step.destroy_module#1"))
+    with pytest.raises(ExportError, match=r"names a thread or a runner step.*harness replay"):
+        build_plan(RunRecord(tmp_path, sc, {}, {}))
