@@ -106,6 +106,7 @@ def load_run(target: Path | str) -> RunRecord:
     scenario.steps = steps
     scenario.models = models
     scenario.watch_mappings = list(doc.get("watch_mappings") or [])
+    scenario.qnn_nemesis = list(parsed.qnn_nemesis)
     scenario.allowed_errors = set(record.get("allowed_errors", []))
     return RunRecord(directory, scenario, record, recorded)
 

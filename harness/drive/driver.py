@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Iterable, Iterator
 
-from harness.results.assertions import assert_completed
+from harness.results.assertions import assert_completed, assert_nemesis
 from harness.devices.base import Device
 from harness.errors import ModelError
 from harness.programs.pte import check_file
@@ -88,6 +88,8 @@ class ScenarioDriver:
 
     def _record(self, result: ScenarioResult, allow_crash: bool) -> ScenarioResult:
         self.results.append(result)
+        if result.scenario.qnn_nemesis:
+            assert_nemesis(result)
         if not allow_crash:
             assert_completed(result)
         return result

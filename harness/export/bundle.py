@@ -88,7 +88,8 @@ def export_bundle(run: RunRecord, plan: Plan, out: Path, max_program_bytes: int)
         write_run_script(root / "run.sh", "Runs the C++ and the Python test of the bundle.",
                          plan.scenario, plan.ordering,
                          'status=0\n' + python +
-                         'bash "$here/cpp/run.sh" "$data" || status=$?\nexit "$status"\n')
+                         'bash "$here/cpp/run.sh" "$data" || status=$?\nexit "$status"\n',
+                         nemesis=plan.nemesis)
         (root / "README.md").write_text(_readme(run, plan, name, referenced))
         out.mkdir(parents=True, exist_ok=True)
         archive = out / f"{name}.tar.gz"

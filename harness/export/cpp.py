@@ -116,7 +116,8 @@ def export_cpp(plan: Plan, out: Path, data: str = "data", copy_data: bool = True
     cmake, ninja = build_tools()
     body = BUILD.format(scenario=plan.scenario, cmake=cmake, ninja=ninja)
     write_run_script(out / "run.sh", f"Builds and runs the C++ test of scenario {plan.scenario} "
-                     "against the installed ExecuTorch.", plan.scenario, plan.ordering, body, data)
+                     "against the installed ExecuTorch.", plan.scenario, plan.ordering, body, data,
+                     plan.nemesis)
     (out / "README.md").write_text(
         f"# HIL scenario {plan.scenario} as a C++ test\n\n"
         f"Ordering: {plan.ordering}\n\n"

@@ -13,6 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
+from harness.protocol.nemesis import QNN_APIS, Fail, parse_rule
 from harness.cache import file_sha256
 from harness.programs.compile import uses_qnn
 from harness.errors import HarnessError
@@ -61,6 +62,9 @@ class Plan:
     steps: list[PlanStep]
     files: dict[str, Path]  # data-directory name -> the file it is a copy of
     modules: list[str]  # in order of first load
+    # The scenario's QNN nemesis rules (QNN calls of any thread only): run.sh hands them to
+    # the interposer as the runner would (HARNESS_QNN_NEMESIS).
+    nemesis: tuple[str, ...] = ()
 
     @property
     def ordering(self) -> str:
@@ -92,6 +96,15 @@ def identifier(name: str, taken: set[str]) -> str:
 def build_plan(run: RunRecord) -> Plan:
     """The plan of a recorded run; ExportError for a step the exports do not express."""
     sc = run.scenario
+    for rule in sc.qnn_nemesis:
+        parsed = parse_rule(rule)
+        calls = (parsed.call,) if isinstance(parsed, Fail) else (parsed.at, parsed.until)
+        if any(c.actor or c.api not in QNN_APIS for c in calls):
+            raise ExportError(
+                f"scenario {sc.name}: nemesis rule '{rule}' names a thread or a runner step, "
+                "which only the harness's runner marks (it names its threads after modules "
+                "and reports its steps to the interposer); the standalone exports carry rules "
+                "on QNN calls of any thread only (`python -m harness replay` runs any scenario)")
     files: dict[str, Path] = {}
     names: dict[Path, str] = {}
 
@@ -142,4 +155,4 @@ def build_plan(run: RunRecord) -> Plan:
 
     steps = [plan_step(i, step, expected.contexts if qnn else -1, i in sc.allowed_errors)
              for i, (step, expected) in enumerate(zip(sc.steps, predict(sc)))]
-    return Plan(sc.name, run.directory, steps, files, modules)
+    return Plan(sc.name, run.directory, steps, files, modules, tuple(sc.qnn_nemesis))

@@ -51,7 +51,7 @@ def export_python(plan: Plan, out: Path, data: str = "data", copy_data: bool = T
         plan.copy_data(out / data)
     write_run_script(out / "run.sh", f"Runs the Python (pybindings) test of scenario "
                      f"{plan.scenario}.", plan.scenario, plan.ordering,
-                     f'repeat "$PYTHON" -u "$here/{script}" "$data"\n', data)
+                     f'repeat "$PYTHON" -u "$here/{script}" "$data"\n', data, plan.nemesis)
     (out / "README.md").write_text(
         f"# HIL scenario {plan.scenario} as a Python test\n\n"
         f"Ordering: {plan.ordering}\n\n"

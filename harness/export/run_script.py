@@ -51,13 +51,19 @@ repeat() {{
 
 
 def write_run_script(path: Path, what: str, scenario: str, ordering: str, body: str,
-                     data: str = "data") -> Path:
+                     data: str = "data", nemesis: tuple[str, ...] = ()) -> Path:
     """Write `run.sh` (executable): the prelude, then `body` (which may use $here, $data,
-    $PYTHON, and `repeat COMMAND...` to run the test)."""
+    $PYTHON, and `repeat COMMAND...` to run the test). `nemesis`: the scenario's QNN nemesis
+    rules, for the interposer (HARNESS_QNN_NEMESIS), as the harness's runner passes them."""
     import sys
 
     text = PRELUDE.format(what=what, scenario=scenario, ordering=ordering,
-                          python=shlex.quote(sys.executable), data=data) + body
+                          python=shlex.quote(sys.executable), data=data)
+    if nemesis:
+        text += ("# The scenario's QNN failures and holds, made by the interposer "
+                 "(harness/protocol/nemesis.py).\n"
+                 f"export HARNESS_QNN_NEMESIS={shlex.quote(';'.join(nemesis))}\n")
+    text += body
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from collections.abc import Callable
 
@@ -21,6 +23,24 @@ from harness.session import HilSession
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[REPORTS] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stress_load(pytestconfig: pytest.Config):
+    """`--stress-load N`: N busy processes beside the session, stopped at its end (by their
+    own pids: only the processes this fixture started)."""
+    n = pytestconfig.getoption("--stress-load", 0) or 0
+    if n < 0:
+        raise pytest.UsageError(f"--stress-load {n}: give a number of CPU hogs, 0 or more")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            for _ in range(n)]
+    try:
+        yield len(hogs)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -54,6 +54,15 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--runner", choices=("auto", "native", "python"), default="auto",
                     help="lifecycle runner: native (built on first use) or python; auto picks "
                          "native when it can be built")
+    group.addoption("--fault-sweep", action="store_true", default=False,
+                    help="the QNN fault sweep (tests/hil/test_fault_sweep.py) fails every QNN "
+                         "call site of its scenarios in turn; without it each function's "
+                         "sites are sampled (its first call)")
+    group.addoption("--stress-load", type=int, default=0, metavar="N",
+                    help="run N CPU hogs (busy processes) beside this pytest process for the "
+                         "whole session: a loaded machine on purpose, for checking that the "
+                         "race suites' verdicts do not depend on load (benchmarks/"
+                         "race_verdicts.py). Per pytest process (each xdist worker starts N)")
     group.addoption("--scenario-isolation", choices=("fork", "process"), default="fork",
                     help="run each scenario in a fork of a native runner that has loaded the "
                          "QNN libraries once (fork, the default; on an adb device a "

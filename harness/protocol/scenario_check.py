@@ -21,6 +21,7 @@ from harness.protocol.scenario_file import (DEFAULT_LOAD_MODE, DTYPES, GET_OPTIO
                                             OPS, OPTION_INT_RANGE, PARALLEL_OPS,
                                             SCENARIO_VERSION, OptionValue, ScenarioError,
                                             ScenarioFile, ScenarioStep, TensorSpec)
+from harness.protocol.nemesis import NemesisError, check_rules
 from harness.protocol.wire import is_int, is_number, json_kind, parse_json
 
 
@@ -226,8 +227,13 @@ def validate_scenario(doc: Any, base: Path | None = None) -> ScenarioFile:
     if watch is not None and not (isinstance(watch, list)
                                   and all(isinstance(w, str) and w for w in watch)):
         raise ScenarioError("field 'watch_mappings' must be an array of paths")
+    try:
+        nemesis = check_rules(doc.get("qnn_nemesis"))
+    except NemesisError as exc:
+        raise ScenarioError(str(exc)) from None
     steps = tuple(_StepReader(raw, f"step {i}", OPS).read() for i, raw in enumerate(doc["steps"]))
-    return ScenarioFile(steps, name or "", tuple(watch or ()), SCENARIO_VERSION, base)
+    return ScenarioFile(steps, name or "", tuple(watch or ()), SCENARIO_VERSION, base=base,
+                        qnn_nemesis=nemesis)
 
 
 def missing_files(scenario: ScenarioFile) -> list[str]:

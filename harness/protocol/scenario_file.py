@@ -138,6 +138,7 @@ class ScenarioFile:
     name: str = ""
     watch_mappings: tuple[str, ...] = ()
     version: int = SCENARIO_VERSION
+    qnn_nemesis: tuple[str, ...] = ()  # rules for the QNN interposer (harness.protocol.nemesis)
     base: Path | None = None
 
     def path(self, value: str) -> Path:

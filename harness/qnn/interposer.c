@@ -51,6 +51,8 @@
  *                             offset in that table is the one the caller writes
  *   HARNESS_QNN_DSP_HEAP      "1": read DSP heap usage through QNN profiling (see above)
  *   HARNESS_QNN_UNLOADABLE    "1": the real library can be unloaded, so pin nothing (see above)
+ *   HARNESS_QNN_NEMESIS       rules holding threads at named points and failing chosen QNN
+ *                             calls (the "nemesis" section below), read at the first call
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -64,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef uint64_t qnn_err_t; /* Qnn_ErrorHandle_t */
@@ -156,19 +159,327 @@ static void trace(const char *fmt, ...) {
 #define H(p) ((uintptr_t)(p))
 #define OUT(pp) ((pp) ? H(*(pp)) : 0)
 
+/* ---- nemesis: held threads and injected failures (HARNESS_QNN_NEMESIS) ------------------
+ *
+ * Rules, separated by ';' (harness/protocol/nemesis.py writes and checks them):
+ *   fail [ACTOR:]API#N[+] rc=CODE
+ *       the N-th call of API (by threads named ACTOR, or by any thread) returns CODE without
+ *       calling the real function; with '+', that call and every later one.
+ *   hold enter|leave [ACTOR:]API#N until enter|leave [ACTOR:]API#N [timeout_ms=T]
+ *       the thread reaching the first point (entering the call, or leaving it after the real
+ *       function returned) waits there until some thread has reached the second point, at most
+ *       T ms (default 10000); then it goes on and the trace says `nemesis_timeout`.
+ * API is a QNN function name (QnnContext_createFromBinary, ...) or a runner step point
+ * (step.load_method, ...: the runner calls harness_qnn_step around each step it runs). An
+ * actor is a thread's name (pthread_setname_np): the runner names each thread after the module
+ * of the step it runs. Occurrences count per process from the first call after start-up or
+ * fork, per API and per (API, actor). Every held, released, timed-out and injected point is
+ * one trace line. */
+
+enum { API_GET_PROVIDERS = FN_COUNT, API_STEP_FIRST, API_COUNT = API_STEP_FIRST + 5 };
+
+static const char *const api_names[API_COUNT] = {
+    [FN_BACKEND_CREATE] = "QnnBackend_create",
+    [FN_BACKEND_FREE] = "QnnBackend_free",
+    [FN_CONTEXT_CREATE] = "QnnContext_create",
+    [FN_CONTEXT_CREATE_FROM_BINARY] = "QnnContext_createFromBinary",
+    [FN_CONTEXT_FREE] = "QnnContext_free",
+    [FN_GRAPH_CREATE] = "QnnGraph_create",
+    [FN_GRAPH_RETRIEVE] = "QnnGraph_retrieve",
+    [FN_GRAPH_EXECUTE] = "QnnGraph_execute",
+    [FN_LOG_CREATE] = "QnnLog_create",
+    [FN_LOG_FREE] = "QnnLog_free",
+    [FN_MEM_REGISTER] = "QnnMem_register",
+    [FN_MEM_DEREGISTER] = "QnnMem_deregister",
+    [FN_DEVICE_CREATE] = "QnnDevice_create",
+    [FN_DEVICE_FREE] = "QnnDevice_free",
+    [API_GET_PROVIDERS] = "QnnInterface_getProviders",
+    [API_STEP_FIRST + 0] = "step.load_module",
+    [API_STEP_FIRST + 1] = "step.load_method",
+    [API_STEP_FIRST + 2] = "step.execute",
+    [API_STEP_FIRST + 3] = "step.unload_method",
+    [API_STEP_FIRST + 4] = "step.destroy_module",
+};
+
+enum { NEMESIS_MAX_RULES = 32, NEMESIS_MAX_ACTORS = 32, ACTOR_LEN = 16 };
+enum { PHASE_ENTER = 0, PHASE_LEAVE = 1 };
+
+typedef struct {
+  int api;                /* index into api_names */
+  char actor[ACTOR_LEN];  /* "" = any thread */
+  uint64_t n;             /* occurrence, from 1 */
+  int from_on;            /* fail: '+' */
+  int phase;              /* hold points */
+} nemesis_point_t;
+
+typedef struct {
+  int hold; /* 1 hold, 0 fail */
+  nemesis_point_t at, until;
+  uint64_t rc;
+  long timeout_ms;
+  int fired, until_reached;
+} nemesis_rule_t;
+
+static pthread_mutex_t nemesis_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t nemesis_cond = PTHREAD_COND_INITIALIZER;
+static pid_t nemesis_pid = 0; /* the process the state below belongs to (a fork starts over) */
+static nemesis_rule_t rules[NEMESIS_MAX_RULES];
+static int rule_count = 0;
+static uint64_t calls_any[API_COUNT];
+static struct { char actor[ACTOR_LEN]; uint64_t calls[API_COUNT]; } actors[NEMESIS_MAX_ACTORS];
+static int actor_count = 0;
+
+static int api_index(const char *name, size_t len) {
+  for (int i = 0; i < API_COUNT; i++)
+    if (api_names[i] && strlen(api_names[i]) == len && strncmp(api_names[i], name, len) == 0)
+      return i;
+  return -1;
+}
+
+/* "[ACTOR:]API#N[+]" at *s; advances *s past it; 0 on success. */
+static int parse_call(const char **s, nemesis_point_t *p, int allow_plus) {
+  const char *q = *s;
+  while (*q == ' ') q++;
+  const char *hash = strchr(q, '#');
+  if (!hash) return -1;
+  const char *colon = memchr(q, ':', (size_t)(hash - q));
+  memset(p, 0, sizeof *p);
+  if (colon) {
+    size_t alen = (size_t)(colon - q);
+    if (alen == 0 || alen >= ACTOR_LEN) return -1;
+    memcpy(p->actor, q, alen);
+    q = colon + 1;
+  }
+  p->api = api_index(q, (size_t)(hash - q));
+  if (p->api < 0) return -1;
+  char *end;
+  unsigned long long n = strtoull(hash + 1, &end, 10);
+  if (end == hash + 1 || n == 0) return -1;
+  p->n = n;
+  if (*end == '+') {
+    if (!allow_plus) return -1;
+    p->from_on = 1;
+    end++;
+  }
+  *s = end;
+  return 0;
+}
+
+static int parse_phase(const char **s, int *phase) {
+  const char *q = *s;
+  while (*q == ' ') q++;
+  if (strncmp(q, "enter ", 6) == 0) *phase = PHASE_ENTER, q += 6;
+  else if (strncmp(q, "leave ", 6) == 0) *phase = PHASE_LEAVE, q += 6;
+  else return -1;
+  *s = q;
+  return 0;
+}
+
+static int parse_rule(const char *text, nemesis_rule_t *r) {
+  memset(r, 0, sizeof *r);
+  r->timeout_ms = 10000;
+  const char *s = text;
+  while (*s == ' ') s++;
+  if (strncmp(s, "fail ", 5) == 0) {
+    s += 5;
+    if (parse_call(&s, &r->at, 1) != 0) return -1;
+    while (*s == ' ') s++;
+    if (strncmp(s, "rc=", 3) != 0) return -1;
+    char *end;
+    r->rc = strtoull(s + 3, &end, 10);
+    if (end == s + 3 || r->rc == 0) return -1;
+    s = end;
+  } else if (strncmp(s, "hold ", 5) == 0) {
+    r->hold = 1;
+    s += 5;
+    if (parse_phase(&s, &r->at.phase) != 0) return -1;
+    int phase = r->at.phase;
+    if (parse_call(&s, &r->at, 0) != 0) return -1;
+    r->at.phase = phase;
+    while (*s == ' ') s++;
+    if (strncmp(s, "until ", 6) != 0) return -1;
+    s += 6;
+    if (parse_phase(&s, &phase) != 0) return -1;
+    if (parse_call(&s, &r->until, 0) != 0) return -1;
+    r->until.phase = phase;
+    while (*s == ' ') s++;
+    if (strncmp(s, "timeout_ms=", 11) == 0) {
+      char *end;
+      r->timeout_ms = strtol(s + 11, &end, 10);
+      if (end == s + 11 || r->timeout_ms <= 0) return -1;
+      s = end;
+    }
+  } else {
+    return -1;
+  }
+  while (*s == ' ') s++;
+  return *s ? -1 : 0;
+}
+
+/* Under nemesis_lock: start this process's state (first point after start-up or a fork). */
+static void nemesis_init_locked(void) {
+  pid_t pid = getpid();
+  if (nemesis_pid == pid) return;
+  nemesis_pid = pid;
+  rule_count = actor_count = 0;
+  memset(calls_any, 0, sizeof calls_any);
+  /* A fork copies a locked mutex's state, never a waiter: a fresh condition variable. */
+  pthread_cond_t fresh = PTHREAD_COND_INITIALIZER;
+  nemesis_cond = fresh;
+  const char *spec = getenv("HARNESS_QNN_NEMESIS");
+  if (!spec || !*spec) return;
+  char *copy = strdup(spec);
+  if (!copy) return;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
+    while (*tok == ' ') tok++;
+    if (!*tok) continue;
+    if (rule_count == NEMESIS_MAX_RULES || parse_rule(tok, &rules[rule_count]) != 0) {
+      fprintf(stderr, "[harness interposer] HARNESS_QNN_NEMESIS: cannot read rule '%s'\n", tok);
+      trace("nemesis_bad rule=%d", rule_count);
+      continue;
+    }
+    rule_count++;
+  }
+  free(copy);
+  trace("nemesis_rules count=%d", rule_count);
+}
+
+static uint64_t *actor_calls(const char *actor) {
+  for (int i = 0; i < actor_count; i++)
+    if (strcmp(actors[i].actor, actor) == 0) return actors[i].calls;
+  if (actor_count == NEMESIS_MAX_ACTORS) return NULL;
+  memset(&actors[actor_count], 0, sizeof actors[actor_count]);
+  snprintf(actors[actor_count].actor, ACTOR_LEN, "%s", actor);
+  return actors[actor_count++].calls;
+}
+
+static int point_matches(const nemesis_point_t *p, int api, int phase, const char *actor,
+                         uint64_t n_any, uint64_t n_actor) {
+  if (p->api != api || p->phase != phase) return 0;
+  if (p->actor[0] && strcmp(p->actor, actor) != 0) return 0;
+  uint64_t n = p->actor[0] ? n_actor : n_any;
+  return p->from_on ? n >= p->n : n == p->n;
+}
+
+static void this_actor(char *out) {
+  out[0] = 0;
+  if (pthread_getname_np(pthread_self(), out, ACTOR_LEN) != 0) out[0] = 0;
+  for (char *c = out; *c; c++)
+    if (*c == ' ' || *c == '=' || *c == ';' || *c == ':' || *c == '#') *c = '_';
+}
+
+/* Per thread: the occurrences of the call it is inside (enter and leave name the same one). */
+static __thread uint64_t inside_any[API_COUNT], inside_actor[API_COUNT];
+
+/* A thread reached a point. Marks the holds it releases, then waits at every hold it is the
+ * held side of. Returns 1 when a fail rule says this call must fail (enter only; *rc set). */
+static int nemesis_point(int api, int phase, uint64_t *rc) {
+  const char *spec = getenv("HARNESS_QNN_NEMESIS");
+  if ((!spec || !*spec) && nemesis_pid == getpid()) return 0;
+  char actor[ACTOR_LEN];
+  this_actor(actor);
+  int injected = 0;
+  pthread_mutex_lock(&nemesis_lock);
+  nemesis_init_locked();
+  if (rule_count == 0) {
+    pthread_mutex_unlock(&nemesis_lock);
+    return 0;
+  }
+  uint64_t n_any, n_actor;
+  if (phase == PHASE_ENTER) {
+    uint64_t *mine = actor_calls(actor);
+    n_any = ++calls_any[api];
+    n_actor = mine ? ++mine[api] : 0;
+    inside_any[api] = n_any, inside_actor[api] = n_actor;
+  } else {
+    n_any = inside_any[api], n_actor = inside_actor[api];
+  }
+  int released = 0;
+  for (int i = 0; i < rule_count; i++) {
+    nemesis_rule_t *r = &rules[i];
+    if (r->hold && !r->until_reached &&
+        point_matches(&r->until, api, phase, actor, n_any, n_actor)) {
+      r->until_reached = 1;
+      released = 1;
+    }
+  }
+  if (released) pthread_cond_broadcast(&nemesis_cond);
+  for (int i = 0; i < rule_count; i++) {
+    nemesis_rule_t *r = &rules[i];
+    if (!r->hold || r->fired || !point_matches(&r->at, api, phase, actor, n_any, n_actor))
+      continue;
+    r->fired = 1;
+    const char *ph = phase == PHASE_ENTER ? "enter" : "leave";
+    trace("nemesis_hold rule=%d point=%s api=%s actor=%s n=%" PRIu64, i, ph, api_names[api],
+          actor, r->at.actor[0] ? n_actor : n_any);
+    struct timespec t0, deadline;
+    clock_gettime(CLOCK_REALTIME, &t0);
+    deadline = t0;
+    deadline.tv_sec += r->timeout_ms / 1000;
+    deadline.tv_nsec += (r->timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    int timed_out = 0;
+    while (!r->until_reached && !timed_out)
+      timed_out = pthread_cond_timedwait(&nemesis_cond, &nemesis_lock, &deadline) == ETIMEDOUT;
+    struct timespec t1;
+    clock_gettime(CLOCK_REALTIME, &t1);
+    long waited = (t1.tv_sec - t0.tv_sec) * 1000L + (t1.tv_nsec - t0.tv_nsec) / 1000000L;
+    if (r->until_reached) {
+      trace("nemesis_release rule=%d waited_ms=%ld", i, waited);
+    } else {
+      fprintf(stderr, "[harness interposer] rendezvous timed out: rule %d held %s %s on thread "
+              "'%s' for %ld ms and the point it waits for was never reached\n", i, ph,
+              api_names[api], actor, waited);
+      trace("nemesis_timeout rule=%d waited_ms=%ld", i, waited);
+    }
+  }
+  for (int i = 0; phase == PHASE_ENTER && !injected && i < rule_count; i++) {
+    nemesis_rule_t *r = &rules[i];
+    if (r->hold || !point_matches(&r->at, api, PHASE_ENTER, actor, n_any, n_actor)) continue;
+    r->fired = 1;
+    *rc = r->rc;
+    injected = 1;
+    trace("nemesis_fail rule=%d api=%s actor=%s n=%" PRIu64 " rc=%" PRIu64, i, api_names[api],
+          actor, r->at.actor[0] ? n_actor : n_any, r->rc);
+  }
+  pthread_mutex_unlock(&nemesis_lock);
+  return injected;
+}
+
+#define ENTER(fn, rc) nemesis_point((fn), PHASE_ENTER, &(rc))
+#define LEAVE(fn) do { uint64_t ignored_rc_; nemesis_point((fn), PHASE_LEAVE, &ignored_rc_); } while (0)
+
+/* Called by the runner around each step it runs (found with dlsym on this library): the step
+ * points of the rules above. `op`: the step's op; `leave`: 0 before the step, 1 after. */
+__attribute__((visibility("default"))) void harness_qnn_step(const char *op, int leave) {
+  if (!op) return;
+  char name[40];
+  snprintf(name, sizeof name, "step.%s", op);
+  int api = api_index(name, strlen(name));
+  if (api < 0) return;
+  uint64_t rc = 0;
+  nemesis_point(api, leave ? PHASE_LEAVE : PHASE_ENTER, &rc);
+}
+
+
 static qnn_err_t w_backend_create(qnn_handle_t log, const void **cfg, qnn_handle_t *out) {
-  qnn_err_t rc = ((backend_create_fn)real_table[FN_BACKEND_CREATE])(log, cfg, out);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_BACKEND_CREATE, rc)) rc = ((backend_create_fn)real_table[FN_BACKEND_CREATE])(log, cfg, out);
   trace("backend_create rc=%" PRIu64 " handle=0x%" PRIxPTR " log=0x%" PRIxPTR, rc,
         rc ? 0 : OUT(out), H(log));
+  LEAVE(FN_BACKEND_CREATE);
   return rc;
 }
 
 /* The log handles backends and devices are created with: freeing one while they live leaves
  * them logging through a freed handle. */
 static qnn_err_t w_log_create(void *callback, int level, qnn_handle_t *out) {
-  qnn_err_t rc = ((log_create_fn)real_table[FN_LOG_CREATE])(callback, level, out);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_LOG_CREATE, rc)) rc = ((log_create_fn)real_table[FN_LOG_CREATE])(callback, level, out);
   trace("log_create rc=%" PRIu64 " handle=0x%" PRIxPTR " level=%d", rc, rc ? 0 : OUT(out),
         level);
+  LEAVE(FN_LOG_CREATE);
   return rc;
 }
 
@@ -176,26 +487,34 @@ static qnn_err_t w_log_create(void *callback, int level, qnn_handle_t *out) {
  * deregistrations must balance by the time the context goes. */
 static qnn_err_t w_mem_register(qnn_handle_t ctx, const void *descriptors, uint32_t n,
                                 qnn_handle_t *handles) {
-  qnn_err_t rc = ((mem_register_fn)real_table[FN_MEM_REGISTER])(ctx, descriptors, n, handles);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_MEM_REGISTER, rc)) rc = ((mem_register_fn)real_table[FN_MEM_REGISTER])(ctx, descriptors, n, handles);
   trace("mem_register rc=%" PRIu64 " context=0x%" PRIxPTR " count=%u", rc, H(ctx), n);
+  LEAVE(FN_MEM_REGISTER);
   return rc;
 }
 
 static qnn_err_t w_mem_deregister(const qnn_handle_t *handles, uint32_t n) {
-  qnn_err_t rc = ((mem_deregister_fn)real_table[FN_MEM_DEREGISTER])(handles, n);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_MEM_DEREGISTER, rc)) rc = ((mem_deregister_fn)real_table[FN_MEM_DEREGISTER])(handles, n);
   trace("mem_deregister rc=%" PRIu64 " count=%u", rc, n);
+  LEAVE(FN_MEM_DEREGISTER);
   return rc;
 }
 
 static qnn_err_t w_log_free(qnn_handle_t h) {
-  qnn_err_t rc = ((free1_fn)real_table[FN_LOG_FREE])(h);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_LOG_FREE, rc)) rc = ((free1_fn)real_table[FN_LOG_FREE])(h);
   trace("log_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
+  LEAVE(FN_LOG_FREE);
   return rc;
 }
 
 static qnn_err_t w_backend_free(qnn_handle_t h) {
-  qnn_err_t rc = ((free1_fn)real_table[FN_BACKEND_FREE])(h);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_BACKEND_FREE, rc)) rc = ((free1_fn)real_table[FN_BACKEND_FREE])(h);
   trace("backend_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
+  LEAVE(FN_BACKEND_FREE);
   return rc;
 }
 
@@ -252,18 +571,22 @@ static qnn_err_t w_device_create(qnn_handle_t log, const void **cfg, qnn_handle_
     }
     cfg = fixed;
   }
-  qnn_err_t rc = ((device_create_fn)real_table[FN_DEVICE_CREATE])(log, cfg, out);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_DEVICE_CREATE, rc)) rc = ((device_create_fn)real_table[FN_DEVICE_CREATE])(log, cfg, out);
   trace("device_create rc=%" PRIu64 " handle=0x%" PRIxPTR " bridged=%zu log=0x%" PRIxPTR
         " soc=%ld arch=%ld", rc, rc ? 0 : OUT(out), relaid, H(log), soc, arch);
   free(customs);
   free(copies);
   free(fixed);
+  LEAVE(FN_DEVICE_CREATE);
   return rc;
 }
 
 static qnn_err_t w_device_free(qnn_handle_t h) {
-  qnn_err_t rc = ((free1_fn)real_table[FN_DEVICE_FREE])(h);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_DEVICE_FREE, rc)) rc = ((free1_fn)real_table[FN_DEVICE_FREE])(h);
   trace("device_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
+  LEAVE(FN_DEVICE_FREE);
   return rc;
 }
 
@@ -373,9 +696,11 @@ static void free_own_profile(qnn_handle_t own) {
 
 static qnn_err_t w_context_create(qnn_handle_t b, qnn_handle_t d, const void **cfg,
                                   qnn_handle_t *out) {
-  qnn_err_t rc = ((context_create_fn)real_table[FN_CONTEXT_CREATE])(b, d, cfg, out);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_CONTEXT_CREATE, rc)) rc = ((context_create_fn)real_table[FN_CONTEXT_CREATE])(b, d, cfg, out);
   trace("context_create rc=%" PRIu64 " handle=0x%" PRIxPTR " backend=0x%" PRIxPTR
         " device=0x%" PRIxPTR, rc, rc ? 0 : OUT(out), H(b), H(d));
+  LEAVE(FN_CONTEXT_CREATE);
   return rc;
 }
 
@@ -389,9 +714,11 @@ static qnn_err_t w_context_from_binary(qnn_handle_t b, qnn_handle_t d, const voi
                                        const void *buf, uint64_t size, qnn_handle_t *out,
                                        qnn_handle_t prof) {
   context_from_binary_fn real = (context_from_binary_fn)real_table[FN_CONTEXT_CREATE_FROM_BINARY];
-  if (!dsp_heap_on()) {
-    qnn_err_t rc = real(b, d, cfg, buf, size, out, prof);
+  qnn_err_t rc = 0;
+  if (ENTER(FN_CONTEXT_CREATE_FROM_BINARY, rc) || !dsp_heap_on()) {
+    if (!rc) rc = real(b, d, cfg, buf, size, out, prof);
     trace_binary_create(rc, out, b, d, size);
+    LEAVE(FN_CONTEXT_CREATE_FROM_BINARY);
     return rc;
   }
   /* The caller's configs plus DSP memory profiling. */
@@ -401,13 +728,17 @@ static qnn_err_t w_context_from_binary(qnn_handle_t b, qnn_handle_t d, const voi
   context_config_t custom = {.option = CONTEXT_CONFIG_CUSTOM};
   htp_context_config_t htp = {.option = HTP_CONTEXT_DSP_MEMORY_PROFILING, .flag = 1};
   custom.payload = &htp;
-  if (!with) return real(b, d, cfg, buf, size, out, prof);
+  if (!with) {
+    rc = real(b, d, cfg, buf, size, out, prof);
+    LEAVE(FN_CONTEXT_CREATE_FROM_BINARY);
+    return rc;
+  }
   for (size_t i = 0; i < n; i++) with[i] = cfg[i];
   with[n] = &custom;
   qnn_handle_t own;
   qnn_handle_t profile = call_profile(prof, b, &own);
   uint32_t seen = profile ? profile_event_count(profile) : 0;
-  qnn_err_t rc = real(b, d, with, buf, size, out, profile);
+  rc = real(b, d, with, buf, size, out, profile);
   free(with);
   if (rc == QNN_NOT_SUPPORTED) {
     __atomic_store_n(&dsp_state, 2, __ATOMIC_RELEASE);
@@ -420,41 +751,55 @@ static qnn_err_t w_context_from_binary(qnn_handle_t b, qnn_handle_t d, const voi
   if (rc == 0 && out) remember_backend(*out, b);
   if (profile) trace_dsp_events(profile, seen, "create", rc ? NULL : *out);
   free_own_profile(own);
+  LEAVE(FN_CONTEXT_CREATE_FROM_BINARY);
   return rc;
 }
 
 static qnn_err_t w_context_free(qnn_handle_t h, qnn_handle_t prof) {
   context_free_fn real = (context_free_fn)real_table[FN_CONTEXT_FREE];
+  qnn_err_t rc = 0;
+  if (ENTER(FN_CONTEXT_FREE, rc)) {
+    trace("context_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
+    LEAVE(FN_CONTEXT_FREE);
+    return rc;
+  }
   qnn_handle_t backend = forget_backend(h);
   qnn_handle_t own = NULL, profile = NULL;
   if (dsp_heap_on()) profile = call_profile(prof, backend, &own);
   uint32_t seen = profile ? profile_event_count(profile) : 0;
-  qnn_err_t rc = real(h, profile ? profile : prof);
+  rc = real(h, profile ? profile : prof);
   trace("context_free rc=%" PRIu64 " handle=0x%" PRIxPTR, rc, H(h));
   if (profile) trace_dsp_events(profile, seen, "free", h);
   free_own_profile(own);
+  LEAVE(FN_CONTEXT_FREE);
   return rc;
 }
 
 static qnn_err_t w_graph_create(qnn_handle_t ctx, const char *name, const void **cfg,
                                 qnn_handle_t *out) {
-  qnn_err_t rc = ((graph_create_fn)real_table[FN_GRAPH_CREATE])(ctx, name, cfg, out);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_GRAPH_CREATE, rc)) rc = ((graph_create_fn)real_table[FN_GRAPH_CREATE])(ctx, name, cfg, out);
   trace("graph_create rc=%" PRIu64 " handle=0x%" PRIxPTR " context=0x%" PRIxPTR " name=%s", rc,
         rc ? 0 : OUT(out), H(ctx), name ? name : "");
+  LEAVE(FN_GRAPH_CREATE);
   return rc;
 }
 
 static qnn_err_t w_graph_retrieve(qnn_handle_t ctx, const char *name, qnn_handle_t *out) {
-  qnn_err_t rc = ((graph_retrieve_fn)real_table[FN_GRAPH_RETRIEVE])(ctx, name, out);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_GRAPH_RETRIEVE, rc)) rc = ((graph_retrieve_fn)real_table[FN_GRAPH_RETRIEVE])(ctx, name, out);
   trace("graph_retrieve rc=%" PRIu64 " handle=0x%" PRIxPTR " context=0x%" PRIxPTR " name=%s",
         rc, rc ? 0 : OUT(out), H(ctx), name ? name : "");
+  LEAVE(FN_GRAPH_RETRIEVE);
   return rc;
 }
 
 static qnn_err_t w_graph_execute(qnn_handle_t g, const void *in, uint32_t nin, void *out,
                                  uint32_t nout, qnn_handle_t prof, qnn_handle_t sig) {
-  qnn_err_t rc = ((graph_execute_fn)real_table[FN_GRAPH_EXECUTE])(g, in, nin, out, nout, prof, sig);
+  qnn_err_t rc = 0;
+  if (!ENTER(FN_GRAPH_EXECUTE, rc)) rc = ((graph_execute_fn)real_table[FN_GRAPH_EXECUTE])(g, in, nin, out, nout, prof, sig);
   trace("graph_execute rc=%" PRIu64 " graph=0x%" PRIxPTR, rc, H(g));
+  LEAVE(FN_GRAPH_EXECUTE);
   return rc;
 }
 
@@ -606,6 +951,11 @@ __attribute__((destructor)) static void on_unload(void) {
 
 qnn_err_t QnnInterface_getProviders(const qnn_interface_t ***providers, uint32_t *count) {
   static get_providers_fn real_get = NULL;
+  qnn_err_t injected = 0;
+  if (ENTER(API_GET_PROVIDERS, injected)) { /* as if the library could not be used */
+    LEAVE(API_GET_PROVIDERS);
+    return injected;
+  }
   pthread_mutex_lock(&patch_lock);
   if (!real_get) {
     const char *path = getenv("HARNESS_QNN_REAL_HTP");
@@ -614,12 +964,14 @@ qnn_err_t QnnInterface_getProviders(const qnn_interface_t ***providers, uint32_t
       fprintf(stderr, "[harness interposer] cannot load real libQnnHtp.so from "
                       "HARNESS_QNN_REAL_HTP=%s: %s\n", path ? path : "(unset)", dlerror());
       pthread_mutex_unlock(&patch_lock);
+      LEAVE(API_GET_PROVIDERS);
       return 1; /* QNN_COMMON_ERROR_GENERAL-like nonzero */
     }
     real_lib = lib;
     real_get = (get_providers_fn)dlsym(lib, "QnnInterface_getProviders");
     if (!real_get) {
       pthread_mutex_unlock(&patch_lock);
+      LEAVE(API_GET_PROVIDERS);
       return 1;
     }
   }
@@ -641,5 +993,6 @@ qnn_err_t QnnInterface_getProviders(const qnn_interface_t ***providers, uint32_t
     }
   }
   pthread_mutex_unlock(&patch_lock);
+  LEAVE(API_GET_PROVIDERS);
   return rc;
 }

@@ -133,6 +133,8 @@ class TraceState:
                 if "log" in rec.fields:
                     self.logs[(kind, rec.fields["handle"])] = rec.fields["log"]
         elif kind in KINDS and action == "free":
+            if rec.rc != 0:
+                return  # a failed free frees nothing (an injected one never reached QNN)
             handle = rec.fields.get("handle", "")
             identity = self.live[kind].pop(handle, None)
             if identity is None:

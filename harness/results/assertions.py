@@ -49,6 +49,19 @@ def assert_completed(result: ScenarioResult) -> None:
                                                          result.scenario.name))
 
 
+def assert_nemesis(result: ScenarioResult) -> None:
+    """The run made the interleavings and failures its scenario's nemesis rules state
+    (harness.protocol.nemesis): no rendezvous timed out, and (in a finished run) every rule
+    took effect. Otherwise the test's verdict would be about another run than the one written."""
+    problems = [f for f in run_failures(result) if f.kind == "nemesis"]
+    if problems:
+        rules = "\n".join(f"    {r}" for r in result.scenario.qnn_nemesis)
+        raise HilFailure(
+            f"scenario {result.scenario.name}: the run did not follow its nemesis rules:\n"
+            + "\n".join(f"  {f.message}" for f in problems)
+            + f"\nrules:\n{rules}\nall steps:\n{result.summary()}", problems[0])
+
+
 def check_failed(result: ScenarioResult, report: str, words: str = "") -> HilFailure:
     """A failed harness check over a finished run (isolation, counts, memory)."""
     return HilFailure(report, Failure("check", words or report, result.scenario.name))

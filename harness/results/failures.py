@@ -9,8 +9,10 @@ Kinds: "error" (a step returned an error), "mismatch" (outputs differ from the r
 from another execute of the same method on the same input), "crash" (killed by a signal),
 "timeout" (hung, killed), "incomplete" (exited without its end event), "refused" (the runner
 would not run the scenario), "protocol" (the runner wrote an event the runner protocol does
-not allow: a runner defect, never a known runtime issue), "check" (a harness check over a finished run: isolation, live
-counts, memory, compile facts).
+not allow: a runner defect, never a known runtime issue), "nemesis" (the run did not make the
+interleaving or the QNN failure its scenario's nemesis rules state: a rendezvous timed out, or
+a rule never took effect; never a known runtime issue either), "check" (a harness check over a
+finished run: isolation, live counts, memory, compile facts).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from collections.abc import Iterator
 from typing import Any, Literal, get_args
 
 from harness.errors import HarnessError
+from harness.protocol.nemesis import nemesis_events, nemesis_problems
 from harness.results.crash_site import crash_site_line, without_crash_report
 from harness.results.run import ScenarioResult, StepResult, log_tail
 from harness.scenario import Step
 
 FailureKind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "protocol",
-                      "check"]
+                      "nemesis", "check"]
 KINDS: tuple[str, ...] = get_args(FailureKind)
 RUNTIME_KINDS = tuple(k for k in KINDS if k != "check")
 
@@ -103,6 +106,9 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
         out.append(Failure(kind, words + ("\n" + logs if logs else ""), name, nxt, where))
     out += [Failure("protocol", f"the runner broke the runner protocol: {error}", name)
             for error in result.protocol_errors]
+    out += [Failure("nemesis", problem, name) for problem in
+            nemesis_problems(result.scenario.qnn_nemesis, nemesis_events(result.trace),
+                             finished=result.completed)]
     return out
 
 

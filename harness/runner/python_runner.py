@@ -83,6 +83,10 @@ class Runner:
         # Absolute and normalized, as the kernel prints mapped paths in /proc/self/smaps.
         self.watch = [os.path.realpath(scenario.path(p)) for p in scenario.watch_mappings]
         self.trace = os.environ.get("HARNESS_QNN_TRACE")
+        if scenario.qnn_nemesis:
+            # The interposer reads its rules at the first QNN call. Python threads carry no OS
+            # thread name, so rules naming an actor never match here (the run says so).
+            os.environ["HARNESS_QNN_NEMESIS"] = ";".join(scenario.qnn_nemesis)
         # Each module's last execute's outputs as arrays (None for a non-tensor), kept when a
         # step feeds outputs back as inputs (a decode loop).
         self.keeps_outputs = any(s.feed or any(sub.feed for sub in s.steps)

@@ -19,6 +19,7 @@ from typing import Any
 from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
 from harness.protocol.tensors import TensorFile
+from harness.protocol.nemesis import NemesisError, check_rules
 from harness.protocol.scenario_file import (LOAD_MODES, MAX_PARALLEL, PARALLEL_OPS,
                                             SCENARIO_VERSION, ScenarioError, ScenarioStep)
 from harness.protocol.scenario_check import check_distinct_modules, validate_scenario
@@ -81,6 +82,9 @@ class Scenario:
     # Run in a new runner process that has loaded nothing, never a fork of a server holding
     # the QNN libraries: a scenario about the runtime really unloading them needs that.
     fresh_process: bool = False
+    # Rules for the QNN interposer (harness.protocol.nemesis): threads held at named points and
+    # QNN calls made to fail, so the scenario states an interleaving or a failure as data.
+    qnn_nemesis: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -150,6 +154,16 @@ class Scenario:
         if not self.steps:
             raise ScenarioError(f"scenario {self.name}: allow_error() needs a step before it")
         self.allowed_errors.add(len(self.steps) - 1)
+        return self
+
+    def nemesis(self, *rules: str) -> Scenario:
+        """Add QNN nemesis rules (harness.protocol.nemesis: `hold(...)`, `fail_at(...)` or
+        their text); checked now, so a scenario never carries one the interposer cannot read."""
+        try:
+            self.qnn_nemesis += list(check_rules(list(rules)))
+            check_rules(self.qnn_nemesis)
+        except NemesisError as exc:
+            raise ScenarioError(f"scenario {self.name}: {exc}") from None
         return self
 
     def label(self, name: str) -> Scenario:
@@ -274,6 +288,8 @@ class Scenario:
                  for step, nth in zip(self.steps, self.ordinals())]
         doc = {"version": SCENARIO_VERSION, "name": self.name,
                "watch_mappings": list(self.watch_mappings), "steps": steps}
+        if self.qnn_nemesis:
+            doc["qnn_nemesis"] = list(self.qnn_nemesis)
         validate_scenario(doc)
         return doc
 

@@ -100,6 +100,17 @@ OWN = {
         "#0 0x0 (a call through a null function pointer) <- #1 "
         "libexecutorch_backend_qnn.so+0x1aed6"))],
 }
+OWN["qnn-delegate-cache-forced-warm-hit"] = OWN["qnn-delegate-cache-parallel-same-program"]
+OWN["qnn-delegate-cache-forced-concurrent-execute"] = OWN["qnn-delegate-cache-parallel-same-program"]
+OWN["qnn-delegate-cache-forced-destroy-during-execute"] = OWN["qnn-delegate-cache-module-lifetime"]
+OWN["qnn-delegate-cache-forced-execute-on-freed-context"] = [
+    Failure("error", "[ERROR] [Qnn ExecuTorch]: qnn_graph_execute failed. Error 6001"),
+    Failure("error", "<E> Context with handle 0x1: free in progress"),
+    Failure("error", "DelegateHandle has been deleted")]
+OWN["qnn-delegate-cache-forced-destroy-under-execute-step"] = \
+    OWN["qnn-delegate-cache-destroy-during-execute"][:1]
+OWN["qnn-concurrent-first-context-create-crash-forced"] = \
+    OWN["qnn-concurrent-first-context-create-crash"]
 
 ENTRIES = {issue.id: issue for issue in load_known_issues()}
 

@@ -1,5 +1,7 @@
 #include "runner.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,6 +74,41 @@ class StartGate {
   std::condition_variable cv_;
   size_t waiting_;
 };
+
+// The QNN interposer's step points (harness_qnn_step in
+// harness/qnn/interposer.c); null without the interposer or without rules.
+using StepPointFn = void (*)(const char*, int);
+StepPointFn step_point = nullptr;
+bool nemesis_on = false;
+
+// Names the calling thread after the module of the step it runs: the
+// interposer's nemesis tells threads apart by name (15 bytes at most). Only
+// with nemesis rules: otherwise the process keeps its name.
+void name_thread(const std::string& module) {
+  if (!nemesis_on) return;
+  std::string name = module.empty() ? std::string("runner") : module.substr(0, 15);
+  ::pthread_setname_np(::pthread_self(), name.c_str());
+}
+
+// With nemesis rules: hands them to the interposer (it reads the variable at
+// the first QNN call of this process) and opens it now, so that the step
+// points before the runtime's first QNN load reach it too.
+void start_nemesis(const std::vector<std::string>& rules) {
+  if (rules.empty()) return;
+  nemesis_on = true;
+  std::string joined;
+  for (const auto& rule : rules) joined += (joined.empty() ? "" : ";") + rule;
+  ::setenv("HARNESS_QNN_NEMESIS", joined.c_str(), 1);
+  void* lib = ::dlopen("libQnnHtp.so", RTLD_NOW | RTLD_LOCAL);
+  if (lib != nullptr) {
+    step_point = reinterpret_cast<StepPointFn>(::dlsym(lib, "harness_qnn_step"));
+  }
+  if (step_point == nullptr) {
+    std::fprintf(stderr, "harness-runner: qnn_nemesis rules given but the QNN interposer's "
+                 "step points are not reachable (%s); only QNN call points apply\n",
+                 lib == nullptr ? "libQnnHtp.so does not load" : "no harness_qnn_step");
+  }
+}
 
 }  // namespace
 
@@ -469,6 +506,7 @@ Runner::StepResult Runner::parallel(const Step& step) {
   for (size_t j = 0; j < n; ++j) {
     try {
       threads.emplace_back([this, &step, &results, &elapsed, &gate, j] {
+        name_thread(step.substeps[j].module);
         gate.arrive_and_wait();
         auto t0 = std::chrono::steady_clock::now();
         results[j] = run_one(step.substeps[j]);
@@ -530,6 +568,8 @@ Runner::StepResult Runner::parallel(const Step& step) {
 
 Runner::StepResult Runner::run_one(const Step& step) {
   StepResult r;
+  const bool point = step_point != nullptr && step.op != Op::Parallel;
+  if (point) step_point(op_name(step.op), 0);
   try {
     switch (step.op) {
       case Op::LoadModule:
@@ -565,6 +605,7 @@ Runner::StepResult Runner::run_one(const Step& step) {
     r.error_code = kHarnessErrorCode;
     r.message = std::string("runner error: ") + e.what();
   }
+  if (point) step_point(op_name(step.op), 1);
   return r;
 }
 
@@ -573,10 +614,12 @@ int Runner::run() {
               {"runner", "native"},
               {"pid", static_cast<int64_t>(getpid())},
               {"scenario", scenario_.name}});
+  start_nemesis(scenario_.qnn_nemesis);
 
   size_t failed = 0;
   for (const Step& step : scenario_.steps) {
     emit_step_marker(static_cast<long>(step.index));
+    name_thread(step.op == Op::Parallel ? std::string() : step.module);
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = run_one(step);
     double elapsed_ms = rounded_ms(std::chrono::steady_clock::now() - t0);
@@ -610,6 +653,7 @@ int Runner::run() {
   // Modules the scenario left live are torn down before "end", so a crash in
   // teardown shows as a signal with every step reported and no end event.
   for (auto& m : modules_) {
+    name_thread(m->name);
     destroy(*m);
   }
   modules_.clear();

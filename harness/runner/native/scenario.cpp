@@ -602,6 +602,20 @@ Scenario load_scenario(const std::string& path) {
       sc.watch_mappings.push_back(std::move(wp));
     }
   }
+  const Json* nemesis = find(root, "qnn_nemesis");
+  if (nemesis != nullptr && !nemesis->is_null()) {
+    if (!nemesis->is_array()) {
+      throw ScenarioError("field 'qnn_nemesis' must be an array of rules");
+    }
+    for (const Json& rule : *nemesis) {
+      // ';' separates the rules in the interposer's variable.
+      if (!rule.is_string() || rule.get_ref<const std::string&>().empty() ||
+          rule.get_ref<const std::string&>().find(';') != std::string::npos) {
+        throw ScenarioError("field 'qnn_nemesis' must be an array of rules (strings without ';')");
+      }
+      sc.qnn_nemesis.push_back(rule.get<std::string>());
+    }
+  }
   const Json* steps = find(root, "steps");
   if (steps == nullptr || !steps->is_array()) {
     throw ScenarioError("missing array field 'steps'");

@@ -110,6 +110,9 @@ struct Scenario {
   std::string dir;
   std::string name;
   std::vector<WatchedPath> watch_mappings;
+  // Rules for the QNN interposer's nemesis (harness/protocol/nemesis.py): held
+  // threads and injected QNN failures, passed to it as HARNESS_QNN_NEMESIS.
+  std::vector<std::string> qnn_nemesis;
   std::vector<Step> steps;
 };
 

@@ -1,0 +1,49 @@
+"""Nemesis rules (harness.protocol.nemesis) as scenario data: their grammar and the clear
+error a bad one gets, without a device."""
+
+import pytest
+
+from harness.protocol.nemesis import NemesisError, check_rules, fail_at, hold, parse_rule
+from harness.protocol.scenario_check import validate_scenario
+from harness.protocol.scenario_file import ScenarioError
+
+
+def test_rules_round_trip_to_their_canonical_text():
+    rule = hold("enter", "A:QnnContext_createFromBinary#1", "leave", "B:step.load_method#2",
+                timeout_ms=500)
+    assert rule == ("hold enter A:QnnContext_createFromBinary#1 until leave "
+                    "B:step.load_method#2 timeout_ms=500")
+    assert str(parse_rule(rule)) == rule
+    assert fail_at("QnnMem_register", 3, "QNN_COMMON_ERROR_MEM_ALLOC", from_on=True) == \
+        "fail QnnMem_register#3+ rc=1002"
+    assert check_rules(["fail QnnContext_createFromBinary#1 rc=QNN_CONTEXT_ERROR_CREATE_FROM_BINARY"]) \
+        == ("fail QnnContext_createFromBinary#1 rc=5005",)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("fail QnnNothing#1 rc=1000", "unknown API 'QnnNothing'"),
+    ("fail QnnGraph_execute#0 rc=1000", "occurrences count from 1"),
+    ("fail QnnGraph_execute#1 rc=0", "must be positive"),
+    ("fail QnnGraph_execute#1 rc=NO_SUCH", "unknown QNN error"),
+    ("hold enter A:QnnGraph_execute#1+ until enter B:QnnGraph_execute#1", "'+'"),
+    ("hold inside A:QnnGraph_execute#1 until enter B:QnnGraph_execute#1", "'enter' or 'leave'"),
+    ("hold enter A:QnnGraph_execute#1 until enter B:QnnGraph_execute#1 timeout_ms=0",
+     "timeout_ms"),
+    ("fail QnnGraph_execute#1 rc=1000; fail QnnGraph_execute#2 rc=1000", "without ';'"),
+    ("hold enter averyveryverylongmodule:QnnGraph_execute#1 until enter B:QnnGraph_execute#1",
+     "at most 15"),
+])
+def test_a_bad_rule_is_one_clear_error(text, words):
+    with pytest.raises(NemesisError, match=words.replace("(", r"\(").replace("+", r"\+")):
+        parse_rule(text)
+
+
+def test_a_scenario_file_with_a_bad_rule_is_refused_naming_it():
+    doc = {"steps": [{"op": "snapshot"}], "qnn_nemesis": ["fail QnnGraph_execute#1 rc=x"]}
+    with pytest.raises(ScenarioError, match="unknown QNN error 'x'"):
+        validate_scenario(doc)
+    assert validate_scenario({"steps": [{"op": "snapshot"}],
+                              "qnn_nemesis": ["fail QnnGraph_execute#1 rc=1100"]}).qnn_nemesis \
+        == ("fail QnnGraph_execute#1 rc=1100",)
+
+

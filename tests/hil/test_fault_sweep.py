@@ -1,0 +1,196 @@
+"""Fault sweep at the QNN boundary: each QNN call of a scenario made to fail in turn.
+
+The interposer makes one call fail with a real QNN error code without calling QNN (a nemesis
+`fail` rule, harness.protocol.nemesis), one run per call site (harness.drive.fault_sweep). After
+each: the step that made the call reports an error (never a crash, a hang, or Ok with wrong
+outputs), every QNN handle is freed once the modules are destroyed, and the next load of the
+same program in the same process works. One test per scenario and QNN function; in CI each
+function's first call (sampled), with `--fault-sweep` every call.
+
+Memory: the same load/destroy cycle repeated with every call of a function failing must not
+grow the heap faster than the same cycles with nothing injected, nor leave handles.
+
+Controls: the scenarios with nothing injected pass, and an XNNPACK program makes no QNN call
+(nothing to inject, and its run passes).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from harness.drive import fault_sweep
+from harness.protocol.nemesis import fail_at
+from harness.results.assertions import assert_steps_ok
+from harness.results.failures import Failure, HilFailure
+from harness.scenario import Scenario
+
+
+@pytest.fixture(autouse=True)
+def native_runner(hil_session):
+    """Occurrences count per process; the Python runner's process makes the same calls, but
+    only the native runner is measured here."""
+    if hil_session.device_runner == "python":
+        pytest.skip("the fault sweep is measured with the native runner")
+
+
+def lifecycle(model, name: str) -> Scenario:
+    """S4's shape on one module: load, execute twice, unload, destroy, load again, execute."""
+    sc = Scenario(name).load_module("A", model).load_method("A", "forward")
+    sc.execute("A", "forward").execute("A", "forward").unload_method("A", "forward")
+    return sc.destroy_module("A").snapshot()
+
+
+def two_methods(model, name: str) -> Scenario:
+    """S2's shape: both methods of one module on one context, each executed, destroyed."""
+    sc = Scenario(name).load_module("A", model)
+    for method in model.methods:
+        sc.load_method("A", method)
+    for method in model.methods:
+        sc.execute("A", method)
+    return sc.destroy_module("A").snapshot()
+
+
+def beside_live_module(model, name: str) -> Scenario:
+    """A module of another program (W, mlp_tanh) loaded and executed before, and executed
+    again after, A's lifecycle: a failure in A must leave W working."""
+    sc = Scenario(name)
+    sc.load_module("W", model[1]).load_method("W", "forward").execute("W", "forward")
+    sc.load_module("A", model[0]).load_method("A", "forward").execute("A", "forward")
+    sc.destroy_module("A").execute("W", "forward")
+    return sc.destroy_module("W").snapshot()
+
+
+SCENARIOS = {
+    "lifecycle": (("linear_relu",), lifecycle),
+    "two_methods": (("prefill_decode",), two_methods),
+    "beside_live_module": (("linear_relu", "mlp_tanh"), beside_live_module),
+}
+APIS = ("QnnInterface_getProviders", "QnnLog_create", "QnnBackend_create", "QnnDevice_create",
+        "QnnContext_createFromBinary", "QnnGraph_retrieve", "QnnGraph_execute",
+        "QnnContext_free", "QnnDevice_free", "QnnBackend_free", "QnnLog_free")
+
+
+def recorded(scenario_driver, compiled_model, which: str, program=None):
+    """The scenario `which` with its reload, and its run with nothing injected; `program`
+    (a user's --pte) replaces the scenario's own."""
+    programs, build = SCENARIOS[which]
+    models = [program] if program is not None else [compiled_model(p) for p in programs]
+    model = models[0]
+    base = build(models if len(models) > 1 else model, f"sweep_{which}")
+    full = fault_sweep.with_reload(base, model, next(iter(model.methods)))
+    result = scenario_driver.run(full)
+    return full, len(base.steps), result
+
+
+@pytest.mark.parametrize("which", list(SCENARIOS))
+def test_fault_sweep_control_nothing_injected(compiled_model, scenario_driver, which):
+    """The scenario and its reload pass with nothing injected, and make QNN calls to sweep."""
+    _, base_steps, result = recorded(scenario_driver, compiled_model, which)
+    assert_steps_ok(result)
+    assert result.last.live.released, result.summary()
+    sites = fault_sweep.call_sites(result, base_steps)
+    assert {s.api for s in sites} >= {"QnnContext_createFromBinary", "QnnGraph_execute"}, sites
+
+
+def test_fault_sweep_control_xnnpack_makes_no_qnn_call(compiled_model, scenario_driver):
+    model = compiled_model("xnn_linear_stack", "fp32")
+    base = lifecycle(model, "sweep_xnnpack")
+    result = scenario_driver.run(fault_sweep.with_reload(base, model, "forward"))
+    assert_steps_ok(result)
+    assert fault_sweep.call_sites(result, len(base.steps)) == []
+
+
+@pytest.mark.hil_cost(1.0)
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("which", list(SCENARIOS))
+def test_fault_sweep(request, compiled_model, scenario_driver, which, api):
+    sweep(request, *recorded(scenario_driver, compiled_model, which), scenario_driver, which, api)
+
+
+@pytest.mark.hil_programs("linear_relu", needs=("qnn",))
+@pytest.mark.parametrize("api", APIS)
+def test_fault_sweep_program(request, hil_program, compiled_model, scenario_driver, api):
+    """The lifecycle sweep on the session's program (a user's --pte, else linear_relu)."""
+    if "forward" not in hil_program.methods:
+        pytest.skip(f"{hil_program.name} has no forward method")
+    record = recorded(scenario_driver, compiled_model, "lifecycle", hil_program)
+    sweep(request, *record, scenario_driver, "lifecycle", api)
+
+
+def sweep(request, full, base_steps, record, scenario_driver, which, api) -> None:
+    assert_steps_ok(record)
+    sites = [s for s in fault_sweep.call_sites(record, base_steps) if s.api == api]
+    if not sites:
+        pytest.skip(f"scenario {which} makes no {api} call")
+    if not request.config.getoption("--fault-sweep"):
+        sites = sites[:1]
+    findings: list[tuple[fault_sweep.CallSite, Failure]] = []
+    for site in sites:
+        result = scenario_driver.run(fault_sweep.injected(full, site, base_steps),
+                                     allow_crash=True)
+        findings += [(site, f) for f in fault_sweep.judge(result, site)]
+    if findings:
+        kind = next((f.kind for _, f in findings if f.kind == "check"), findings[0][1].kind)
+        words = "\n".join(f"{site.describe()}: {f.describe()}\n    "
+                          + "\n    ".join(f.message.strip().splitlines()[:8])
+                          for site, f in findings)
+        raise HilFailure(f"fault sweep of {which} over {api} ({len(sites)} call sites):\n{words}",
+                         Failure(kind, words, full.name))
+
+
+GROWTH_CYCLES = 12
+GROWTH_SLACK_BYTES = 512  # per cycle, above the same cycles with nothing injected
+
+
+def failing_cycles(model, api: str | None, name: str, execute: bool) -> Scenario:
+    """GROWTH_CYCLES modules of `model`, one after another: load, load forward (and execute
+    it), destroy; with `api`, every call of it fails."""
+    sc = Scenario(name)
+    for i in range(GROWTH_CYCLES):
+        m = f"M{i}"
+        sc.load_module(m, model).load_method(m, "forward").allow_error()
+        if execute:
+            sc.execute(m, "forward").allow_error()
+        sc.destroy_module(m)
+    if api is not None:
+        sc.nemesis(fail_at(api, 1, fault_sweep.ERRORS.get(api, fault_sweep.DEFAULT_ERROR),
+                                       from_on=True))
+    return sc.snapshot()
+
+
+def heap_per_cycle(result) -> float:
+    """Median growth of the heap in use (bytes) from one destroy to the next."""
+    heap = [s.memory.get("heap", {}).get("in_use") for s in result.steps
+            if s.step.op == "destroy_module"]
+    if None in heap or len(heap) < 3:
+        pytest.skip("the runner reports no heap readings here")
+    steps = sorted(b - a for a, b in itertools.pairwise(heap))
+    return float(steps[len(steps) // 2])
+
+
+@pytest.mark.parametrize("api", ["QnnContext_createFromBinary", "QnnGraph_retrieve",
+                                 "QnnGraph_execute"])
+def test_repeated_injected_failures_neither_leak_nor_grow(compiled_model, scenario_driver, api):
+    """The same load (execute) destroy cycle 12 times with every call of `api` failing: the
+    heap grows no faster than the same cycles with nothing injected, and nothing is left."""
+    model = compiled_model("linear_relu")
+    execute = api == "QnnGraph_execute"  # the other two fail the load: nothing to execute
+    control = scenario_driver.run(failing_cycles(model, None, f"cycles_{api.lower()}_control",
+                                                 execute))
+    control.scenario.allowed_errors.clear()  # nothing injected: every step must be ok
+    assert_steps_ok(control)
+    failing = scenario_driver.run(failing_cycles(model, api, f"cycles_{api.lower()}", execute))
+    base, grown = heap_per_cycle(control), heap_per_cycle(failing)
+    problems = []
+    if grown > base + GROWTH_SLACK_BYTES:
+        problems.append(f"heap grows {grown:.0f} B per cycle with every {api} failing, "
+                        f"{base:.0f} B per cycle with nothing injected")
+    if not failing.last.live.released:
+        problems.append(f"QNN still holds handles once every module is destroyed (live "
+                        f"{dict(failing.last.live)}) after {GROWTH_CYCLES} failed cycles")
+    if problems:
+        words = "; ".join(problems)
+        raise HilFailure(f"scenario {failing.scenario.name}: {words}\n{failing.summary()}",
+                         Failure("check", words, failing.scenario.name))
