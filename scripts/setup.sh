@@ -22,6 +22,8 @@ if ! command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || ! command -v aarch64-li
   packages+=(g++-aarch64-linux-gnu gcc-aarch64-linux-gnu)
 fi
 command -v qemu-aarch64 >/dev/null 2>&1 || packages+=(qemu-user)
+# gdb: the bug-report reproduction whose evidence is a QNN call sequence (harness bug-report)
+command -v gdb >/dev/null 2>&1 || packages+=(gdb)
 # sshd on 127.0.0.1 is the SSH board of the framework's tests (and of CI step 9)
 [ -x /usr/sbin/sshd ] || packages+=(openssh-server)
 if [ "${#packages[@]}" -gt 0 ]; then

@@ -59,6 +59,8 @@ class Reproduction:
     script: str  # in harness/commands/reproductions/
     programs: tuple[Program, ...]
     control: str  # what the control runs, in words
+    native: bool = False  # builds cpp/module_repro.cpp (threads, backend options)
+    extra: tuple[str, ...] = ()  # other files of reproductions/ it needs
 
 
 REPRODUCTIONS = {r.id: r for r in (
@@ -66,10 +68,22 @@ REPRODUCTIONS = {r.id: r for r in (
                  (Program("linear_relu", "linear_relu"), Program("mlp_tanh", "mlp_tanh")),
                  "two Modules of two different programs: destroying the first leaves the second "
                  "working"),
+    Reproduction("delegate-cache-destroy-during-execute",
+                 "delegate_cache_destroy_during_execute.py",
+                 (Program("linear_relu", "linear_relu"), Program("mlp_tanh", "mlp_tanh")),
+                 "B of another program destroyed while A executes: A keeps working", native=True),
+    Reproduction("runtime-option-wrong-type-accepted", "runtime_option_wrong_type_accepted.py",
+                 (), "XNNPACK given a string for its int option refuses it", native=True),
     Reproduction("init-failure-leaks-handles", "init_failure_leaks_handles.py",
                  (Program("linear_relu", "linear_relu"),
                   Program("linear_relu_damaged", "linear_relu", damaged=True)),
                  "the good program alone: its full teardown destroys context, device, backend"),
+    Reproduction("log-level-change-frees-live-log-handle",
+                 "log_level_change_frees_live_log_handle.py",
+                 (Program("linear_relu", "linear_relu"), Program("mlp_tanh", "mlp_tanh"),
+                  Program("mlp_tanh_debug", "mlp_tanh", options=(("debug_log", True),))),
+                 "two programs of one log level: the handle outlives the backend",
+                 extra=("qnn_calls_gdb.py",)),
     Reproduction("mutable-buffer-shared-across-modules", "mutable_buffer_shared_across_modules.py",
                  (Program("stateful_accumulator", "stateful_accumulator"),
                   Program("stateful_accumulator_xnn", "stateful_accumulator_xnn", "fp32")),
@@ -104,8 +118,12 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
     from harness.qnn.sdk import discover
 
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("common.py", repro.script):
+    for name in ("common.py", repro.script, *repro.extra):
         shutil.copy(SCRIPTS / name, out / name)
+    if repro.native:
+        (out / "cpp").mkdir(exist_ok=True)
+        for name in ("module_repro.cpp", "CMakeLists.txt"):
+            shutil.copy(SCRIPTS / "cpp" / name, out / "cpp" / name)
     previous = os.environ.get("QNN_SDK_ROOT")
     os.environ["QNN_SDK_ROOT"] = str(qnn_root)  # compile with the libraries the folder runs on
     try:
@@ -158,9 +176,13 @@ def _save_inputs(model, stem: str, directory: Path) -> None:
 
     directory.mkdir(exist_ok=True)
     method = model.methods.get("forward") or next(iter(model.methods.values()))
-    for i, tensor in enumerate(method.inputs):
-        data = np.fromfile(tensor.file, dtype=numpy_dtype(tensor.dtype)).reshape(tensor.shape)
-        np.save(directory / f"{stem}_{i}.npy", data)
+    sets = [(stem, method.inputs)]
+    sets += [(f"{stem}_v{n + 1}", inputs) for n, (inputs, _) in enumerate(method.variants)]
+    for name, tensors in sets:
+        for i, tensor in enumerate(tensors):
+            data = np.fromfile(tensor.file, dtype=numpy_dtype(tensor.dtype)).reshape(tensor.shape)
+            np.save(directory / f"{name}_{i}.npy", data)  # the Python scripts
+            data.tofile(directory / f"{name}_{i}.bin")  # the C++ program
 
 
 def run_one(path: Path, timeout: float = 600) -> tuple[int, str, float]:
@@ -191,7 +213,10 @@ def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str,
     lines += ["## Run it", "", "```bash", "./reproduce   # exit 1 while the bug is present, 0 on a "
               "fixed runtime, 2 when it cannot run", f"./control     # {repro.control}: exit 0",
               "```", "",
-              "Needs Python with `executorch` (its pybindings) and numpy; nothing of the framework "
+              "Needs Python with `executorch` (its pybindings) and numpy"
+              + ("; CMake >= 3.28 and a C++ compiler for `cpp/module_repro.cpp`, built on first "
+                 "run against the installed executorch's CMake package" if repro.native else "")
+              + "; nothing of the framework "
               "that made this folder. The QNN libraries come from `QNN_SDK_ROOT` and "
               "`LD_LIBRARY_PATH` when set, else from `qnn_env.sh` (the ones it was checked with). "
               f"The programs in `programs/` were compiled for {SOC} (fp16 HTP) with those "

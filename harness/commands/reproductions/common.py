@@ -73,3 +73,50 @@ def report(bug: bool, expected: str, actual: str, evidence: str = "") -> int:
 
 def lines_with(text: str, *words: str) -> str:
     return "\n".join(l for l in text.splitlines() if any(w in l for w in words))
+
+
+def cpp_binary() -> Path:
+    """cpp/module_repro, built once against the installed executorch's CMake package (CMake >=
+    3.28 and ninja, e.g. `pip install 'cmake>=3.28' ninja`); SystemExit(2) when it cannot be."""
+    import importlib.util
+    import shutil
+
+    build = HERE / "cpp" / "build"
+    binary = build / "module_repro"
+    if binary.exists():
+        return binary
+    spec = importlib.util.find_spec("executorch")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(2)
+    prefix = next(iter(spec.submodule_search_locations))
+    bindir = Path(sys.executable).parent
+    cmake = shutil.which("cmake", path=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    ninja = shutil.which("ninja", path=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    if cmake is None:
+        print("cannot build cpp/module_repro.cpp: no cmake (pip install 'cmake>=3.28' ninja)")
+        raise SystemExit(2)
+    generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []
+    log = build.with_suffix(".log")
+    build.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        for cmd in ([cmake, "-S", str(HERE / "cpp"), "-B", str(build), *generator,
+                     "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_PREFIX_PATH={prefix}"],
+                    [cmake, "--build", str(build)]):
+            if subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
+                print(f"cannot build cpp/module_repro.cpp:\n{log.read_text()[-3000:]}")
+                raise SystemExit(2)
+    return binary
+
+
+def native(*args: str, timeout: float = 600) -> tuple[int, str, str]:
+    """Run cpp/module_repro ARGS: (status, stdout, stderr); -SIGNAL when a signal killed it."""
+    proc = subprocess.run([str(cpp_binary()), *args], capture_output=True, text=True,
+                          errors="replace", timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def input_file(name: str, index: int = 0, variant: int = 0) -> str:
+    """The raw bytes of a method input (inputs/<name>_<i>.bin; the program's other input set,
+    variant 1: <name>_v1_<i>.bin), for the C++ program."""
+    stem = f"{name}_v{variant}" if variant else name
+    return str(HERE / "inputs" / f"{stem}_{index}.bin")

@@ -1,0 +1,116 @@
+// Reproductions on executorch's C++ API (extension::Module and the backend-options channel):
+// what the Python pybindings cannot do (threads executing at once, runtime backend options).
+//
+//   module_repro wrong-type-option BACKEND KEY          exit 1: a wrongly typed value accepted
+//   module_repro destroy-during-execute A.pte B.pte IN  exit 1: A's execute broke
+//
+// Exit 0 when the behaviour is correct, 2 when it could not run. A crash is the caller's to
+// report (it runs this in a child process).
+#include <executorch/extension/module/module.h>
+#include <executorch/extension/tensor/tensor.h>
+#include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/backend/options.h>
+#include <executorch/runtime/platform/runtime.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using executorch::extension::Module;
+using executorch::extension::TensorPtr;
+using executorch::extension::make_tensor_ptr;
+using executorch::runtime::BackendOption;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::Span;
+
+namespace {
+
+// A float32 [1, N] input from a raw file.
+TensorPtr input(const char* path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<float> data((std::istreambuf_iterator<char>(f)), {});
+  std::vector<float> values(data.size() / 4);
+  std::memcpy(values.data(), data.data(), values.size() * 4);
+  std::vector<executorch::aten::SizesType> shape = {1, static_cast<int>(values.size())};
+  return make_tensor_ptr(shape, std::move(values));
+}
+
+// The first output's bytes, or "" (and the error printed) when execute failed.
+std::string run(Module& m, const TensorPtr& x, const char* who) {
+  auto out = m.execute("forward", {EValue(x)});
+  if (!out.ok()) {
+    std::printf("%s: execute(forward) failed with error 0x%x\n", who, static_cast<int>(out.error()));
+    std::fflush(stdout);
+    return "";
+  }
+  const auto& t = out->at(0).toTensor();
+  return std::string(static_cast<const char*>(t.const_data_ptr()), t.nbytes());
+}
+
+BackendOption option(const char* key) {
+  BackendOption o;
+  std::strncpy(o.key, key, executorch::runtime::kMaxOptionKeyLength - 1);
+  return o;
+}
+
+int wrong_type_option(const char* backend, const char* key) {
+  executorch::runtime::runtime_init();
+  BackendOption good = option(key);
+  good.value = 2;
+  Error set_good = executorch::runtime::set_option(backend, Span<BackendOption>(&good, 1));
+  std::printf("set_option(%s, %s = 2 (int)): 0x%x\n", backend, key, static_cast<int>(set_good));
+  BackendOption wrong = option(key);
+  std::array<char, executorch::runtime::kMaxOptionValueLength> text{};
+  std::strncpy(text.data(), "3", text.size() - 1);
+  wrong.value = text;
+  Error set_wrong = executorch::runtime::set_option(backend, Span<BackendOption>(&wrong, 1));
+  std::printf("set_option(%s, %s = \"3\" (string)): 0x%x\n", backend, key, static_cast<int>(set_wrong));
+  BackendOption read = option(key);
+  read.value = 0;
+  Error got = executorch::runtime::get_option(backend, Span<BackendOption>(&read, 1));
+  const int* value = std::get_if<int>(&read.value);
+  std::printf("get_option(%s, %s): 0x%x, value %d\n", backend, key, static_cast<int>(got),
+              value ? *value : -1);
+  std::fflush(stdout);
+  if (set_good != Error::Ok) return 2;  // the key is not this backend's: cannot tell
+  return set_wrong == Error::Ok ? 1 : 0;
+}
+
+int destroy_during_execute(const char* a_pte, const char* b_pte, const char* in) {
+  TensorPtr x = input(in);
+  Module a(a_pte);
+  std::string first = run(a, x, "A");
+  if (first.empty()) return 2;
+  std::atomic<bool> failed{false};
+  for (int round = 0; round < 20 && !failed; ++round) {
+    Module* b = new Module(b_pte);
+    if (run(*b, x, "B").empty()) return 2;
+    std::thread executor([&] {
+      for (int i = 0; i < 5; ++i) {
+        if (run(a, x, "A (racing B's destroy)") != first) failed = true;
+      }
+    });
+    delete b;  // B's destroy while A executes
+    executor.join();
+    if (run(a, x, "A (after B's destroy)") != first) failed = true;
+  }
+  std::printf(failed ? "A's executes broke after B was destroyed\n"
+                     : "A's executes all gave its first outputs\n");
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "wrong-type-option" && argc == 4) return wrong_type_option(argv[2], argv[3]);
+  if (mode == "destroy-during-execute" && argc == 5)
+    return destroy_during_execute(argv[2], argv[3], argv[4]);
+  std::fprintf(stderr, "usage: see the header of module_repro.cpp\n");
+  return 2;
+}
