@@ -35,6 +35,7 @@ def run(a: str, b: str) -> None:
     ma.call(inputs(a))
     del ma, pa, mb, pb
     gc.collect()
+    print("CHILD DONE", flush=True)
     sys.exit(0)
 
 
@@ -44,7 +45,7 @@ def freed_while_used(calls: list[tuple[str, int, int | None]]) -> list[str]:
     problems = []
     for name, arg, out in calls:
         kind, _, action = name.partition("_")
-        if kind in ("backend", "device") and action == "create" and out is not None:
+        if kind in ("backend", "device") and action == "create" and out:  # 0: it failed
             live[(kind, out)] = arg
         elif kind in ("backend", "device") and action == "free":
             live.pop((kind, arg), None)
@@ -72,8 +73,9 @@ def main() -> int:
         m = re.match(r"QNNCALL (\w+) arg0=(0x[0-9a-f]+)(?: out=(0x[0-9a-f]+))?", line)
         if m:
             calls.append((m.group(1), int(m.group(2), 16), int(m.group(3), 16) if m.group(3) else None))
-    if not any(name == "backend_create" for name, _, _ in calls):
-        print(f"could not tell: gdb recorded no QNN call:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    if "CHILD DONE" not in proc.stdout or not any(n == "device_create" and o for n, _, o in calls):
+        print("could not tell: the programs did not load and execute (or gdb recorded no QNN "
+              f"device):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         return 2
     problems = freed_while_used(calls)
     sequence = "\n".join(f"{n}({a:#x})" + (f" -> {o:#x}" if o is not None else "") for n, a, o in calls)
