@@ -227,3 +227,22 @@ def program_model(info: ProgramInfo, soc: str, work_dir: Path) -> CompiledModel:
         options={"multi_contexts": True} if info.multi_context else {},
         spill_fill_bytes=max(sizes) if info.multi_context and sizes else None,
         qnn_delegates=delegates, reference=SOLO_REFERENCE)
+
+
+def constant_references(info: ProgramInfo, out_dir: Path) -> dict[str, MethodReference]:
+    """Per constant method (`ProgramInfo.constants`: an LLM export's metadata methods), its
+    reference from the values the program serializes, as value files
+    (harness.protocol.values): such a method has no graph, so an ETRecord holds no edge
+    program for it, and what it must return is what the program says."""
+    from harness.protocol.values import value_bytes
+
+    refs = {}
+    for name, values in info.constants.items():
+        expected = []
+        for i, (kind, value) in enumerate(values):
+            path = out_dir / name / f"out{i}.bin"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(value_bytes(kind, value))
+            expected.append(TensorFile(kind, (), path))
+        refs[name] = MethodReference((), tuple(expected))
+    return refs

@@ -6,6 +6,7 @@ run with no setup error (S2 and S4 pass, S1 and S3 are the known delegate-cache 
 both runners, and an execute whose value differs from the solo run's is a mismatch that names
 the output and both values."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -35,11 +36,16 @@ EXPORT = textwrap.dedent(f"""
         soc_model=get_soc_to_chipset_map()["SM8650"],
         backend_options=generate_htp_compiler_spec(use_fp16=True))
     layer = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval()
+    with torch.no_grad():  # small outputs: fp16 on the HTP stays within 1e-4 of the ETRecord
+        for p in layer.parameters():
+            p.mul_(0.01)
     inputs = {{"prefill_forward": (torch.randn(4, 8),), "kv_forward": (torch.randn(1, 8),)}}
     edge = to_edge_transform_and_lower_to_qnn(
         {{name: layer for name in inputs}}, inputs, {{name: specs for name in inputs}},
-        constant_methods={METADATA!r})
-    open(sys.argv[1], "wb").write(edge.to_executorch().buffer)
+        constant_methods={METADATA!r}, generate_etrecord=True)
+    program = edge.to_executorch()
+    open(sys.argv[1], "wb").write(program.buffer)
+    program.get_etrecord().save(sys.argv[2])
 """)
 
 
@@ -52,21 +58,37 @@ def shared_cache(monkeypatch):
 def program(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("values") / "llm_metadata.pte"
     env = {**os.environ, **discover().environment()}
-    proc = subprocess.run([sys.executable, "-c", EXPORT, str(out)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", EXPORT, str(out),
+                           str(out.with_suffix(".etrecord.saved"))],
+                          env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and out.exists(), proc.stdout[-2000:] + proc.stderr[-3000:]
     return out
 
 
-@pytest.mark.parametrize("runner", ["native", "python"])
-def test_an_llm_exports_metadata_methods_run_through_the_suites(pytester, program, runner):
+@pytest.mark.parametrize("runner, etrecord", [("native", False), ("python", False),
+                                              ("native", True)])
+def test_an_llm_exports_metadata_methods_run_through_the_suites(pytester, program, runner,
+                                                               etrecord):
+    """Judged against its solo run, or against its ETRecord (which has no edge program for a
+    metadata method: those are held to the values the program serializes)."""
     pte = shutil.copy(program, pytester.path / "llm_metadata.pte")
+    if etrecord:
+        shutil.copy(program.with_suffix(".etrecord.saved"), pytester.path / "llm_metadata.etrecord")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rxs",
                                            str(SUITES_DIR / "test_isolation.py"),
                                            f"--pte={pte}", f"--runner={runner}", timeout=900)
     out = result.stdout.str()
     result.assert_outcomes(passed=2, xfailed=4)  # S2, S4; S1 and S3 the known issue
     assert "error" not in out.splitlines()[-1], out
+    if etrecord:  # the ETRecord ran the delegated methods; the program gave the constants
+        requests = sorted(pytester.path.glob(".hil-artifacts/*/programs/*/*/etrecord/request.json"))
+        assert requests, "no ETRecord reference was asked for"
+        for request in requests:
+            assert sorted(json.loads(request.read_text())) == ["kv_forward", "prefill_forward"]
+            constants = request.parents[1] / "constants"
+            assert (constants / "get_kv_output_0_quant_attr" / "out4.bin").read_bytes() == \
+                b"torch.uint8"
+
 
 
 MY_TEST = textwrap.dedent("""
