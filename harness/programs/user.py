@@ -152,6 +152,25 @@ def _read_npy(source: Path, info: ProgramInfo, method: str, index: int, spec: Te
     return array
 
 
+DESCRIBABLE_VALUES = ("int", "double", "bool", "string", "null", "intlist", "doublelist",
+                      "boollist")
+"""The program's names (its EValue kinds, lower case) of the non-tensor outputs both runners
+report (harness.protocol.values); a TensorList or OptionalTensorList output they cannot."""
+
+
+def check_outputs(info: ProgramInfo) -> None:
+    """A ModelError naming the program, method and output index of the first output neither
+    runner can describe, so a session refuses the program once, at start-up."""
+    for name, method in info.methods.items():
+        for i, spec in enumerate(method.outputs):
+            if spec.planned is None and spec.dtype not in DTYPES and \
+                    spec.dtype not in DESCRIBABLE_VALUES:
+                raise ModelError(
+                    f"{info.path}: method {name!r} output {i} is a {spec.dtype} value, which "
+                    "the runners cannot describe (they report tensors, and int, double, bool, "
+                    "string and none values and lists of int, double or bool)")
+
+
 def input_arrays(info: ProgramInfo) -> dict[str, list]:
     """Per method, its input arrays: from `<program>.inputs/` when the user gave them, else
     generated from INPUT_SEED. A ModelError names program, method, input index and dtype of the

@@ -44,3 +44,18 @@ def test_an_input_the_runners_cannot_feed_is_named(tmp_path):
                                          r"qint8 \(qint8\[2, 2\]\), which the runners cannot feed"):
         input_arrays(info)
     assert "cannot be fed" in describe_inputs(info)[1]
+
+
+def test_an_output_the_runners_cannot_describe_is_refused_naming_it(tmp_path):
+    from harness.programs.user import check_outputs
+
+    values = (TensorSpec("double", ()), TensorSpec("string", ()), TensorSpec("intlist", ()),
+              TensorSpec("uint8", (1, 4), planned=True))
+    good = MethodInfo("get_kv_output_0_quant_attr", (), values, ())
+    bad = MethodInfo("get_caches", (), (*values, TensorSpec("tensorlist", ())), ())
+    check_outputs(ProgramInfo(tmp_path / "p.pte", 1, "0" * 64, {good.name: good}, ()))
+    with pytest.raises(ModelError) as err:
+        check_outputs(ProgramInfo(tmp_path / "p.pte", 1, "0" * 64,
+                                  {good.name: good, bad.name: bad}, ()))
+    assert "method 'get_caches' output 4 is a tensorlist value, which the runners cannot " \
+           "describe" in str(err.value)
