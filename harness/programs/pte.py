@@ -266,6 +266,9 @@ class ProgramInfo:
             lines.append(f"    outputs:   {_specs_text(m.outputs)}")
             lines.append(f"    delegates: {', '.join(m.delegates) or '(none: portable CPU ops)'}")
             lines.append(f"    memory:    {m.planning_text()}")
+            if m.name in self.constants:  # what a metadata method returns, as serialized
+                shown = ", ".join(json.dumps(v) for _, v in self.constants[m.name])
+                lines.append(f"    returns:   {shown} (constant)")
         lines.append(f"  backends: {', '.join(self.backends) or '(none)'}")
         if self.qnn_delegates:
             lines.append(f"  SoC: {', '.join(self.socs)}")
