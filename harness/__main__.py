@@ -87,6 +87,7 @@ def inspect(args: list[str]) -> int:
     from pathlib import Path
 
     from harness.errors import ModelError
+    from harness.programs.llm import is_llm_export, llm_layout
     from harness.programs.pte import ProgramInfo, read_program
     from harness.programs.user import describe_inputs
 
@@ -111,6 +112,11 @@ def inspect(args: list[str]) -> int:
             print(("\n" if infos else "") + info.describe(), flush=True)
             print("\n".join(["  inputs the suites feed:"] +
                             [f"    {line}" for line in describe_inputs(info)]), flush=True)
+            if is_llm_export(info):  # what a decode loop would read from it, or what is missing
+                try:
+                    print(f"  {llm_layout(info).describe()}", flush=True)
+                except ModelError as exc:
+                    print(f"  LLM export, no decode-loop layout: {exc}", flush=True)
         infos.append(info)
     if as_json:
         print(json.dumps([info.to_json() for info in infos], indent=1))

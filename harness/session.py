@@ -258,7 +258,7 @@ class HilSession:
         from harness.programs.etrecord import etrecord_for, etrecord_references
         from harness.programs.pte import read_program
         from harness.drive.solo import solo_failure_text, solo_scenario, with_reference
-        from harness.programs.user import program_model
+        from harness.programs.user import constant_references, program_model
 
         path = Path(path).resolve()
         if path in self._program_errors:
@@ -277,9 +277,12 @@ class HilSession:
             if record is not None:
                 # The program's meaning is known: judged against it, not against itself.
                 try:
+                    # A constant method (a metadata method) has no edge program: its
+                    # reference is the value the program serializes.
                     refs = etrecord_references(
-                        record, {m: ref.inputs for m, ref in model.methods.items()},
-                        work / "etrecord")
+                        record, {m: ref.inputs for m, ref in model.methods.items()
+                                 if m not in info.constants}, work / "etrecord")
+                    refs.update(constant_references(info, work / "constants"))
                 except ModelError as exc:
                     self._program_errors[path] = exc  # once, not again per test
                     raise

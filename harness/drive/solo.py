@@ -68,7 +68,9 @@ def solo_failure_text(info: ProgramInfo, failure: Failure, artifacts: Path) -> s
 
 def with_reference(model: CompiledModel, result: ScenarioResult, out_dir: Path) -> CompiledModel:
     """`model` with each method's expected outputs taken from its solo run `result` (of a
-    stateful method, the sequence of its executes)."""
+    stateful method, the sequence of its executes): a tensor's bytes, and a non-tensor value's
+    (an int, a double, a bool, a string: harness.protocol.values) as its value file, so later
+    executes are compared with it by value (a double within tolerance, the rest exactly)."""
     methods = {}
     index = 1
     for method in model.methods:
@@ -81,8 +83,8 @@ def with_reference(model: CompiledModel, result: ScenarioResult, out_dir: Path) 
                 raise ModelError(f"{model.pte}: the solo run of method {method!r} (one module, "
                                  f"nothing else live) failed, so it has no reference: "
                                  f"{step.describe()}")
-            if any("data" not in o for o in outputs):
-                sequence = []  # a non-tensor output: held to other executes by its hashes
+            if any("data" not in o for o in outputs):  # a runner that does not say them
+                sequence = []  # held to other executes by their hashes only
                 break
             expected = []
             for j, o in enumerate(outputs):

@@ -289,11 +289,12 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
         check_file(pte)  # a wrong path or a file that is not a program: now, not per test
     if opts.ptes:
         from harness.programs.pte import read_program
-        from harness.programs.user import check_soc, input_arrays
+        from harness.programs.user import check_outputs, check_soc, input_arrays
 
         for pte in opts.ptes:
             info = read_program(pte)
             input_arrays(info)  # an input the runners cannot feed, a bad .npy: once, now
+            check_outputs(info)  # an output the runners cannot describe: once, now
             for soc, kind in known_socs.items():
                 # A SoC known now (the simulated one): a program built for another is refused
                 # once, at start-up.

@@ -183,6 +183,12 @@ class ProgramInfo:
     # export's get_max_context_len: what the program says about itself.
     metadata: dict[str, int | float | bool] = dataclasses.field(default_factory=dict)
     mutable_buffers: tuple[MutableBuffer, ...] = ()
+    # Every constant method's outputs as (kind, value) pairs (kinds of
+    # harness.protocol.scenario_file.VALUE_KINDS): a method with no inputs, no instruction and
+    # only int, double, bool or string outputs, which returns what the program serializes
+    # (the metadata methods of an LLM export, `get_kv_output_N_quant_attr` included).
+    constants: dict[str, tuple[tuple[str, int | float | bool | str], ...]] = dataclasses.field(
+        default_factory=dict)
 
     @property
     def stateful(self) -> bool:
@@ -218,6 +224,8 @@ class ProgramInfo:
             "qnn_delegates": [{**dataclasses.asdict(d), "socs": list(d.socs)}
                               for d in self.qnn_delegates],
             "metadata": self.metadata,
+            "constants": {name: [list(v) for v in values]
+                          for name, values in self.constants.items()},
             "mutable_buffers": [
                 {"method": b.method, "name": b.name, "holder": b.holder,
                  "delegated": b.delegated, "initialized": b.initialized,
@@ -243,7 +251,11 @@ class ProgramInfo:
                    tuple(MutableBuffer(b["method"], b["name"], b["holder"],
                                        _spec(b["spec"]) if b.get("spec") else None,
                                        b.get("initialized"))
-                         for b in data.get("mutable_buffers") or ()))
+                         for b in data.get("mutable_buffers") or ()),
+                   # Required: an entry written before constants were read is read again
+                   # (KeyError); older harnesses ignore the field in newer entries.
+                   {name: tuple((str(k), v) for k, v in values)
+                    for name, values in data["constants"].items()})
 
     def describe(self) -> str:
         """The human-readable text of `python -m harness inspect`."""
@@ -254,6 +266,9 @@ class ProgramInfo:
             lines.append(f"    outputs:   {_specs_text(m.outputs)}")
             lines.append(f"    delegates: {', '.join(m.delegates) or '(none: portable CPU ops)'}")
             lines.append(f"    memory:    {m.planning_text()}")
+            if m.name in self.constants:  # what a metadata method returns, as serialized
+                shown = ", ".join(json.dumps(v) for _, v in self.constants[m.name])
+                lines.append(f"    returns:   {shown} (constant)")
         lines.append(f"  backends: {', '.join(self.backends) or '(none)'}")
         if self.qnn_delegates:
             lines.append(f"  SoC: {', '.join(self.socs)}")
@@ -379,6 +394,28 @@ def _constant(plan: Any) -> int | float | bool | None:
     return None
 
 
+def _constant_values(plan: Any) -> tuple[tuple[str, int | float | bool | str], ...] | None:
+    """A constant method's outputs as (kind, value) pairs, or None for any other method: no
+    inputs, no delegate, no instruction, every output an int, double, bool or string."""
+    if plan.inputs or plan.delegates or any(c.instructions for c in plan.chains):
+        return None
+    out: list[tuple[str, int | float | bool | str]] = []
+    for index in plan.outputs:
+        val = plan.values[index].val
+        kind = type(val).__name__
+        if kind == "Bool":
+            out.append(("bool", bool(val.bool_val)))
+        elif kind == "Int":
+            out.append(("int", int(val.int_val)))
+        elif kind == "Double":  # the schema writes an infinity as "inf" / "-inf"
+            out.append(("float", float(val.double_val)))
+        elif kind == "String":
+            out.append(("string", str(val.string_val)))
+        else:
+            return None
+    return tuple(out) if out else None
+
+
 def _qnn_delegate(method: str, spec_value: bytes) -> QnnDelegate:
     from executorch.backends.qualcomm.serialization.qc_schema import (
         QnnExecuTorchHtpPrecision,
@@ -476,11 +513,14 @@ def inspect_program(path: Path) -> ProgramInfo:
         methods: dict[str, MethodInfo] = {}
         delegates: list[QnnDelegate] = []
         metadata: dict[str, int | float | bool] = {}
+        constants: dict[str, tuple[tuple[str, int | float | bool | str], ...]] = {}
         buffers: list[MutableBuffer] = []
         for plan in program.execution_plan:
             buffers += _mutable_buffers(plan, program.backend_delegate_data)
             if (value := _constant(plan)) is not None:
                 metadata[plan.name] = value
+            if (values := _constant_values(plan)) is not None:
+                constants[plan.name] = values
             methods[plan.name] = MethodInfo(
                 plan.name, tuple(_value_spec(plan.values[i]) for i in plan.inputs),
                 tuple(_value_spec(plan.values[i]) for i in plan.outputs),
@@ -506,7 +546,7 @@ def inspect_program(path: Path) -> ProgramInfo:
         raise ModelError(f"{path}: damaged or truncated ExecuTorch program, it does not "
                          f"deserialize ({_one_line(exc)})") from exc
     return ProgramInfo(path, size, hashlib.sha256(data).hexdigest(), methods, tuple(delegates),
-                       metadata, tuple(buffers))
+                       metadata, tuple(buffers), constants)
 
 
 # --- the cached, out-of-process reader ---------------------------------------------------------

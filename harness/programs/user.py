@@ -152,6 +152,25 @@ def _read_npy(source: Path, info: ProgramInfo, method: str, index: int, spec: Te
     return array
 
 
+DESCRIBABLE_VALUES = ("int", "double", "bool", "string", "null", "intlist", "doublelist",
+                      "boollist")
+"""The program's names (its EValue kinds, lower case) of the non-tensor outputs both runners
+report (harness.protocol.values); a TensorList or OptionalTensorList output they cannot."""
+
+
+def check_outputs(info: ProgramInfo) -> None:
+    """A ModelError naming the program, method and output index of the first output neither
+    runner can describe, so a session refuses the program once, at start-up."""
+    for name, method in info.methods.items():
+        for i, spec in enumerate(method.outputs):
+            if spec.planned is None and spec.dtype not in DTYPES and \
+                    spec.dtype not in DESCRIBABLE_VALUES:
+                raise ModelError(
+                    f"{info.path}: method {name!r} output {i} is a {spec.dtype} value, which "
+                    "the runners cannot describe (they report tensors, and int, double, bool, "
+                    "string and none values and lists of int, double or bool)")
+
+
 def input_arrays(info: ProgramInfo) -> dict[str, list]:
     """Per method, its input arrays: from `<program>.inputs/` when the user gave them, else
     generated from INPUT_SEED. A ModelError names program, method, input index and dtype of the
@@ -227,3 +246,22 @@ def program_model(info: ProgramInfo, soc: str, work_dir: Path) -> CompiledModel:
         options={"multi_contexts": True} if info.multi_context else {},
         spill_fill_bytes=max(sizes) if info.multi_context and sizes else None,
         qnn_delegates=delegates, reference=SOLO_REFERENCE)
+
+
+def constant_references(info: ProgramInfo, out_dir: Path) -> dict[str, MethodReference]:
+    """Per constant method (`ProgramInfo.constants`: an LLM export's metadata methods), its
+    reference from the values the program serializes, as value files
+    (harness.protocol.values): such a method has no graph, so an ETRecord holds no edge
+    program for it, and what it must return is what the program says."""
+    from harness.protocol.values import value_bytes
+
+    refs = {}
+    for name, values in info.constants.items():
+        expected = []
+        for i, (kind, value) in enumerate(values):
+            path = out_dir / name / f"out{i}.bin"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(value_bytes(kind, value))
+            expected.append(TensorFile(kind, (), path))
+        refs[name] = MethodReference((), tuple(expected))
+    return refs

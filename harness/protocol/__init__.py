@@ -10,7 +10,8 @@ module that holds it:
   `STEP_MARKER` lines on stderr, `read_events`, `run_ended`), JSON as the protocol reads it
   (`parse_json`), and `ExitCode`: what a runner's exit status means;
 - `scenario_file`: the scenario file's schema: `SCENARIO_VERSION`, the ops (`OP_FIELDS`,
-  `PARALLEL_OPS`, `MAX_PARALLEL`), tensor dtypes (`DTYPES`), backend option limits, load
+  `PARALLEL_OPS`, `MAX_PARALLEL`), tensor dtypes (`DTYPES`), the non-tensor values an
+  output can be (`VALUE_KINDS`), backend option limits, load
   modes, and the validated document's types (`ScenarioFile`, `ScenarioStep`, `TensorSpec`);
 - `scenario_check`: `validate_scenario` / `load_scenario` / `check_scenario`, which reject what
   cannot be run (exit 2) with a ScenarioError naming the step and field;
@@ -19,7 +20,8 @@ module that holds it:
 - `output`: `RunOutput`, what a runner process left (exit status, stdout, stderr, the QNN trace,
   device logs), as every device returns it;
 - `memory`: process memory readings (smaps_rollup, mappings, dma-buf fds), the same for the
-  Python runner and a device; `tensors`: raw tensor files and their dtypes.
+  Python runner and a device; `tensors`: raw tensor files and their dtypes; `values`: a
+  non-tensor output's bytes and its comparison by value.
 
 Cheap to import: the standard library and `harness.errors` only (runners start as fresh
 processes, one per scenario); `tensors` imports numpy only when a function needs it.

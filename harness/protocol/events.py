@@ -18,7 +18,7 @@ import typing
 from typing import Any, Literal, Union
 
 from harness.errors import HarnessError
-from harness.protocol.scenario_file import OPS
+from harness.protocol.scenario_file import OPS, VALUE_KINDS
 from harness.protocol.wire import EVENT_PREFIX, is_int, is_number, json_kind, read_events
 
 Status = Literal["ok", "error", "mismatch"]
@@ -31,15 +31,22 @@ HARNESS_ERROR_CODE = -1
 operation it cannot do), not one the runtime returned; never 0."""
 
 
+OutputValue = bool | int | float | str | list[bool | int | float | None] | None
+
+
 @dataclasses.dataclass(frozen=True)
 class Output:
-    """One output tensor of an `execute` step; `data` (base64 of its little-endian bytes) only
-    when the step asked for `emit_outputs`."""
+    """One output of an `execute` step: a tensor (`dtype` a tensor dtype), or a non-tensor
+    value (`dtype` one of VALUE_KINDS: int, float, bool, string, none; shape [] for one value,
+    [n] for a list) whose `value` is given too (a float that is not finite as null).
+    `sha256` covers the bytes (a value's: harness.protocol.values.value_bytes); `data` (base64
+    of those bytes) only when the step asked for `emit_outputs`."""
 
     dtype: str
     shape: list[int]
     sha256: str
     data: str | None = None
+    value: OutputValue = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,10 +172,31 @@ def parse_event(raw: dict[str, Any] | str) -> Event:
         if event.op not in OPS:
             raise EventError(f"step event: field 'op' must be one of {', '.join(OPS)}, "
                              f"got {event.op!r}")
+        for i, out in enumerate([*event.outputs, *(o for s in event.substeps or ()
+                                                    for o in s.outputs)]):
+            _check_value(out, f"outputs[{i}]")
         if (event.substeps is not None) != (event.op == "parallel"):
             raise EventError("step event: field 'substeps' must be given for a parallel step "
                              f"and only for it (op {event.op!r})")
     return event
+
+
+def _check_value(out: Output, path: str) -> None:
+    """A value output's `value` is of its kind and shape; a tensor has none."""
+    from harness.protocol.values import kind_of
+
+    if out.dtype not in VALUE_KINDS:
+        if out.value is not None:
+            raise EventError(f"step event: field '{path}.value' is only for a non-tensor output "
+                             f"(dtype {out.dtype!r} is a tensor's)", f"{path}.value")
+        return
+    items = out.value if isinstance(out.value, list) else [out.value]
+    listed = isinstance(out.value, list)
+    fits = all((v is None or is_number(v)) if out.dtype == "float" else kind_of(v) == out.dtype
+               for v in items)
+    if not fits or listed != bool(out.shape) or (listed and [len(items)] != out.shape):
+        raise EventError(f"step event: field '{path}.value' must be a {out.dtype} of shape "
+                         f"{out.shape}, got {json_kind(out.value)} {out.value!r}", f"{path}.value")
 
 
 def parse_events(stdout: str) -> list[Event]:

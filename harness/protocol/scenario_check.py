@@ -20,7 +20,8 @@ from harness.protocol.scenario_file import (DEFAULT_LOAD_MODE, DTYPES, GET_OPTIO
                                             MAX_PARALLEL, MAX_SHAPE_ENTRY, OP_FIELDS,
                                             OPS, OPTION_INT_RANGE, PARALLEL_OPS,
                                             SCENARIO_VERSION, OptionValue, ScenarioError,
-                                            ScenarioFile, ScenarioStep, TensorSpec)
+                                            ScenarioFile, ScenarioStep, TensorSpec,
+                                            VALUE_KINDS)
 from harness.protocol.nemesis import NemesisError, check_rules
 from harness.protocol.wire import is_int, is_number, json_kind, parse_json
 
@@ -120,14 +121,21 @@ class _StepReader:
             dtype = t.get("dtype")
             if not isinstance(dtype, str):
                 self.fail(f"{where}: missing string field 'dtype'")
-            if dtype not in DTYPES:
+            values = key == "expected"  # a method's output may be a non-tensor value
+            if dtype not in DTYPES and not (values and dtype in VALUE_KINDS):
+                names = [*DTYPES, *(VALUE_KINDS if values else ())]
                 self.fail(f"{where}: unknown dtype '{dtype}' (expected "
-                          f"{', '.join(list(DTYPES)[:-1])} or {list(DTYPES)[-1]})")
+                          f"{', '.join(names[:-1])} or {names[-1]})")
             shape = t.get("shape")
             if not isinstance(shape, list):
                 self.fail(f"{where}: missing array field 'shape'")
             if not all(is_int(d) and 0 <= d <= MAX_SHAPE_ENTRY for d in shape):
                 self.fail(f"{where}: shape entries must be non-negative integers, got {shape!r}")
+            if dtype in VALUE_KINDS and (len(shape) > 1 or (
+                    dtype in ("string", "none") and shape)):
+                self.fail(f"{where}: a {dtype} value has shape [] (one value)"
+                          + ("" if dtype in ("string", "none") else " or [n] (a list of n)")
+                          + f", got {shape!r}")
             file = t.get("file")
             if not isinstance(file, str) or not file:
                 self.fail(f"{where}: missing string field 'file'")
@@ -250,7 +258,7 @@ def check_tensor_sizes(scenario: ScenarioFile) -> None:
             for key, specs in (("inputs", s.inputs), ("expected", s.expected)):
                 for k, t in enumerate(specs):
                     size = scenario.path(t.file).stat().st_size
-                    if size != t.nbytes:
+                    if t.nbytes is not None and size != t.nbytes:
                         raise ScenarioError(f"{where} ({s.op}): {key}[{k}]: tensor file {t.file} "
                                             f"has {size} bytes, shape and dtype need {t.nbytes}")
 

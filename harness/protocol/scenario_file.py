@@ -56,6 +56,15 @@ FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 """Compared within tolerance; every other dtype (integers, bool) compares exactly."""
 MAX_SHAPE_ENTRY = 2**31 - 1
 
+VALUE_KINDS: dict[str, int | None] = {"int": 8, "float": 8, "bool": 1, "string": None,
+                                      "none": 0}
+"""The non-tensor EValues a method can return (a metadata method of an LLM export returns
+ints, doubles, bools and strings), by the `dtype` events and `expected` give them, and the
+bytes of one item in a value file: int64 and float64 little-endian, one byte 0 or 1, the
+string's UTF-8 bytes (any length), nothing. Shape [] is one value; [n] a list of n (the
+runtime's IntList, DoubleList, BoolList); a string and none are always shape []. Only
+`expected` takes them: the runners feed tensors only."""
+
 # Limits of executorch::runtime::BackendOption and LoadBackendOptionsMap (bytes, UTF-8).
 MAX_BACKEND_NAME_BYTES = 63
 MAX_OPTION_KEY_BYTES = 63
@@ -77,7 +86,8 @@ class ScenarioError(HarnessError):
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
-    """A tensor file of an `execute` step; `file` as written (absolute, or relative to the
+    """A tensor file of an `execute` step (or, in `expected`, a non-tensor value's file:
+    VALUE_KINDS); `file` as written (absolute, or relative to the
     scenario file's directory)."""
 
     dtype: str
@@ -85,8 +95,15 @@ class TensorSpec:
     file: str
 
     @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * DTYPES[self.dtype]
+    def nbytes(self) -> int | None:
+        """The file's size its dtype and shape need; None for a string (any length)."""
+        size = DTYPES[self.dtype] if self.dtype in DTYPES else VALUE_KINDS[self.dtype]
+        return None if size is None else math.prod(self.shape) * size
+
+    @property
+    def is_value(self) -> bool:
+        """A non-tensor value (VALUE_KINDS), not a tensor."""
+        return self.dtype in VALUE_KINDS
 
 
 OptionValue = bool | int | str

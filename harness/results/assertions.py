@@ -152,6 +152,8 @@ def state_divergences(result: ScenarioResult) -> list[str]:
                 continue
 
             def shown(items: list[Any]) -> str:
+                if items and "value" in items[0]:  # a non-tensor value
+                    return repr(items[0]["value"])
                 if not items or "data" not in items[0]:
                     return f"sha256 {str(items[0].get('sha256'))[:12]}" if items else "nothing"
                 values = np.frombuffer(base64.b64decode(items[0]["data"]),

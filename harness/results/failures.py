@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from harness.errors import HarnessError
 from harness.protocol.nemesis import nemesis_events, nemesis_problems
+from harness.protocol.scenario_file import VALUE_KINDS
+from harness.protocol.values import read_value
+from harness.protocol.values import shown as values_shown
 from harness.results.crash_site import crash_site_line, without_crash_report
 from harness.results.run import ScenarioResult, StepResult, log_tail
 from harness.scenario import Step
@@ -155,6 +159,17 @@ def _values(result: ScenarioResult, step: Step, ordinal: int | None, event: dict
     except HarnessError:
         return ""
     for j, (out, ref) in enumerate(zip(event.get("outputs") or [], expected)):
+        if ref.dtype in VALUE_KINDS or "value" in out:  # a non-tensor value: compared whole
+            try:
+                value = read_value(ref.dtype, ref.shape, Path(ref.file).read_bytes())
+            except (OSError, ValueError):
+                continue
+            got_kind = str(out.get("dtype"))
+            if got_kind != ref.dtype or out.get("value") != value:
+                said = (values_shown(got_kind, out.get("value")) if got_kind in VALUE_KINDS
+                        else f"a {got_kind} tensor")
+                return f"output {j} got {said}, expected {values_shown(ref.dtype, value)}"
+            continue
         if "data" not in out or out.get("dtype") != ref.dtype:
             continue
         try:

@@ -50,20 +50,45 @@ def emit(event: dict) -> None:
     sys.stdout.flush()
 
 
-def scalar_output(value) -> dict:
-    """A non-tensor output as the native runner reports it: its EValue kind, no shape, the
-    hash of its bytes (int64, double or one byte for a bool)."""
-    import struct
+def value_output(value, emit_data: bool) -> dict:
+    """A non-tensor output as the native runner reports it: its kind (VALUE_KINDS), shape []
+    (a list: [n]), its value, and the hash (and with `emit_data` the base64) of its bytes
+    (harness.protocol.values.value_bytes). UndescribableOutput for a value of no such kind."""
+    from harness.protocol.values import json_value, kind_of, value_bytes
 
-    if isinstance(value, bool):
-        kind, raw = "bool", bytes([1 if value else 0])
-    elif isinstance(value, int):
-        kind, raw = "int", struct.pack("<q", value)
-    elif isinstance(value, float):
-        kind, raw = "float", struct.pack("<d", value)
+    if isinstance(value, (list, tuple)):
+        kinds = {kind_of(v) for v in value}
+        kind = kinds.pop() if len(kinds) == 1 else None
+        if kind == "int" and any(isinstance(v, float) for v in value):
+            kind = None
+        if kind not in ("int", "float", "bool") and value:
+            names = sorted({type(v).__name__ for v in value})
+            raise UndescribableOutput(f"a list of {' and '.join(names)}")
+        kind = kind or "int"
+        value, shape = list(value), [len(value)]
     else:
-        return {"dtype": "none" if value is None else "other", "shape": [], "sha256": None}
-    return {"dtype": kind, "shape": [], "sha256": hashlib.sha256(raw).hexdigest()}
+        kind = kind_of(value)
+        if kind is None:
+            raise UndescribableOutput(f"a {type(value).__name__}")
+        shape = []
+    raw = value_bytes(kind, value)
+    out = {"dtype": kind, "shape": shape, "sha256": hashlib.sha256(raw).hexdigest(),
+           "value": json_value(kind, value)}
+    if emit_data:
+        out["data"] = base64.b64encode(raw).decode("ascii")
+    return out
+
+
+class UndescribableOutput(Exception):
+    """An output that is neither a tensor nor one of the protocol's values."""
+
+
+def undescribable(step: ScenarioStep, index: int, what: str) -> str:
+    """The one error of an execute whose output the runner cannot report (the native runner's
+    words)."""
+    return (f"method '{step.method}' output {index} is {what}, which the runner cannot "
+            "describe (it reports tensors, int, double, bool, string and none values, and "
+            "lists of int, double or bool)")
 
 
 def emit_step_marker(index: int) -> None:
@@ -186,11 +211,20 @@ class Runner:
         report = []
         worst = 0.0
         mismatch = False
+        message = ""
         expected = step.expected
         for i, out in enumerate(outputs):
-            if not hasattr(out, "detach"):  # an int, float or bool output (metadata methods)
-                report.append(scalar_output(out))
-                mismatch = mismatch or i < len(expected)
+            if not hasattr(out, "detach"):  # a value: an int, double, bool, string (metadata)
+                try:
+                    report.append(value_output(out, step.emit_outputs))
+                except UndescribableOutput as exc:
+                    raise StepError(undescribable(step, i, str(exc))) from None
+                if i < len(expected):
+                    why, diff = self.compare_value(report[-1], out, expected[i], step)
+                    worst = max(worst, diff)
+                    if why:
+                        mismatch = True
+                        message = message or f"output {i} {why}"
                 continue
             array = torch_to_numpy(out)
             raw = array.tobytes()
@@ -199,6 +233,12 @@ class Runner:
             if step.emit_outputs:
                 report[-1]["data"] = base64.b64encode(raw).decode("ascii")
             if i < len(expected):
+                if expected[i].is_value:
+                    mismatch = True
+                    message = message or (f"output {i} is a tensor, expected "
+                                          f"{'an' if expected[i].dtype == 'int' else 'a'} "
+                                          f"{expected[i].dtype}")
+                    continue
                 ref = self.array(expected[i])
                 if array.shape != ref.shape or dtype_name(array) != expected[i].dtype:
                     mismatch = True
@@ -215,7 +255,24 @@ class Runner:
                     mismatch = True
         if expected and len(outputs) != len(expected):
             mismatch = True
-        return {"outputs": report, "max_abs_diff": worst, "status": "mismatch" if mismatch else "ok"}
+        result = {"outputs": report, "max_abs_diff": worst,
+                  "status": "mismatch" if mismatch else "ok"}
+        if mismatch and message:
+            result["message"] = message
+        return result
+
+    def compare_value(self, out: dict, value: Any, spec: TensorSpec,
+                      step: ScenarioStep) -> tuple[str, float]:
+        """How a value output (`out` as reported, `value` as returned) differs from its
+        expected value file (harness.protocol.values)."""
+        from harness.protocol.values import a, compare_value, read_value, shown
+
+        if not spec.is_value:
+            return (f"is {a(out['dtype'])} ({shown(out['dtype'], out['value'])}), expected "
+                    f"{a(spec.dtype)} tensor"), 0.0
+        want = read_value(spec.dtype, spec.shape, self.scenario.path(spec.file).read_bytes())
+        got = list(value) if isinstance(value, (list, tuple)) else value
+        return compare_value(out["dtype"], got, spec.dtype, want, step.atol, step.rtol)
 
     def snapshot(self, step: ScenarioStep) -> dict:
         return {}

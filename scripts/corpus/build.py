@@ -81,6 +81,12 @@ def build_one(name: str, precision: str, kind: str, methods: dict, lower, out: P
             # Methods whose inputs or outputs the app owns (not memory-planned).
             "unplanned_io": sorted(m.name for m in info.methods.values()
                                    if m.unplanned_inputs or m.unplanned_outputs),
+            # Methods with a non-tensor output (an int, a double, a bool, a string: the
+            # metadata methods of an LLM export), each with its outputs' kinds.
+            # (`planned` is None exactly for a program's non-tensor values.)
+            "value_outputs": {m.name: [o.dtype for o in m.outputs]
+                              for m in info.methods.values()
+                              if any(o.planned is None for o in m.outputs)},
             "eager_refuses_inputs": eager, "build_s": round(time.monotonic() - started, 1)}
 
 

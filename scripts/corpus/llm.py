@@ -15,7 +15,9 @@ and export steps:
 - outputs: uint16 logits [1, ar, vocab] and the ten uint8 cache updates (the new entries only);
 - quantization as the flow's recipe does it: 16a8w by default, the KV path 8-bit through
   upstream's `annotate_kv_8bit`, quantized I/O through `TagQuantIO` and `BuildQuantIo`;
-- the `get_*` metadata as constant methods (no delegate, no inputs), as the flow writes them;
+- the `get_*` metadata as constant methods (no delegate, no inputs), as the flow writes them:
+  ints, the bool `get_use_kv_cache`, the double `get_logits_scale`, and ten
+  `get_kv_output_N_quant_attr` returning (double, int, int, int, string);
 - `llm_hybrid_unplanned`: the same program with inputs and outputs not memory-planned, as the
   flow lowers for its runner (the app owns the KV caches and logits).
 """
@@ -118,21 +120,54 @@ def _example_inputs(ar_len: int, seed: int = 0):
     return tokens, mask, pos, ks, vs
 
 
-def metadata(ar_len: int) -> dict:
-    """The flow's `get_*` constant methods: the decoder's metadata and the quantization facts a
-    runner reads (29 of them, as a hybrid export carries)."""
+def metadata(ar_len: int, decode=None) -> dict:
+    """The flow's `get_*` constant methods as upstream writes them (executorch's
+    examples/qualcomm/oss_scripts/llama in the wheel): `LlamaModel.get_metadata`
+    (model/static_llama.py: ints and the bool `get_use_kv_cache`), and from the quantized decode
+    graph `decode` (wrappers/llm_wrappers.py) the logits' `get_logits_scale` (a double) and
+    `get_logits_zero_point`, and per KV-cache output `get_kv_output_N_quant_attr`:
+    (scale, zero point, quant min, quant max, str(dtype)) = (double, int, int, int, string)."""
     meta = {
         "get_ar_len": ar_len, "get_bos_id": 1, "get_eos_id": 2, "get_dim": DIM,
         "get_head_dim": HEAD_DIM, "get_max_batch_size": 1, "get_max_seq_len": CONTEXT,
         "get_max_context_len": CONTEXT, "get_n_bos": 1, "get_n_eos": 1,
-        "get_n_kv_heads": HEADS, "get_n_heads": HEADS, "get_n_layers": LAYERS,
-        "get_vocab_size": VOCAB, "get_use_kv_cache": True, "get_kv_io_bit_width": 8,
-        "get_prefill_ar_len": AR_PREFILL, "get_decode_ar_len": 1, "get_hidden_dim": 2 * DIM,
-        "get_rope_theta": 10000, "get_norm_eps_x1e6": 1, "get_use_i64_token": False,
-        "get_sliding_window": CONTEXT, "get_sink_size": 0, "get_eviction_batch_size": 0,
-        "get_logits_scale_x1e6": 0, "get_logits_zero_point": 0, "get_kv_scale_x1e6": 0,
-        "get_kv_zero_point": 0,
+        "get_n_kv_heads": HEADS, "get_n_layers": LAYERS, "get_vocab_size": VOCAB,
+        "get_use_kv_cache": True, "get_kv_io_bit_width": 8,
     }
+    if decode is not None:
+        meta.update(quant_attrs(decode, ar_len))
+    return meta
+
+
+def quant_attrs(decode, ar_len: int) -> dict:
+    """What upstream's `_save_logits_quant_attrs` and `_save_output_kv_cache_quant_attrs` read
+    from the quantized decode graph, in its node order: the dequantize that ends the logits
+    ([1, ar, vocab]) and each one that ends a KV-cache output (last two dims a cache's)."""
+    import torch
+    from executorch.backends.qualcomm.builders.utils import is_graph_output
+
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+    meta: dict = {}
+    for node in decode.graph.nodes:
+        if node.op != "output":
+            continue
+        for out in node.args[0]:
+            if (out.target == dequantize
+                    and tuple(out.args[0].args[0].meta["val"].size()) == (1, ar_len, VOCAB)):
+                meta["get_logits_scale"] = out.args[1]
+                meta["get_logits_zero_point"] = out.args[2]
+                break
+    cache_shapes = {(HEAD_DIM, CONTEXT), (CONTEXT, HEAD_DIM), (HEAD_DIM, ar_len),
+                    (ar_len, HEAD_DIM)}
+    kv_idx = 0
+    for node in decode.graph.nodes:
+        if not is_graph_output(node):
+            continue
+        source = node.args[0].args[0]
+        if tuple(source.meta["val"].size()[-2:]) in cache_shapes:
+            meta[f"get_kv_output_{kv_idx}_quant_attr"] = [
+                node.args[1], node.args[2], node.args[3], node.args[4], str(node.args[5])]
+            kv_idx += 1
     return meta
 
 
@@ -234,7 +269,8 @@ def lower(methods: dict, soc: str, precision: str, unplanned_io: bool = False) -
     modules = {name: _quantize(m, x) for name, (m, x) in methods.items()}
     edge = to_edge_transform_and_lower_to_qnn(
         modules, {name: x for name, (_, x) in methods.items()},
-        {name: specs for name in methods}, constant_methods=metadata(1),
+        {name: specs for name in methods},
+        constant_methods=metadata(1, modules["kv_forward"]),
         dep_table=deps, passes_job=passes)
     planning = (MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)
                 if unplanned_io else MemoryPlanningPass())

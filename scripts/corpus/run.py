@@ -14,7 +14,10 @@ session with `--pte`, prints program x outcome, and exits 1 on any of:
 - a skip other than S2/S3 of a program with fewer than two delegated methods;
 - a program whose inputs, as the suites feed them, eager PyTorch refuses;
 - a corpus without a program whose inputs and outputs are not memory-planned (upstream's LLM
-  flow lowers so; the runners must bind their own buffers).
+  flow lowers so; the runners must bind their own buffers);
+- a corpus without a program with a non-tensor output, or without a string-valued one
+  (upstream's LLM metadata methods: `get_kv_output_N_quant_attr` returns (double, int, int,
+  int, string)); S4 executes each such method and holds it to its solo run by value.
 """
 
 from __future__ import annotations
@@ -129,6 +132,14 @@ def problems(table: dict, manifest: dict) -> list[str]:
             got = row.get(column, ("missing", ""))[0]
             if got != outcome and got not in ("ERROR", "FAIL"):
                 out.append(f"{program} {column}: {got}, expected {outcome}")
+    kinds = {kind for facts in manifest.values()
+             for outputs in (facts.get("value_outputs") or {}).values() for kind in outputs}
+    if not kinds:
+        out.append("no program of the corpus has a non-tensor output (llm_hybrid's metadata "
+                   "methods should): the step would not meet what upstream's LLM export returns")
+    elif "string" not in kinds:
+        out.append(f"no program of the corpus has a string output (only {', '.join(sorted(kinds))}"
+                   "; upstream's get_kv_output_N_quant_attr returns one)")
     if not any(facts.get("unplanned_io") for facts in manifest.values()):
         out.append("no program of the corpus has unplanned inputs/outputs (llm_hybrid_unplanned "
                    "should): the step would not meet what upstream's LLM export needs")

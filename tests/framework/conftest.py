@@ -61,6 +61,7 @@ FILE_KIND = {
     "test_isolation_parity.py": "simulator",  # runs tests/hil twice (minutes)
     "test_sessions.py": "simulator",
     "test_user_program.py": "simulator",
+    "test_value_outputs.py": "simulator",
     "test_etrecord.py": "simulator",
     "test_stateful_reference.py": "unit",
     "test_dtypes.py": "simulator",

@@ -31,10 +31,15 @@ def junit(tmp_path, programs: dict[str, dict[str, str]]) -> Path:
     return path
 
 
-def manifest(*names, two=(), unplanned=("llm_hybrid", "conv")):
+QUANT_ATTR = ["double", "int", "int", "int", "string"]  # upstream's get_kv_output_N_quant_attr
+
+
+def manifest(*names, two=(), unplanned=("llm_hybrid", "conv"), values=("llm_hybrid", "conv")):
     return {n: {"kind": "k", "precision": "fp16", "eager_refuses_inputs": "",
                 "delegated": ["a", "b"] if n in two else ["forward"],
-                "unplanned_io": ["a"] if n in unplanned else []} for n in names}
+                "unplanned_io": ["a"] if n in unplanned else [],
+                "value_outputs": {"get_kv_output_0_quant_attr": QUANT_ATTR} if n in values
+                else {}} for n in names}
 
 
 def test_outcomes_per_program_and_column(tmp_path):
@@ -75,3 +80,14 @@ def test_a_corpus_without_an_unplanned_io_program_fails_the_step(tmp_path):
     assert [p for p in corpus.problems(table, planned) if "unplanned" in p]
     assert corpus.problems(table, manifest("llm_hybrid", two=("llm_hybrid",))) == []
     assert "unplanned" in corpus.render(table, manifest("llm_hybrid")).splitlines()[2]
+
+
+def test_a_corpus_without_a_non_tensor_output_fails_the_step(tmp_path):
+    table = corpus.outcomes(junit(tmp_path, {"llm_hybrid": {}}))
+    tensors_only = manifest("llm_hybrid", two=("llm_hybrid",), values=())
+    assert [p for p in corpus.problems(table, tensors_only) if "non-tensor output" in p]
+    no_string = manifest("llm_hybrid", two=("llm_hybrid",))
+    no_string["llm_hybrid"]["value_outputs"] = {"get_use_kv_cache": ["bool"]}
+    assert [p for p in corpus.problems(table, no_string) if "string output" in p] == [
+        "no program of the corpus has a string output (only bool; upstream's "
+        "get_kv_output_N_quant_attr returns one)"]

@@ -60,7 +60,8 @@ def test_cheap_to_import():
     once the scenario is valid)."""
     code = ("import sys, harness.protocol.wire, harness.protocol.scenario_file, "
             "harness.protocol.scenario_check, harness.protocol.events, harness.protocol.output, "
-            "harness.protocol.memory, harness.protocol.tensors, harness.runner.python_runner; "
+            "harness.protocol.memory, harness.protocol.tensors, harness.protocol.values, "
+            "harness.runner.python_runner; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'torch', 'executorch', 'numpy', 'pydantic', 'yaml'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -248,3 +249,58 @@ def test_exports_name_every_protocol_dtype():
     from harness.protocol.scenario_file import DTYPES
 
     assert set(CPP_DTYPES) == set(DTYPES)
+
+
+# Non-tensor values ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind, shape, value", [
+    ("int", [], -2), ("int", [3], [1, -2, 2**62]), ("float", [], 0.25), ("float", [2], [0.5, -1.0]),
+    ("bool", [], True), ("bool", [2], [True, False]), ("string", [], "uint8 ü"), ("none", [], None),
+])
+def test_a_value_reads_back_from_its_bytes(kind, shape, value):
+    from harness.protocol.values import compare_value, read_value, value_bytes
+
+    raw = value_bytes(kind, value)
+    assert read_value(kind, shape, raw) == value
+    assert compare_value(kind, value, kind, value, 0.0, 0.0) == ("", 0.0)
+
+
+def test_values_compare_a_double_within_tolerance_and_the_rest_exactly():
+    from harness.protocol.values import compare_value
+
+    assert compare_value("float", 0.25, "float", 0.2500001, 1e-6, 0.0)[0] == ""
+    assert compare_value("float", 0.25, "float", 0.2500001, 0.0, 0.0)[0] == \
+        "is 0.25, expected 0.2500001"
+    assert compare_value("float", float("nan"), "float", float("nan"), 1.0, 1.0)[0]
+    assert compare_value("int", 2**62, "int", 2**62 + 1, 10.0, 10.0)[0]  # exact, not float
+    assert compare_value("string", "a", "string", "b", 1.0, 1.0)[0] == 'is "a", expected "b"'
+    assert compare_value("int", 1, "string", "1", 0.0, 0.0)[0] == \
+        "is an int (1), expected a string"
+    assert compare_value("int", [1, 2], "int", [1], 0.0, 0.0)[0]
+
+
+def test_a_value_event_is_checked_against_its_kind():
+    step = step_event()
+    step["outputs"] = [{"dtype": "string", "shape": [], "sha256": "x", "value": "uint8"},
+                       {"dtype": "float", "shape": [], "sha256": "x", "value": None},
+                       {"dtype": "int", "shape": [2], "sha256": "x", "value": [1, 2]}]
+    event = parse_event(step)
+    assert [o.value for o in event.outputs] == ["uint8", None, [1, 2]]
+    for kind, shape, value in (("int", [], "7"), ("float32", [], 1.0), ("int", [], [1])):
+        step["outputs"] = [{"dtype": kind, "shape": shape, "sha256": "x", "value": value}]
+        with pytest.raises(EventError) as err:
+            parse_event(step)
+        assert err.value.path == "outputs[0].value"
+
+
+def test_the_python_runner_names_an_output_it_cannot_describe():
+    from harness.protocol.scenario_file import ScenarioStep
+    from harness.runner.python_runner import UndescribableOutput, undescribable, value_output
+
+    out = value_output([1, 2], emit_data=True)
+    assert (out["dtype"], out["shape"], out["value"], out["data"]) == (
+        "int", [2], [1, 2], "AQAAAAAAAAACAAAAAAAAAA==")
+    with pytest.raises(UndescribableOutput) as err:
+        value_output([object()], emit_data=False)
+    words = undescribable(ScenarioStep("execute", "M", "get_caches"), 3, str(err.value))
+    assert words.startswith("method 'get_caches' output 3 is a list of object, which the "
+                            "runner cannot describe")

@@ -45,7 +45,7 @@ BAD = sorted(p.stem for p in (DATA / "bad").glob("*.json"))
 RUNNERS = ("native", "python")
 
 GOOD_EXIT = {"step_errors": ExitCode.STEP_FAILED, "parallel": ExitCode.STEP_FAILED,
-             "feed_errors": ExitCode.STEP_FAILED}
+             "feed_errors": ExitCode.STEP_FAILED, "value_mismatches": ExitCode.STEP_FAILED}
 
 # Cases where the native runner disagrees with the protocol, naming the mismatch (xfail, strict)
 # until the native runner is fixed. Empty since the runner reads JSON with nlohmann/json, which
@@ -55,7 +55,7 @@ NATIVE_MISMATCHES: dict[str, str] = {}
 _MAKE_PROGRAM = textwrap.dedent("""
     import sys, torch
     from pathlib import Path
-    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir import to_edge, to_edge_transform_and_lower
     out = Path(sys.argv[1])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU()).eval()
@@ -68,6 +68,22 @@ _MAKE_PROGRAM = textwrap.dedent("""
     (out / "out.bin").write_bytes(y.numpy().tobytes())
     (out / "wrong.bin").write_bytes((y + 1).numpy().tobytes())
     (out / "short.bin").write_bytes(x.numpy().tobytes()[:6])
+    # Metadata methods as an LLM export has them: a string, a double, an int, a bool, and a
+    # tuple of them (upstream's get_kv_output_N_quant_attr), each a non-tensor output.
+    methods = {"get_name": "llama", "get_scale": 0.25, "get_len": 128, "get_kv": True,
+               "get_attr": (0.5, 3, -2, 4, "uint8")}
+    program = to_edge(torch.export.export(model, (x,)), constant_methods=methods).to_executorch()
+    (out / "metadata.pte").write_bytes(program.buffer)
+    import struct
+    values = {"string": "llama".encode(), "float": struct.pack("<d", 0.25),
+              "float_near": struct.pack("<d", 0.25 + 1e-9), "int": struct.pack("<q", 128),
+              "bool": bytes([1]), "int_neg": struct.pack("<q", -2), "int3": struct.pack("<q", 3),
+              "int4": struct.pack("<q", 4), "half": struct.pack("<d", 0.5),
+              "uint8": b"uint8", "wrong_string": "llamb".encode(),
+              "wrong_float": struct.pack("<d", 0.3), "wrong_int": struct.pack("<q", 129),
+              "false": bytes([0])}
+    for name, raw in values.items():
+        (out / f"value_{name}.bin").write_bytes(raw)
 """)
 
 
@@ -105,10 +121,11 @@ def shown(runs: dict[str, subprocess.CompletedProcess]) -> str:
 
 def step_summary(event: StepEvent) -> tuple:
     """What both runners must agree on for one step."""
-    subs = tuple((s.op, s.module, s.method, s.status, tuple((o.dtype, tuple(o.shape))
+    subs = tuple((s.op, s.module, s.method, s.status, tuple((o.dtype, tuple(o.shape), o.value)
                                                             for o in s.outputs))
                  for s in event.substeps or ())
-    outputs = tuple((o.dtype, tuple(o.shape), o.data is not None) for o in event.outputs)
+    outputs = tuple((o.dtype, tuple(o.shape), o.data is not None, o.value)
+                    for o in event.outputs)
     return (event.index, event.op, event.module, event.method, event.status,
             event.error_code == 0, outputs, event.max_abs_diff is None, event.option is None,
             subs)
@@ -163,3 +180,23 @@ def test_both_runners_conform(runners, workspace, kind, name):
         assert end.status == ("ok" if expected == ExitCode.OK else "failed"), f"{r}: {end}"
         summaries[r] = [step_summary(e) for e in steps]
     assert summaries["native"] == summaries["python"], shown(runs)
+
+
+def test_values_are_compared_by_value_alike(runners, workspace):
+    """Non-tensor outputs (a metadata method's string, double, int, bool, and a tuple of them):
+    both runners report each value, compare a double within tolerance and the rest exactly,
+    and say why in the same words."""
+    reported = {}
+    for name, status in (("values", "ok"), ("value_mismatches", "mismatch")):
+        runs = {r: run(runners[r], workspace / f"{name}.json") for r in RUNNERS}
+        reported[name] = parse_events(runs["native"].stdout)
+        words = {}
+        for r, p in runs.items():
+            steps = [e for e in parse_events(p.stdout) if isinstance(e, StepEvent)]
+            executes = [e for e in steps if e.op == "execute"]
+            assert executes and all(e.status == status for e in executes), shown(runs)
+            words[r] = [(e.message, e.max_abs_diff) for e in executes]
+        assert words["native"] == words["python"], shown(runs)
+    values = [o.value for e in reported["values"] if isinstance(e, StepEvent) for o in e.outputs]
+    assert values[:6] == ["llama", 0.25, 128, True, 0.5, 3], values
+    assert "output 0 is \"llama\", expected \"llamb\"" in words["native"][0][0]

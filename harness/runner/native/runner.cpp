@@ -388,8 +388,19 @@ Runner::StepResult Runner::execute(const Step& step) {
     return r;
   }
   const std::vector<EValue>& outputs = *result;
-  for (const auto& out : outputs) {
-    r.outputs.push_back(describe_output(out, step.emit_outputs));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    try {
+      r.outputs.push_back(describe_output(outputs[i], step.emit_outputs));
+    } catch (const UndescribableOutput& e) {
+      r.outputs.clear();
+      r.status = "error";
+      r.error_code = kHarnessErrorCode;
+      r.message = "method '" + step.method + "' output " + std::to_string(i) + " is " +
+          e.what() +
+          ", which the runner cannot describe (it reports tensors, int, double, bool, "
+          "string and none values, and lists of int, double or bool)";
+      return r;
+    }
   }
   if (keeps_outputs_) {
     m->last_outputs.assign(outputs.size(), {});

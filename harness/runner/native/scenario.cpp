@@ -244,10 +244,22 @@ class StepReader {
         fail(where + ": missing string field 'dtype'");
       }
       const auto& dtype = dt->get_ref<const std::string&>();
-      if (!parse_dtype(dtype, spec.dtype)) {
+      // A method's output may be a non-tensor value (VALUE_KINDS): only
+      // `expected` names one; 0 is a string's item size (any length).
+      static const std::pair<const char*, size_t> kValueKinds[] = {
+          {"int", 8}, {"float", 8}, {"bool", 1}, {"string", 0}, {"none", 0}};
+      const bool values = std::string(key) == "expected";
+      size_t value_item = 0;
+      for (const auto& k : kValueKinds) {
+        if (values && dtype == k.first) {
+          spec.kind = dtype;
+          value_item = k.second;
+        }
+      }
+      if (spec.kind.empty() && !parse_dtype(dtype, spec.dtype)) {
         fail(
-            where + ": unknown dtype '" + dtype +
-            "' (expected " + dtype_names_text() + ")");
+            where + ": unknown dtype '" + dtype + "' (expected " +
+            (values ? dtype_names_text(true) : dtype_names_text()) + ")");
       }
       const Json* shape = find(t, "shape");
       if (shape == nullptr || !shape->is_array()) {
@@ -262,8 +274,16 @@ class StepReader {
         spec.shape.push_back(*n);
         spec.numel *= static_cast<size_t>(*n);
       }
-      spec.nbytes =
-          spec.numel * executorch::runtime::elementSize(spec.dtype);
+      const bool one_value = spec.kind == "string" || spec.kind == "none";
+      if (!spec.kind.empty() &&
+          (spec.shape.size() > 1 || (one_value && !spec.shape.empty()))) {
+        fail(where + ": a " + spec.kind + " value has shape [] (one value)" +
+             (one_value ? "" : " or [n] (a list of n)") + ", got " +
+             shape->dump());
+      }
+      spec.nbytes = spec.kind.empty()
+          ? spec.numel * executorch::runtime::elementSize(spec.dtype)
+          : spec.numel * value_item;
       const Json* file = find(t, "file");
       if (file == nullptr || !file->is_string() ||
           file->get_ref<const std::string&>().empty()) {
@@ -275,7 +295,9 @@ class StepReader {
       if (!file_size(spec.file, size, regular) || !regular) {
         fail(where + ": tensor file not found: " + spec.file);
       }
-      if (static_cast<size_t>(size) != spec.nbytes) {
+      if (spec.kind == "string") {
+        spec.nbytes = static_cast<size_t>(size);
+      } else if (static_cast<size_t>(size) != spec.nbytes) {
         fail(
             where + ": tensor file " + spec.file + " has " +
             std::to_string(size) + " bytes, shape and dtype need " +
@@ -500,12 +522,20 @@ bool parse_dtype(const std::string& name, ScalarType& out) {
   return false;
 }
 
-std::string dtype_names_text() {
+std::string dtype_names_text(bool with_values) {
+  std::vector<std::string> names;
+  for (const DtypeName& d : kDtypeNames) {
+    names.push_back(d.name);
+  }
+  if (with_values) {
+    for (const char* k : {"int", "float", "bool", "string", "none"}) {
+      names.push_back(k);
+    }
+  }
   std::string text;
-  constexpr size_t n = sizeof(kDtypeNames) / sizeof(kDtypeNames[0]);
-  for (size_t i = 0; i < n; ++i) {
-    text += i == 0 ? "" : (i + 1 == n ? " or " : ", ");
-    text += kDtypeNames[i].name;
+  for (size_t i = 0; i < names.size(); ++i) {
+    text += i == 0 ? "" : (i + 1 == names.size() ? " or " : ", ");
+    text += names[i];
   }
   return text;
 }

@@ -31,7 +31,8 @@ class ScenarioError : public std::runtime_error {
 bool parse_dtype(const std::string& name, executorch::aten::ScalarType& out);
 const char* dtype_name(executorch::aten::ScalarType type);
 // "float32, float16, ... or bool": the names parse_dtype takes.
-std::string dtype_names_text();
+// `with_values`: and the non-tensor value kinds an `expected` entry may name.
+std::string dtype_names_text(bool with_values = false);
 
 struct TensorSpec {
   executorch::aten::ScalarType dtype = executorch::aten::ScalarType::Float;
@@ -39,6 +40,10 @@ struct TensorSpec {
   std::string file;  // absolute (resolved against the scenario directory)
   size_t numel = 0;
   size_t nbytes = 0;
+  // An expected non-tensor value: its kind (int, float, bool, string, none;
+  // harness.protocol.scenario_file.VALUE_KINDS), else empty. `dtype` is then
+  // unused; a string's file may have any size.
+  std::string kind;
 };
 
 // A backend option value: bool, int or string, as in the JSON.

@@ -132,24 +132,204 @@ Json describe_output(const EValue& value, bool with_data) {
     }
     return out;
   }
-  auto scalar = [](const char* dtype, Json sha256) {
-    return Json{
-        {"dtype", dtype}, {"shape", Json::array()}, {"sha256", std::move(sha256)}};
+  // A non-tensor value (harness.protocol.values): its kind, shape [] (a list:
+  // [n]), its value, and the hash (and base64) of its canonical bytes.
+  auto described = [with_data](const char* kind, Json shape, Json v,
+                               const std::string& bytes) {
+    Json out{{"dtype", kind},
+             {"shape", std::move(shape)},
+             {"sha256", sha256_hex(bytes.data(), bytes.size())},
+             {"value", std::move(v)}};
+    if (with_data) {
+      out["data"] = base64(bytes.data(), bytes.size());
+    }
+    return out;
   };
+  auto raw = [](const void* p, size_t n) {
+    return std::string(static_cast<const char*>(p), n);
+  };
+  // JSON has no NaN or infinity: such a double is null (its bytes still say it).
+  auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
   if (value.isInt()) {
     int64_t v = value.toInt();
-    return scalar("int", sha256_hex(&v, sizeof(v)));
+    return described("int", Json::array(), v, raw(&v, sizeof(v)));
   }
   if (value.isDouble()) {
     double v = value.toDouble();
-    return scalar("float", sha256_hex(&v, sizeof(v)));
+    return described("float", Json::array(), number(v), raw(&v, sizeof(v)));
   }
   if (value.isBool()) {
     uint8_t v = value.toBool() ? 1 : 0;
-    return scalar("bool", sha256_hex(&v, sizeof(v)));
+    return described("bool", Json::array(), value.toBool(), raw(&v, 1));
   }
-  return scalar(value.isNone() ? "none" : "other", nullptr);
+  if (value.isString()) {
+    std::string_view v = value.toString();
+    std::string text(v.data(), v.size());
+    // A string that is not UTF-8 cannot be a JSON string: one clear error.
+    try {
+      (void)Json(text).dump();
+    } catch (const Json::exception&) {
+      throw UndescribableOutput("a string that is not UTF-8");
+    }
+    return described("string", Json::array(), text, text);
+  }
+  if (value.isNone()) {
+    return described("none", Json::array(), nullptr, std::string());
+  }
+  if (value.isIntList()) {
+    auto list = value.toIntList();
+    Json items = Json::array();
+    for (int64_t v : list) items.push_back(v);
+    return described("int", Json::array({list.size()}), std::move(items),
+                     raw(list.data(), list.size() * sizeof(int64_t)));
+  }
+  if (value.isDoubleList()) {
+    auto list = value.toDoubleList();
+    Json items = Json::array();
+    for (double v : list) items.push_back(number(v));
+    return described("float", Json::array({list.size()}), std::move(items),
+                     raw(list.data(), list.size() * sizeof(double)));
+  }
+  if (value.isBoolList()) {
+    auto list = value.toBoolList();
+    Json items = Json::array();
+    std::string bytes;
+    for (bool v : list) {
+      items.push_back(v);
+      bytes.push_back(v ? 1 : 0);
+    }
+    return described("bool", Json::array({list.size()}), std::move(items), bytes);
+  }
+  if (value.isTensorList()) {
+    throw UndescribableOutput("a list of tensors");
+  }
+  if (value.isListOptionalTensor()) {
+    throw UndescribableOutput("a list of optional tensors");
+  }
+  throw UndescribableOutput("an EValue of tag " +
+                            std::to_string(static_cast<uint32_t>(value.tag)));
 }
+
+namespace {
+
+const char* kind_of(const EValue& v) {
+  if (v.isInt() || v.isIntList()) return "int";
+  if (v.isDouble() || v.isDoubleList()) return "float";
+  if (v.isBool() || v.isBoolList()) return "bool";
+  if (v.isString()) return "string";
+  if (v.isNone()) return "none";
+  if (v.isTensor()) return "tensor";
+  return "other";
+}
+
+// "an int", "a string".
+std::string with_article(const std::string& kind) {
+  bool vowel = !kind.empty() && std::string("aeiou").find(kind[0]) != std::string::npos;
+  return (vowel ? "an " : "a ") + kind;
+}
+
+// The output's value as text for a message: a string quoted.
+std::string shown(const EValue& v) {
+  if (v.isString()) {
+    return Json(std::string(v.toString())).dump(-1, ' ', false,
+                                                Json::error_handler_t::replace);
+  }
+  try {
+    return describe_output(v, false)["value"].dump();
+  } catch (const std::exception&) {
+    return kind_of(v);
+  }
+}
+
+std::string shown_expected(const TensorSpec& exp, const std::vector<uint8_t>& data) {
+  if (exp.kind == "string") {
+    return Json(std::string(data.begin(), data.end()))
+        .dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  if (exp.kind == "none") {
+    return "null";
+  }
+  Json items = Json::array();
+  size_t n = exp.shape.empty() ? 1 : static_cast<size_t>(exp.shape[0]);
+  for (size_t i = 0; i < n; ++i) {
+    if (exp.kind == "bool") {
+      items.push_back(data[i] != 0);
+    } else if (exp.kind == "int") {
+      int64_t v;
+      std::memcpy(&v, data.data() + i * 8, 8);
+      items.push_back(v);
+    } else {
+      double v;
+      std::memcpy(&v, data.data() + i * 8, 8);
+      items.push_back(v);
+    }
+  }
+  return exp.shape.empty() ? items[0].dump() : items.dump();
+}
+
+// Compares a non-tensor output against its expected value file: a double
+// within tolerance (as a float scalar), everything else exactly. Returns ""
+// on a match, else why.
+std::string compare_value(const EValue& got, const TensorSpec& exp, double atol,
+                          double rtol, double& max_abs_diff) {
+  std::string kind = kind_of(got);
+  if (kind != exp.kind) {
+    return "is " + with_article(kind) +
+        (got.isTensor() ? "" : " (" + shown(got) + ")") + ", expected " +
+        with_article(exp.kind);
+  }
+  std::vector<uint8_t> data = read_tensor_file(exp);
+  std::string mismatch = "is " + shown(got) + ", expected " + shown_expected(exp, data);
+  bool listed = got.isIntList() || got.isDoubleList() || got.isBoolList();
+  if (listed != !exp.shape.empty()) {
+    return mismatch;
+  }
+  if (got.isString()) {
+    std::string_view v = got.toString();
+    return v == std::string_view(reinterpret_cast<const char*>(data.data()), data.size())
+        ? ""
+        : mismatch;
+  }
+  if (got.isNone()) {
+    return "";
+  }
+  size_t n = exp.shape.empty() ? 1 : static_cast<size_t>(exp.shape[0]);
+  size_t have = 1;
+  if (got.isIntList()) have = got.toIntList().size();
+  if (got.isDoubleList()) have = got.toDoubleList().size();
+  if (got.isBoolList()) have = got.toBoolList().size();
+  if (have != n) {
+    return mismatch;
+  }
+  bool bad = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (kind == "bool") {
+      bool g = got.isBool() ? got.toBool() : got.toBoolList()[i];
+      bad = bad || g != (data[i] != 0);
+      continue;
+    }
+    if (kind == "int") {
+      int64_t g = got.isInt() ? got.toInt() : got.toIntList()[i];
+      int64_t w;
+      std::memcpy(&w, data.data() + i * 8, 8);
+      double diff = std::fabs(static_cast<double>(g) - static_cast<double>(w));
+      max_abs_diff = std::max(max_abs_diff, diff);
+      bad = bad || g != w;
+      continue;
+    }
+    double g = got.isDouble() ? got.toDouble() : got.toDoubleList()[i];
+    double w;
+    std::memcpy(&w, data.data() + i * 8, 8);
+    double diff = std::fabs(g - w);
+    if (diff > max_abs_diff) {
+      max_abs_diff = diff;  // NaN never raises it, as for tensors
+    }
+    bad = bad || !(diff <= atol + rtol * std::fabs(w));
+  }
+  return bad ? mismatch : "";
+}
+
+}  // namespace
 
 Comparison compare_outputs(
     const std::vector<EValue>& outputs,
@@ -166,10 +346,23 @@ Comparison compare_outputs(
   size_t bad_elements = 0;
   for (size_t o = 0; o < n; ++o) {
     const TensorSpec& exp = expected[o];
-    if (!outputs[o].isTensor()) {
-      c.match = false;
-      if (c.message.empty()) {
-        c.message = "output " + std::to_string(o) + " is not a tensor";
+    if (!exp.kind.empty() || !outputs[o].isTensor()) {
+      std::string why;
+      if (exp.kind.empty()) {
+        why = "is " + with_article(kind_of(outputs[o])) + " (" + shown(outputs[o]) +
+            "), expected " + with_article(dtype_name(exp.dtype)) + " tensor";
+      } else {
+        try {
+          why = compare_value(outputs[o], exp, atol, rtol, c.max_abs_diff);
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+      }
+      if (!why.empty()) {
+        c.match = false;
+        if (c.message.empty()) {
+          c.message = "output " + std::to_string(o) + " " + why;
+        }
       }
       continue;
     }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,18 @@ executorch::extension::TensorPtr make_input(
 // A tensor of `spec` over memory the caller keeps (a shared-memory input).
 executorch::extension::TensorPtr make_input_at(const TensorSpec& spec, void* data);
 
+// An output the runner cannot report (a list of tensors): the execute's one
+// error names the method and output index with what().
+class UndescribableOutput : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // {"dtype": ..., "shape": [...], "sha256": ...} for one method output.
-// Non-tensor outputs are reported with their EValue tag as dtype and an
-// empty shape; the hash then covers the scalar's bytes.
+// A non-tensor value (int, double, bool, string, none, or a list of int,
+// double or bool; harness.protocol.values) has its kind as dtype, shape []
+// ([n] for a list), "value", and its canonical bytes hashed (and as "data").
+// Throws UndescribableOutput for anything else.
 // `with_data`: also "data", the tensor's raw little-endian bytes in base64 (a
 // reference run whose outputs become the expected tensors of later runs).
 Json describe_output(const executorch::runtime::EValue& value,
