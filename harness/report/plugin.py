@@ -313,9 +313,27 @@ class HilReport:
             os.replace(tmp, path)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self.directory is not None and not hasattr(self.config, "workerinput"):
+        if hasattr(self.config, "workerinput"):
+            return
+        if self.active:
+            terminalreporter.write_line(self.bridge_line())
+        if self.directory is not None:
             terminalreporter.write_line(f"hil report: {self.directory / PAGE_NAME} and "
                                         f"{self.directory / RESULTS_NAME}")
+
+    def bridge_line(self) -> str:
+        """What the ABI bridge rewrote in this session's runs (harness.qnn.pairing), in one
+        line: a library-side failure after a rewrite may be an artifact of the SDK pairing."""
+        runs = [run for phases in self.phases.values() for report in phases.values()
+                for run in (getattr(report, "hil", None) or {}).get("runs", [])]
+        rewritten = [run for run in runs if run.get("abi_bridge")]
+        calls = sum(len(run["abi_bridge"]) for run in rewritten)
+        layouts = sorted({c.get("union") or "?" for run in rewritten for c in run["abi_bridge"]})
+        if not calls:
+            return f"hil: ABI bridge: no QNN call rewritten in the {len(runs)} scenario runs kept"
+        return (f"hil: ABI bridge: {calls} QnnDevice_create call(s) rewritten (custom device "
+                f"configs re-laid, union {', '.join(layouts)}) in {len(rewritten)} of "
+                f"{len(runs)} scenario runs kept")
 
     # The document ------------------------------------------------------------------------------
     def document(self, exitstatus: int) -> dict:
