@@ -26,6 +26,7 @@ FILE_KIND = {
     "test_log.py": "unit",
     "test_known_issues.py": "unit",
     "test_known_issue_signatures.py": "unit",
+    "test_crash_site.py": "unit",
     "test_bug_report.py": "simulator",
     "test_bad_input.py": "unit",  # python -m pytest / python -m harness processes
     "test_output_limit.py": "simulator",
