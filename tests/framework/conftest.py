@@ -37,6 +37,7 @@ FILE_KIND = {
     "test_soak_fit.py": "unit",
     "test_xdist_order.py": "unit",
     "test_import_graph.py": "unit",
+    "test_dependencies.py": "unit",
     "test_dsp_heap_chain.py": "simulator",  # and gcc (the DSP heap emulation library)
     "test_xnnpack_classify.py": "unit",
     "test_report_data.py": "unit",
