@@ -248,6 +248,11 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
 
     opts = session.options
     simulator_config()
+    from harness.runtime import current, start_up_problem
+
+    problem = start_up_problem(current())
+    if problem:
+        raise HarnessError(problem)
     if opts.device_config is not None:
         load_soc(Path(opts.device_config))
     targets = session_targets(opts)
