@@ -283,8 +283,11 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
             raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} timed out after "
                              f"{COMPILE_TIMEOUT_S} s")
         if log_dir is not None:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            (log_dir / f"compile-{spec.name}-{soc}-{precision}{tag}.log").write_text(log)
+            from harness.log import disk_full_tolerated
+
+            with disk_full_tolerated(log_dir, "a compile log"):
+                log_dir.mkdir(parents=True, exist_ok=True)
+                (log_dir / f"compile-{spec.name}-{soc}-{precision}{tag}.log").write_text(log)
         if returncode != 0 or not (tmp_dir / "meta.json").exists():
             tail = "\n".join(log.strip().splitlines()[-25:])
             raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} failed "
