@@ -86,3 +86,40 @@ def disk_full_tolerated(directory: Path, what: str) -> Iterator[None]:
                    f"{where}: {exc.strerror} (writing {what}); the files written there from "
                    "now on may be missing, the verdicts are kept. Free space there or give "
                    "--artifacts-dir (or --hil-report) on another disk", True)
+
+
+ABANDON_AFTER = 3  # interrupts during a cleanup that abandon it (the first two are deferred)
+
+
+@contextlib.contextmanager
+def interrupts_deferred(what: str) -> Iterator[None]:
+    """Run a cleanup (`what`: "removing the workspace and releasing the lease") to its end
+    through Ctrl-C and SIGTERM: the session is already ending, and a second Ctrl-C that landed
+    in the workspace removal left the session's run directories on the device. An interrupt
+    is said once and ignored; the ABANDON_AFTER-th abandons the cleanup (a device that no
+    longer answers should not hold the terminal for its timeouts). Main thread only (signals
+    are delivered there); elsewhere the block runs as it is."""
+    import signal
+    import sys
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    count = 0
+
+    def deferred(signum: int, frame: object) -> None:
+        nonlocal count
+        count += 1
+        if count >= ABANDON_AFTER:
+            raise KeyboardInterrupt(f"cleanup abandoned ({what})")
+        if count == 1:
+            sys.stderr.write(f"\ninterrupted during the cleanup: finishing it first ({what}); "
+                             f"interrupt {ABANDON_AFTER - count} more times to abandon it\n")
+            sys.stderr.flush()
+
+    previous = {sig: signal.signal(sig, deferred) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
