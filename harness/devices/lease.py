@@ -219,10 +219,17 @@ class DeviceLease:
                 "case \"$up\" in ''|*[!0-9]*) up=0;; esac; "
                 "boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); "
                 "own() { sed -n 's/^token=//p' \"$L/owner\" 2>/dev/null; }; "
+                # The uptime is read again for each age: a heartbeat written after this
+                # script read it (another session's, a moment later) is fresh, never "of an
+                # earlier boot" (under load a racer's uptime was a second old, the winner's
+                # new heartbeat looked newer than now, and the racer took the lease over).
                 "ago() { set -- $(cat \"$1\" 2>/dev/null) ''; "
                 "case \"$1\" in ''|*[!0-9]*) echo \"$up\"; return;; esac; "
-                "if [ -n \"$boot\" ] && [ \"$2\" = \"$boot\" ] && [ \"$1\" -le \"$up\" ]; then "
-                "echo $((up - $1)); else echo \"$up\"; fi; }; "
+                "nu=$(cat /proc/uptime 2>/dev/null); nu=${nu%%[. ]*}; "
+                "case \"$nu\" in ''|*[!0-9]*) nu=$up;; esac; "
+                "if [ -n \"$boot\" ] && [ \"$2\" = \"$boot\" ]; then "
+                "if [ \"$1\" -le \"$nu\" ]; then echo $((nu - $1)); else echo 0; fi; "
+                "else echo \"$nu\"; fi; }; "
                 "kind() { set -- $(cat \"$1\" 2>/dev/null) ''; "
                 "if [ -n \"$boot\" ] && [ \"$2\" = \"$boot\" ]; then echo beat; "
                 "else echo boot; fi; }; "

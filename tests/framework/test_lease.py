@@ -290,6 +290,15 @@ def test_a_lease_directory_without_its_heartbeat_is_being_written_not_stale(phon
     taker.release()
 
 
+def test_a_heartbeat_newer_than_a_racers_uptime_reading_is_fresh(phone):
+    """Under load a racer reads the device's uptime, stalls, and then reads the winner's
+    heartbeat, written a second later: newer than the racer's reading, it was taken for a
+    heartbeat of an earlier boot (as old as the uptime) and the racer took the lease over."""
+    write_lease(phone, age_s=0, heartbeat=f"{uptime() + 2} {boot_id()}\n")
+    status, holder, _ = other_process(phone, "stalled-racer")._try()
+    assert status == "held", holder.fields
+    assert holder.age == 0 and not holder.since_boot
+
 def test_racing_for_a_lease_beside_cpu_hogs_never_gives_it_twice(phone):
     """The race of eight sessions, many rounds, free and stale, while CPU hogs stretch every
     window between a racer's steps: exactly one racer holds the lease after each round."""
