@@ -51,3 +51,67 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+_SHA_PREFIX = "sha256:"
+
+
+def build_record(files: Iterable[Path]) -> str:
+    """Lines for a build's marker that record each output's sha256 and whether it is
+    executable, so a later use checks the files themselves and not the marker alone
+    (verify_build)."""
+    return "".join(f"{_SHA_PREFIX}{p.name}={file_sha256(p)}:{int(os.access(p, os.X_OK))}\n"
+                   for p in files)
+
+
+def verify_build(marker: Path, files: Iterable[Path]) -> str:
+    """What is wrong with a cached build whose `marker` (a `key=value` file holding
+    build_record's lines) says it is done: "" when every file has the sha256 and executable
+    bit recorded, else the first problem, naming the file. A marker of an older harness, with
+    no sha256 recorded, gets them recorded now from files that exist, are not empty and are as
+    executable as a build leaves them (the shape `chmod -x` or an emptied file breaks)."""
+    try:
+        text = marker.read_text()
+    except OSError as exc:
+        return f"its marker {marker} cannot be read ({exc.strerror})"
+    recorded = {}
+    for line in text.splitlines():
+        if line.startswith(_SHA_PREFIX) and "=" in line:
+            name, _, value = line[len(_SHA_PREFIX):].partition("=")
+            recorded[name] = value
+    files = list(files)
+    for path in files:
+        if not path.is_file():
+            return f"{path} is missing"
+        if path.name not in recorded:
+            if path.stat().st_size == 0:
+                return f"{path} is empty"
+            if path.suffix != ".so" and not os.access(path, os.X_OK):
+                return f"{path} is not executable"
+            continue
+        sha, _, executable = recorded[path.name].partition(":")
+        if executable == "1" and not os.access(path, os.X_OK):
+            return f"{path} is not executable any more"
+        actual = file_sha256(path)
+        if actual != sha:
+            return (f"{path} has sha256 {actual[:16]}, not the {sha[:16]} recorded at build "
+                    "time (truncated or overwritten)")
+    missing = [p for p in files if p.name not in recorded]
+    if missing:
+        with contextlib.suppress(OSError), open(marker, "a") as handle:
+            handle.write(build_record(missing))
+    return ""
+
+
+class CacheRepairWarning(UserWarning):
+    """A cached build or entry was found damaged and is rebuilt (pytest's warnings summary)."""
+
+
+def rebuild_notice(message: str) -> None:
+    """Say that a damaged cache entry, named in `message`, is rebuilt: a warning in pytest's
+    summary and the log, so a repair is never silent and never blamed on the runtime."""
+    import logging
+    import warnings
+
+    logging.getLogger("harness.cache").warning("%s", message)
+    warnings.warn(message, CacheRepairWarning, stacklevel=3)

@@ -19,7 +19,7 @@ from harness.devices.base import Device
 from harness.devices.farm_device import FarmDevice
 from harness.devices.farm_failover import FarmFailover
 from harness.devices.kinds import OpenContext, kind_for, uses_farm, worker_target
-from harness.log import NoticeCollector, notice
+from harness.log import NoticeCollector, interrupts_deferred, notice
 from harness.errors import ConfigError, HarnessError, ModelError
 from harness.programs.models import get_model
 from harness.qnn.pairing import Pairing, session_pairing
@@ -336,15 +336,19 @@ class HilSession:
                         for label, tests in self.farm_tests.items()]
 
     def close(self) -> None:
-        try:
-            if self._device is not None:
-                self._device.close()
-        finally:
+        """End the session's use of its device and farm: runners killed, workspace removed,
+        lease released, reservations cancelled, to the end even through a second Ctrl-C."""
+        with interrupts_deferred("killing runners, removing the workspace, releasing the "
+                                 "device lease and the farm's reservations"):
             try:
-                if self._farm is not None:
-                    self._farm.close()  # releases the place, cancels the reservations
+                if self._device is not None:
+                    self._device.close()
             finally:
-                self._notices.detach()
+                try:
+                    if self._farm is not None:
+                        self._farm.close()  # releases the place, cancels the reservations
+                finally:
+                    self._notices.detach()
 
 
 def worker_info() -> tuple[str, int]:

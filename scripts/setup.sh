@@ -32,10 +32,7 @@ if [ "${#packages[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $apt_get install -y -qq "${packages[@]}" >/dev/null
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e .
-# The lint step (.ci/run step 0): ruff and mypy pinned, with the type stubs of the untyped
-# packages the harness imports (PyYAML, tabulate), and import-linter for the layers contract;
-# configured in pyproject.toml.
-python3 -m pip install -q --disable-pip-version-check ruff==0.17.6 mypy==2.4.1 \
-  types-PyYAML==6.0.12.20261122 types-tabulate==0.10.0.20261006 import-linter==2.16
+# The package with its dev extra (pyproject.toml): what the framework's own tests and the lint
+# step (.ci/run step 0: ruff, mypy and its stubs, import-linter) import.
+python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
 python3 -m harness doctor

@@ -89,16 +89,18 @@ def detect_kind(path: Path) -> str:
             return "farm"
         if "soc" in data or "htp_arch" in data:
             return "soc"
-    raise ConfigError(f"{path}: cannot tell which kind of config this is; name it with "
+    raise UnknownKind(f"{path}: cannot tell which kind of config this is; name it with "
                       f"--kind {{{','.join(CONFIG_KINDS)}}}")
+
+
+class UnknownKind(ConfigError):
+    """A config file whose place and keys do not tell its kind (a usage error: --kind)."""
 
 
 def validate_file(path: Path, kind: str | None = None) -> str:
     """Load `path` as a config of `kind` (detected when None); returns the kind. Raises the
     file's ConfigError (every error of the file)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
     kind = kind or detect_kind(path)
     if kind == "soc":
         load_soc(path)
@@ -126,11 +128,21 @@ def main(args: list[str]) -> int:
                         help="the kind of every FILE (default: told by its place and keys)")
     opts = parser.parse_args(args)  # a bad option exits 2 with argparse's usage line
     for path in opts.files:
+        # exit 2: a path that is no file to read (missing, a directory, a FIFO) or whose kind
+        # cannot be told; exit 1: a file that is not a valid config (malformed YAML included,
+        # with --kind or without)
+        unreadable = not_a_file(Path(path))
+        if unreadable:
+            print(f"error: {unreadable}", file=sys.stderr)
+            return 2
         try:
             kind = opts.kind or detect_kind(path)
-        except ConfigError as exc:
+        except UnknownKind as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         try:
             validate_file(path, kind)
         except ConfigError as exc:
@@ -147,3 +159,20 @@ def main(args: list[str]) -> int:
         return 1
     print(f"ok: {', '.join(checked)}; {len(issues)} known issue(s)")
     return 0
+
+
+def not_a_file(path: Path) -> str:
+    """Why `path` is no config file to read ("" when it is a regular file)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return f"{path}: no such file"
+    except OSError as exc:
+        return f"{path}: cannot be read ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return ""
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a special file")
+    return f"{path}: is {kind}, not a YAML file: give the path of the file"

@@ -18,6 +18,7 @@ pydantic's message; for an unknown key also the keys allowed at that level and t
 from __future__ import annotations
 
 import difflib
+import stat
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -55,9 +56,22 @@ def load_yaml_node(path: Path) -> tuple[Any, yaml.Node | None]:
     """
     path = Path(path)
     try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        # a directory was an IsADirectoryError (pytest's INTERNALERROR); a FIFO hung the read
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a special file")
+        raise ConfigError(f"{path}: is {kind}, not a YAML file: give the path of the file")
+    try:
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc})") from None
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()

@@ -7,9 +7,13 @@ ssh. `key` names the device across this process (the adb server and serial, the 
 
 Where: a directory on the device, by default `/data/local/tmp/.executorch-hil-lease`
 (`LEASE_DIR`, Android's; a kind passes its own `lease_dir`), per device and not per workspace,
-so two sessions given the same `--device-workspace` are kept apart too. Taking it is one
-`mkdir`, which is atomic on the device's filesystem: of two sessions racing for a free device
-exactly one gets it.
+so two sessions given the same `--device-workspace` are kept apart too. Taking a free one
+writes the whole lease (heartbeat and owner) in a directory of its own and renames it into
+place, which is atomic on the device's filesystem: of sessions racing for a free device exactly
+one gets it, and none ever sees a lease half written. A lease directory without a heartbeat
+(another writer's, or one whose writer died while making it) is as old as the directory itself,
+never the device's uptime: read so, a lease a millisecond old looked stale under load and a
+racer took it over.
 
 Format: in that directory, `owner` holds `key=value` lines written once by the holder (`token`,
 `host`, `hostboot` (the holder host's boot id), `pid`, `session`, `worker`, `since`) and
@@ -145,7 +149,9 @@ class Holder:
         when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(since)))
                 if since.isdigit() else "an unknown time")
         age = self.age
-        beat = (f"no heartbeat since the device booted {age} s ago" if self.since_boot and
+        beat = (f"no heartbeat yet, its lease directory {age} s old"
+                if self.get("agekind") == "dir" and age is not None else
+                f"no heartbeat since the device booted {age} s ago" if self.since_boot and
                 age is not None else f"last heartbeat {age} s ago (device uptime)"
                 if age is not None else "no heartbeat")
         return (f"host {self.get('host') or '?'} pid {self.get('pid') or '?'} session "
@@ -213,21 +219,34 @@ class DeviceLease:
                 "case \"$up\" in ''|*[!0-9]*) up=0;; esac; "
                 "boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); "
                 "own() { sed -n 's/^token=//p' \"$L/owner\" 2>/dev/null; }; "
+                # The uptime is read again for each age: a heartbeat written after this
+                # script read it (another session's, a moment later) is fresh, never "of an
+                # earlier boot" (under load a racer's uptime was a second old, the winner's
+                # new heartbeat looked newer than now, and the racer took the lease over).
                 "ago() { set -- $(cat \"$1\" 2>/dev/null) ''; "
                 "case \"$1\" in ''|*[!0-9]*) echo \"$up\"; return;; esac; "
-                "if [ -n \"$boot\" ] && [ \"$2\" = \"$boot\" ] && [ \"$1\" -le \"$up\" ]; then "
-                "echo $((up - $1)); else echo \"$up\"; fi; }; "
+                "nu=$(cat /proc/uptime 2>/dev/null); nu=${nu%%[. ]*}; "
+                "case \"$nu\" in ''|*[!0-9]*) nu=$up;; esac; "
+                "if [ -n \"$boot\" ] && [ \"$2\" = \"$boot\" ]; then "
+                "if [ \"$1\" -le \"$nu\" ]; then echo $((nu - $1)); else echo 0; fi; "
+                "else echo \"$nu\"; fi; }; "
                 "kind() { set -- $(cat \"$1\" 2>/dev/null) ''; "
                 "if [ -n \"$boot\" ] && [ \"$2\" = \"$boot\" ]; then echo beat; "
                 "else echo boot; fi; }; "
-                "age() { ago \"$L/heartbeat\"; }; "
+                # A lease directory without its heartbeat is being written (or its writer died
+                # in that moment): its age is the directory's own, never the device's uptime,
+                # which made a racer take over a lease a millisecond old.
+                "age() { if [ -s \"$L/heartbeat\" ]; then ago \"$L/heartbeat\"; "
+                "else dirage \"$L\"; fi; }; "
+                "dirage() { a=$((now - $(stat -c %Y \"$1\" 2>/dev/null || echo \"$now\"))); "
+                "[ \"$a\" -lt 0 ] && a=0; echo \"$a\"; }; "
                 # a takeover lock's age; one without its stamp (its taker died between the
                 # mkdir and the stamp) by its directory's time
-                "lockage() { if [ -f \"$1/at\" ]; then ago \"$1/at\"; else "
-                "echo $((now - $(stat -c %Y \"$1\" 2>/dev/null || echo \"$now\"))); fi; }; "
+                "lockage() { if [ -f \"$1/at\" ]; then ago \"$1/at\"; else dirage \"$1\"; fi; }; "
                 "stamp() { echo \"$up $boot\" > \"$1.$$\" && mv -f \"$1.$$\" \"$1\"; }; "
                 "beat() { stamp \"$L/heartbeat\"; }; "
-                "show() { echo \"$1 age=$(age)\"; echo \"$1 agekind=$(kind \"$L/heartbeat\")\"; "
+                "show() { echo \"$1 age=$(age)\"; if [ -s \"$L/heartbeat\" ]; then "
+                "echo \"$1 agekind=$(kind \"$L/heartbeat\")\"; else echo \"$1 agekind=dir\"; fi; "
                 "sed \"s/^/$1 /\" \"$L/owner\" 2>/dev/null; }; ")
 
     def _acquire_script(self, dead: str = "") -> str:
@@ -242,8 +261,17 @@ class DeviceLease:
         # The heartbeat first: whoever reads the new owner reads a fresh heartbeat with it.
         take = (f"beat && printf '%s\\n' \"token=$T\" {owner} \"since=$now\" > "
                 "\"$L/owner.$$\" && mv -f \"$L/owner.$$\" \"$L/owner\"")
+        # A free device: the whole lease (heartbeat and owner) is written in a directory of its
+        # own and renamed into place, so no other session ever sees it half written. rename(2)
+        # of a directory never replaces a non-empty one, so of racers exactly one lands; `mv`
+        # moves a loser's directory into the winner's instead, which the loser removes again.
+        publish = (f"n=\"$L.new.$$\"; rm -rf \"$n\"; mkdir \"$n\" && "
+                   "echo \"$up $boot\" > \"$n/heartbeat\" && "
+                   f"printf '%s\\n' \"token=$T\" {owner} \"since=$now\" > \"$n/owner\" && "
+                   "[ ! -e \"$L\" ] && mv \"$n\" \"$L\" 2>/dev/null; "
+                   "rm -rf \"$n\" \"$L/${n##*/}\"; [ \"$(own)\" = \"$T\" ]")
         return (self._prelude() +
-                f"if mkdir \"$L\" 2>/dev/null; then {take} && echo LEASE taken; "
+                f"if [ ! -e \"$L\" ] && {{ {publish}; }}; then echo LEASE taken; "
                 "elif [ \"$(own)\" = \"$T\" ]; then beat; echo LEASE ours; "
                 f"elif {gone}; then "
                 "  t=\"$L.takeover\"; "

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from harness.results.assertions import assert_completed, assert_nemesis
 from harness.devices.base import Device
 from harness.errors import ModelError
+from harness.log import disk_full_tolerated
 from harness.programs.pte import check_file
 from harness.qnn.trace import parse_trace
 from harness.results.run import ScenarioResult
@@ -133,12 +134,23 @@ class ScenarioDriver:
         for result in self.results:
             path = result.artifacts / RUN_RECORD if result.artifacts is not None else None
             if result.checks and path is not None and path.is_file():
-                record = json.loads(path.read_text())
+                try:
+                    record = json.loads(path.read_text())
+                except ValueError:  # cut short by a full disk: that run has no record
+                    continue
                 record["checks"] = list(result.checks)
-                path.write_text(json.dumps(record, indent=1, default=str))
+                with disk_full_tolerated(self.artifacts, "a run's record"):
+                    path.write_text(json.dumps(record, indent=1, default=str))
 
     @staticmethod
     def _keep(result: ScenarioResult, out_dir: Path, device: Device) -> None:
+        """The run's artifacts (record, scenario, output, trace, result.json); a full disk
+        leaves them incomplete, with one notice, and never changes the run's verdict."""
+        with disk_full_tolerated(out_dir.parent, "a run's artifacts"):
+            ScenarioDriver._write(result, out_dir, device)
+
+    @staticmethod
+    def _write(result: ScenarioResult, out_dir: Path, device: Device) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         write_run_record(out_dir / RUN_RECORD, result.scenario, device)
         if not (out_dir / "scenario.json").exists():  # a fork's was in memory

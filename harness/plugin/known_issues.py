@@ -15,6 +15,8 @@ from harness.runtime import executorch_version
 from harness.results.failures import failure_of, run_failures
 from harness.results.known_issues import DEFAULT_PATH, KnownIssue, issues_for, uncovered
 
+STRICT_KEY = "hil_strict_known_issues"  # a worker's --strict-known-issues error, in workeroutput
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[MET] = {}
@@ -58,10 +60,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                        + (pairing_note if issue.where in ("qnn", "environment") else "")))
     stale = unmatched_issues(config)
     if stale and config.getoption("strict_known_issues"):
-        raise pytest.UsageError(
+        message = (
             "--strict-known-issues: known issues for executorch " + version + " that match no "
             "collected test (stale or misspelt entries):\n  " + "\n  ".join(
                 f"{i.id} in {i.source}: tests {', '.join(i.tests)}" for i in stale))
+        workeroutput = getattr(config, "workeroutput", None)
+        if workeroutput is None:
+            raise pytest.UsageError(message)
+        # An xdist worker: a UsageError raised here crashed the controller (INTERNALERROR in
+        # worker_workerfinished, exit 3). The worker runs nothing and hands the message to the
+        # controller, which ends the session with it as the same usage error (exit 4).
+        workeroutput[STRICT_KEY] = message
+        config.hook.pytest_deselected(items=list(items))
+        items[:] = []
 
 
 @pytest.hookimpl(wrapper=True)
@@ -90,6 +101,22 @@ class _KnownIssuesMet:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.strict_error = ""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        """The controller: a worker that found stale entries under --strict-known-issues."""
+        message = getattr(node, "workeroutput", {}).get(STRICT_KEY)
+        if message:
+            self.strict_error = message
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.strict_error and not hasattr(self.config, "workeroutput"):
+            import sys
+
+            sys.stderr.write(f"ERROR: {self.strict_error}\n")
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         issue = getattr(report, "hil_known_issue", None)

@@ -198,6 +198,7 @@ def options_from_config(config: pytest.Config) -> Options:
     ptes = [_resolved(p) for p in config.getoption("pte")] or \
         [_resolved(p) for p in config.getini("hil_pte")]
     etrecords = _etrecords(config.getoption("etrecord"), ptes)
+    _check_etrecords(ptes, etrecords)
     models_dirs = [_resolved(p) for p in config.getoption("models_dir")] + \
         [_resolved(p) for p in config.getini("hil_models_dirs")]
     return Options(
@@ -257,6 +258,11 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
 
     opts = session.options
     simulator_config()
+    from harness.runtime import current, start_up_problem
+
+    problem = start_up_problem(current())
+    if problem:
+        raise HarnessError(problem)
     if opts.device_config is not None:
         load_soc(Path(opts.device_config))
     targets = session_targets(opts)
@@ -318,6 +324,20 @@ def xdist_workers(config: pytest.Config, opts: Options) -> int:
         times, star, _ = str(spec).partition("*")
         count += int(times) if star and times.isdigit() else 1
     return count
+
+
+def _check_etrecords(ptes: list[Path], given: dict[Path, Path]) -> None:
+    """Every ETRecord the session will read (given, or NAME.etrecord beside a --pte), read
+    now: a damaged one is one usage error, not an error of every test of its program."""
+    from harness.programs.etrecord import SUFFIX, etrecord_problem
+
+    for pte in ptes:
+        record = given.get(pte) or pte.with_suffix(SUFFIX)
+        if record.is_file():
+            problem = etrecord_problem(record)
+            if problem:
+                how = "--etrecord" if pte in given else f"beside --pte {pte}"
+                raise HarnessError(f"ETRecord {record} ({how}): {problem}")
 
 
 def _etrecords(values: list[str], ptes: list[Path]) -> dict[Path, Path]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
+from harness.log import disk_full_tolerated
 from harness.plugin.keys import PREFIX_ENV, SESSION, SIGTERM
 from harness.plugin.options import check_start_up, options_from_config
 from harness.session import HilSession
@@ -86,5 +87,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             lines = session.summary()
             if lines:  # also for xdist workers, whose terminal summary nobody sees
                 out = session.options.artifacts_dir / f"session-{session.options.worker}.txt"
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text("\n".join(lines + session.notices) + "\n")
+                with disk_full_tolerated(out.parent, "the session summary"):
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_text("\n".join(lines + session.notices) + "\n")

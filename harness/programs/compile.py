@@ -205,6 +205,44 @@ def _cached_entry_ok(out_dir: Path) -> str:
     actual = file_sha256(pte)
     if actual != recorded:
         return f"model.pte sha256 {actual[:16]} differs from the recorded {recorded[:16]}"
+    return _reference_files_ok(out_dir)
+
+
+def reference_files_sha256(out_dir: Path) -> dict[str, str]:
+    """sha256 of every file of the entry but model.pte (the reference inputs and outputs), by
+    path relative to the entry: recorded in meta.json at build time."""
+    model = CompiledModel.load(out_dir)
+    return {str(f.relative_to(out_dir)): file_sha256(f) for f in model.files()
+            if f != model.pte and f.is_relative_to(out_dir)}
+
+
+def _reference_files_ok(out_dir: Path) -> str:
+    """"" when every reference tensor file has the sha256 recorded at build time, else which
+    one does not: a zeroed or swapped reference output failed tests as a runtime mismatch
+    ("max abs diff 0.457764") and was never repaired. An entry of an older harness (model.pte
+    checked, no reference sha256) gets them recorded now, from files that exist."""
+    meta_path = out_dir / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    try:
+        model = CompiledModel.load(out_dir)
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"meta.json does not describe the model ({exc!r})"
+    files = [f for f in model.files() if f != model.pte]
+    for f in files:
+        if not f.is_file():
+            return f"{f.relative_to(out_dir) if f.is_relative_to(out_dir) else f} is missing"
+    recorded = meta.get("files_sha256")
+    if recorded is None:
+        meta["files_sha256"] = reference_files_sha256(out_dir)
+        tmp = meta_path.with_name("meta.json.tmp")
+        tmp.write_text(json.dumps(meta, indent=1))
+        tmp.replace(meta_path)
+        return ""
+    for name, sha in sorted(recorded.items()):
+        path = out_dir / name
+        actual = file_sha256(path) if path.is_file() else "missing"
+        if actual != sha:
+            return f"{name} sha256 {actual[:16]} differs from the recorded {sha[:16]}"
     return ""
 
 
@@ -249,8 +287,11 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
             raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} timed out after "
                              f"{COMPILE_TIMEOUT_S} s")
         if log_dir is not None:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            (log_dir / f"compile-{spec.name}-{soc}-{precision}{tag}.log").write_text(log)
+            from harness.log import disk_full_tolerated
+
+            with disk_full_tolerated(log_dir, "a compile log"):
+                log_dir.mkdir(parents=True, exist_ok=True)
+                (log_dir / f"compile-{spec.name}-{soc}-{precision}{tag}.log").write_text(log)
         if returncode != 0 or not (tmp_dir / "meta.json").exists():
             tail = "\n".join(log.strip().splitlines()[-25:])
             raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} failed "
@@ -258,6 +299,8 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
         meta_path = tmp_dir / "meta.json"
         meta = json.loads(meta_path.read_text())
         meta["pte_sha256"] = file_sha256(tmp_dir / "model.pte")
+        meta_path.write_text(json.dumps(meta, indent=1))
+        meta["files_sha256"] = reference_files_sha256(tmp_dir)
         meta_path.write_text(json.dumps(meta, indent=1))
         if out_dir.exists():
             import shutil

@@ -47,6 +47,32 @@ def etrecord_for(pte: Path, given: dict[Path, Path] | None = None) -> Path | Non
     return beside if beside.is_file() else None
 
 
+def etrecord_problem(record: Path) -> str:
+    """What makes `record` no readable ETRecord, "" when nothing: checked once at start-up,
+    without torch, from what ETRecord.save writes (a zip archive with an `ETRECORD_*` entry
+    and the edge programs), each member's CRC included. A truncated or overwritten record was
+    one error per test, each with the child's traceback."""
+    import zipfile
+
+    try:
+        if not zipfile.is_zipfile(record):
+            return "not an ETRecord: no zip archive, as ETRecord.save writes (truncated or " \
+                "overwritten?)"
+        with zipfile.ZipFile(record) as archive:
+            names = archive.namelist()
+            if not any(n.startswith("ETRECORD") for n in names):
+                return "not a whole ETRecord: the archive has no ETRECORD_* entry"
+            if not any(n.startswith("edge_dialect_exported_program/") for n in names):
+                return "the ETRecord has no edge_dialect_program (save it from the " \
+                    "EdgeProgramManager the program was lowered from)"
+            bad = archive.testzip()
+            if bad is not None:
+                return f"the ETRecord is damaged: its member {bad} fails its CRC check"
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        return f"cannot be read as an ETRecord ({exc})"
+    return ""
+
+
 def describe(record: Path) -> str:
     """The reference's name in failure messages."""
     return f"the ETRecord {record} (its edge program on CPU)"

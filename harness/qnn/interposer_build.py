@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness.cache import cache_root, digest, file_lock
+from harness.cache import build_record, cache_root, digest, file_lock, rebuild_notice, verify_build
 from harness.errors import SdkError
 
 SOURCE = Path(__file__).with_name("interposer.c")
@@ -37,13 +37,26 @@ def build_interposer(force: bool = False) -> Path:
     key = digest([SOURCE.read_bytes(), compiler])
     out_dir = cache_root() / "interposer" / key
     output = out_dir / LIB_NAME
+    marker = out_dir / "build.ok"
+    if not force and marker.is_file() and not verify_build(marker, [output]):
+        return output
     with file_lock(out_dir.parent / f"{key}.lock"):
-        if output.exists() and not force:
+        # A build of an older harness has no marker: its file is checked for shape and its
+        # sha256 recorded now (verify_build); one that fails that, or its recorded sha256,
+        # is rebuilt with a notice naming it.
+        if output.exists() and not marker.is_file():
+            marker.write_text("")
+        problem = verify_build(marker, [output]) if marker.is_file() else ""
+        if not force and marker.is_file() and not problem:
             return output
+        if problem and not force and output.exists():
+            rebuild_notice(f"the cached QNN interposer is damaged: {problem}; rebuilding it")
+        marker.unlink(missing_ok=True)
         out_dir.mkdir(parents=True, exist_ok=True)
         tmp = out_dir / (LIB_NAME + ".tmp")
         proc = subprocess.run(interposer_command(tmp, compiler), capture_output=True, text=True)
         if proc.returncode != 0:
             raise SdkError(f"building the QNN interposer failed:\n{proc.stderr[-2000:]}")
         tmp.replace(output)
+        marker.write_text(build_record([output]))
     return output

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
+from harness.log import disk_full_tolerated
 from harness.results.failures import failure_of, run_failures
 from harness.plugin.keys import DRIVER, ISSUE, SESSION, is_hil
 from harness.plugin.known_issues import unmatched_issues
@@ -83,6 +84,27 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = HilReport(config, report_dir)
     config.stash[_STATE_KEY] = plugin
     config.pluginmanager.register(plugin, "executorch_hil_report")
+    config.pluginmanager.register(_FullDiskAtFinish(), "executorch_hil_full_disk")
+
+
+class _FullDiskAtFinish:
+    """Around every plugin's session finish (pytest-html's report.html, the JUnit XML,
+    results.json): a full disk there is one notice naming the directory, not a traceback that
+    ends the session after its verdicts were made."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session):
+        try:
+            return (yield)
+        except OSError as exc:
+            report = session.config.getoption("hil_report", None)
+            hil = session.config.stash.get(SESSION, None)
+            directory = (Path(str(exc.filename)).parent if exc.filename else
+                         Path(report) if report else
+                         hil.options.artifacts_dir if hil is not None else Path.cwd())
+            with disk_full_tolerated(directory, "the session's reports"):
+                raise
+            return None
 
 
 @pytest.fixture(autouse=True)
@@ -309,8 +331,13 @@ class HilReport:
             self._doc = doc
             path = self.directory / RESULTS_NAME
             tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
-            os.replace(tmp, path)
+            with disk_full_tolerated(self.directory, RESULTS_NAME):
+                try:
+                    tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+                except OSError:
+                    tmp.unlink(missing_ok=True)  # not a half document left behind
+                    raise
+                os.replace(tmp, path)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if hasattr(self.config, "workerinput"):

@@ -6,6 +6,7 @@ own message and log lines, and the QNN trace facts behind the verdict.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable
@@ -425,18 +426,23 @@ def assert_soak_bounded(result: ScenarioResult, rss_kb_per_cycle: float,
                         heap_bytes_per_cycle: float, warmup: int | None = None) -> SoakFit:
     """Growth per load/destroy cycle (harness.results.soak: Theil-Sen slopes over the cycles
     after `warmup`, default DEFAULT_WARMUP) within the device config's bounds, for Rss and for
-    malloc's bytes in use. The fit is kept on the result (results.json, JUnit properties)
-    whatever the verdict."""
-    from harness.results.soak import DEFAULT_WARMUP, soak_fit
+    malloc's bytes in use. Decided on each slope's 95 % interval (soak.verdict): fails only
+    when a whole interval is above its bound; a fit whose interval straddles its bound comes
+    back with verdict UNDECIDED, for the caller to run more cycles (soak.soak_schedule). The
+    fit, with its verdict, is kept on the result (results.json, JUnit properties)."""
+    from harness.results.soak import DEFAULT_WARMUP, LEAK, soak_fit, soak_verdict, verdict
 
     fitted = soak_fit(result, DEFAULT_WARMUP if warmup is None else warmup)
+    fitted = dataclasses.replace(fitted, verdict=soak_verdict(
+        fitted.rss, fitted.heap, rss_kb_per_cycle, heap_bytes_per_cycle))
+    result.soak = fitted.entry()
     over = [(what, slope, bound) for what, slope, bound in
             (("Rss", fitted.rss, rss_kb_per_cycle), ("malloc in use", fitted.heap,
                                                       heap_bytes_per_cycle))
-            if slope is not None and slope.per_cycle > bound]
+            if slope is not None and verdict(slope, bound) == LEAK]
     if over:
-        problems = [f"{what} grows {slope.describe()}, above the bound of {bound:g} "
-                    f"{slope.unit}/cycle" for what, slope, bound in over]
+        problems = [f"{what} grows {slope.describe()}, the whole interval above the bound "
+                    f"of {bound:g} {slope.unit}/cycle" for what, slope, bound in over]
         words = "; ".join(f"{what} grows {slope.per_cycle:+.1f} {slope.unit}/cycle"
                           for what, slope, _ in over)
         raise check_failed(

@@ -65,6 +65,41 @@ class Slope:
                 "last": self.last}
 
 
+LEAK, BOUNDED, UNDECIDED = "leak", "bounded", "undecided"
+SOAK_EXTENSIONS = 2
+"""How often a soak whose interval straddles its bound runs again, each time with twice the
+fitted cycles of the run before (so at most 4x the fitted cycles asked for)."""
+
+
+def verdict(slope: Slope, bound: float) -> str:
+    """A slope against its bound, decided on its 95 % interval and never on the point
+    estimate alone: LEAK only when even the interval's lower end is above the bound, BOUNDED
+    when its upper end is at or below it, UNDECIDED when it straddles the bound (a control at
+    +1045 B/cycle, 95 % +960 .. +1120, against 1024 failed or passed by the noise of the run)."""
+    if slope.low > bound:
+        return LEAK
+    if slope.high <= bound:
+        return BOUNDED
+    return UNDECIDED
+
+
+def soak_verdict(rss: Slope, heap: Slope | None, rss_bound: float, heap_bound: float) -> str:
+    """The soak's verdict over its two series: LEAK when either is decided a leak, BOUNDED
+    when every series is decided bounded, else UNDECIDED."""
+    found = [verdict(rss, rss_bound)] + ([verdict(heap, heap_bound)] if heap else [])
+    if LEAK in found:
+        return LEAK
+    return BOUNDED if all(v == BOUNDED for v in found) else UNDECIDED
+
+
+def soak_schedule(cycles: int, warmup: int, extensions: int = SOAK_EXTENSIONS) -> list[int]:
+    """The cycles of each run of one soak until it is decided: the length asked for, then the
+    same warm-up with the fitted cycles doubled, `extensions` times at most (bounded, so an
+    undecided soak ends as UNDECIDED, never runs on)."""
+    fitted = max(cycles - warmup, MIN_FITTED)
+    return [warmup + fitted * 2 ** k for k in range(extensions + 1)]
+
+
 @dataclasses.dataclass(frozen=True)
 class SoakFit:
     scenario: str
@@ -72,11 +107,15 @@ class SoakFit:
     warmup: int  # cycles left out of the fit
     rss: Slope
     heap: Slope | None  # None where the runner's C library gives no malloc reading
+    verdict: str = ""  # LEAK, BOUNDED or UNDECIDED once judged against bounds (assertions)
 
     def entry(self) -> dict[str, Any]:
         """The run's `soak` entry in results.json."""
-        return {"cycles": self.cycles, "warmup": self.warmup, "rss_kb": self.rss.entry(),
-                "malloc_in_use_bytes": self.heap.entry() if self.heap else None}
+        found = {"cycles": self.cycles, "warmup": self.warmup, "rss_kb": self.rss.entry(),
+                 "malloc_in_use_bytes": self.heap.entry() if self.heap else None}
+        if self.verdict:
+            found["verdict"] = self.verdict
+        return found
 
     def describe(self) -> str:
         heap = self.heap.describe() if self.heap else "no malloc reading"
@@ -127,3 +166,16 @@ def soak_fit(result: ScenarioResult, warmup: int = DEFAULT_WARMUP) -> SoakFit:
                     fit(heap, "B") if len(heap) == len(rss) else None)
     result.soak = found.entry()
     return found
+
+
+def undecided(fitted: SoakFit, rss_bound: float, heap_bound: float, runs: int) -> str:
+    """Why a soak has no verdict after `runs` runs of soak_schedule: every straddling slope
+    with its interval and bound (the test reports it as undecided, neither pass nor fail)."""
+    straddling = [f"{what} {slope.describe()} against {bound:g} {slope.unit}/cycle"
+                  for what, slope, bound in (("Rss", fitted.rss, rss_bound),
+                                             ("malloc in use", fitted.heap, heap_bound))
+                  if slope is not None and verdict(slope, bound) == UNDECIDED]
+    return (f"soak {fitted.scenario} undecided after {runs} runs (the last {fitted.cycles} "
+            f"cycles, {fitted.warmup} of warm-up): the 95 % interval still straddles the "
+            "bound: " + "; ".join(straddling) + ". Neither a leak nor bounded: run more "
+            "--soak-cycles, or set the bound apart from this growth")

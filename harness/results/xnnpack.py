@@ -435,9 +435,12 @@ def note_counters(counters: RuntimeCounters, version: str, artifacts: Path | Non
     """Record what the runtime publishes: in the artifacts, and once per session as a warning
     when it publishes none of the counters (not a failure: the measurement stands alone)."""
     if artifacts is not None:
-        artifacts.mkdir(parents=True, exist_ok=True)
-        (artifacts / "xnnpack_counters.json").write_text(json.dumps(
-            {"executorch": version, **counters.to_json()}, indent=1))
+        from harness.log import disk_full_tolerated
+
+        with disk_full_tolerated(artifacts, "xnnpack_counters.json"):
+            artifacts.mkdir(parents=True, exist_ok=True)
+            (artifacts / "xnnpack_counters.json").write_text(json.dumps(
+                {"executorch": version, **counters.to_json()}, indent=1))
     if counters.missing and not counters.exposed and version not in _warned:
         _warned.add(version)
         warnings.warn(RuntimeCountersUnavailable(

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0  # loading the simulator libraries on a busy machine
 REPLY_TIMEOUT_S = 30.0  # for a fork to be reported
+POOL_WAIT_S = 3600.0  # for a busy pool's server to come back (a run is bounded by its timeout)
 
 
 class ForkServerError(HarnessError):
@@ -63,13 +64,27 @@ class ForkServer:
         argv = [*(binary if isinstance(binary, tuple) else (str(binary),)), "--serve"]
         for lib in preload:
             argv += ["--preload", lib]
-        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, start_new_session=True)
+        self.what = f"the fork server {server_name(binary)}"
+        try:
+            self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._log,
+                                         start_new_session=True)
+        except OSError as exc:  # not executable, not a binary of this machine, gone
+            self._log.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise ForkServerError(f"cannot start {self.what}: {exc}") from exc
         self._buffer = b""
-        ready = self._reply(START_TIMEOUT_S)
-        if not is_ready(ready):
+        try:
+            ready = self._reply(START_TIMEOUT_S)
+        except ForkServerError as exc:  # it died before its first line (a damaged binary)
+            message = (f"{self.what} did not start: it exited ({self.exit_status()}) before "
+                       f"its first line; its log: {self.log_tail()}")
             self.close()
-            raise not_started("the native fork server", ready, self.log_tail())
+            raise ForkServerError(message) from exc
+        if not is_ready(ready):
+            tail = self.log_tail()
+            self.close()
+            raise not_started(self.what, ready, tail)
         self.threads = ready.get("threads")
         log.info("fork server %s ready (%s thread, preloaded %s)", self.proc.pid,
                  self.threads, ", ".join(preload) or "nothing")
@@ -127,11 +142,19 @@ class ForkServer:
             if not chunk:
                 if self._buffer:
                     break
-                raise ForkServerError(f"the fork server exited ({self.proc.poll()}); "
+                raise ForkServerError(f"{self.what} exited ({self.exit_status()}); "
                                       f"its log: {self.log_tail()}")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return parse_reply(line, "the fork server")
+
+    def exit_status(self) -> str:
+        """How the server's process ended ("signal 11", "exit 1"), once it did."""
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "still running"
+        return f"signal {-code}" if code < 0 else f"exit {code}"
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -190,20 +213,37 @@ class ForkServerPool:
             raise
         self._idle.put(server)
 
-    def _take(self) -> ForkServer:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            pass
-        with self._lock:
-            start = self._started < self.size
+    def _take(self, wait_s: float | None = None) -> ForkServer:
+        """An idle server, else a new one while the pool has room, else the next one given
+        back, waiting at most `wait_s` (POOL_WAIT_S). Every start that fails gives its slot
+        back, so failed starts never fill the pool (they did, and the next caller waited in
+        queue.get() for ever)."""
+        deadline = time.monotonic() + (POOL_WAIT_S if wait_s is None else wait_s)
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            with self._lock:
+                start = self._started < self.size
+                if start:
+                    self._started += 1
             if start:
-                self._started += 1
-        if not start:
-            return self._idle.get()
+                return self._start()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ForkServerError(
+                    f"no server of the pool of {server_name(self.binary)} came free within "
+                    f"{POOL_WAIT_S if wait_s is None else wait_s:g} s (all {self.size} busy)")
+            try:  # a slot given back by a failed start or a dropped server is seen within 1 s
+                return self._idle.get(timeout=min(1.0, left))
+            except queue.Empty:
+                continue
+
+    def _start(self) -> ForkServer:
         try:
             server = ForkServer(self.binary, self.preload, self.env, self.log)
-        except ForkServerError:
+        except BaseException:
             with self._lock:
                 self._started -= 1
             raise
@@ -223,6 +263,11 @@ class ForkServerPool:
             self._started = 0
         for server in servers:
             server.close()
+
+
+def server_name(binary: Path | tuple[str, ...]) -> str:
+    """The binary (or command) of a fork server, for its errors."""
+    return " ".join(binary) if isinstance(binary, tuple) else str(binary)
 
 
 def parse_reply(line: bytes, what: str) -> dict:

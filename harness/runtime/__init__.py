@@ -181,6 +181,40 @@ def from_prefix(path: Path) -> Runtime:
         f"{_INSTALL_CMAKE_DIRS[0]}/executorch-config.cmake, from `cmake --install`)")
 
 
+QNN_BACKEND_LIBRARY = "libexecutorch_backend_qnn.so"
+
+
+def start_up_problem(runtime: Runtime) -> str:
+    """What makes `runtime` (a --executorch-prefix) unusable for a session, "" when nothing:
+    its version must be known (known issues are keyed by it: with "unknown" every one was
+    dropped without a word and their tests FAILED), and an unpacked wheel built for this host
+    must hold the libraries its runners load (without libexecutorch.so every Python runner
+    failed on an ImportError; without the QNN backend every load_method failed with
+    Error::NotFound and an empty log)."""
+    if not runtime.from_prefix:
+        return ""
+    where = f"--executorch-prefix {runtime.path}"
+    if runtime.version == "unknown":
+        wanted = ("version.py (with __version__) or an executorch-*.dist-info beside it"
+                  if runtime.origin == "prefix-wheel" else
+                  "executorch-config-version.cmake (from `cmake --install`)")
+        return (f"{where}: its ExecuTorch version cannot be read (no {wanted}); the known "
+                "issues are keyed by version, so none would apply. Restore that file, or "
+                "pass a complete build")
+    if runtime.origin == "prefix-wheel" and runtime.machine in (None, host_machine()):
+        lib = Path(runtime.lib_dir or Path(runtime.path or ".") / "lib")
+        for name in ("libexecutorch.so", QNN_BACKEND_LIBRARY):
+            found = [p for p in sorted(lib.glob(name + "*")) if p.is_file()]
+            if not found:
+                return (f"{where}: {lib / name} is missing; an unpacked executorch wheel "
+                        "holds it, and the runners load it. Unpack the whole wheel")
+            with found[0].open("rb") as fh:
+                head = fh.read(4)
+            if head != b"\x7fELF":
+                return f"{where}: {found[0]} is not a shared library (empty or damaged)"
+    return ""
+
+
 def host_machine() -> str:
     import platform
 

@@ -140,6 +140,12 @@ def runtime_venv(executorch: str, qnn: str | None = None) -> RuntimeVenv:
     path = cache_root() / "runtimes" / f"{name}-{key}"
     marker = path / "harness-runtime.json"
     with file_lock(path.with_name(path.name + ".lock")):
+        wrong = venv_identity_problem(path, executorch) if marker.is_file() else ""
+        if wrong:  # its marker says done, its runtime says otherwise: made again
+            from harness.cache import rebuild_notice
+
+            rebuild_notice(f"the cached runtime venv {path} is damaged: {wrong}; rebuilding it")
+            marker.unlink()
         if marker.is_file():
             facts = json.loads(marker.read_text())
             if facts.get("isolated"):
@@ -170,6 +176,40 @@ def runtime_venv(executorch: str, qnn: str | None = None) -> RuntimeVenv:
                                       "seconds": round(seconds, 1), "problem": problem,
                                       "isolated": True}) + "\n")
         return RuntimeVenv(executorch, qnn, path, seconds, problem)
+
+
+_IDENTITY = ("import importlib.metadata as m, json, executorch as e\n"
+             "print(json.dumps({'version': m.version('executorch'), 'path': list(e.__path__)}))")
+
+
+def venv_identity_problem(venv: Path, executorch: str) -> str:
+    """"" when the venv's python imports `executorch` from the venv itself, at version
+    `executorch`; else what it found instead. Asked of the venv (its own interpreter, a
+    plain `import executorch`, which loads nothing but the package's `__init__`): a venv whose
+    site-packages/executorch was gone but whose marker stayed ran the global 1.5.1 under the
+    "executorch 1.4.1" column of `harness matrix`."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return f"{python} is missing"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "EXECUTORCH_HIL_EXECUTORCH_PREFIX")}
+    try:
+        asked = subprocess.run([str(python), "-c", _IDENTITY], capture_output=True, text=True,
+                               timeout=120, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"its python does not run ({exc})"
+    if asked.returncode != 0:
+        return f"its python cannot import executorch ({asked.stderr.strip()[-200:]})"
+    try:
+        found = json.loads(asked.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"its python answered {asked.stdout.strip()[-200:]!r}"
+    outside = [p for p in found["path"] if not Path(p).resolve().is_relative_to(venv.resolve())]
+    if outside or not found["path"]:
+        return f"its python imports executorch from {', '.join(outside) or 'nowhere'}, not the venv"
+    if found["version"] != executorch:
+        return f"its executorch is {found['version']}, not {executorch}"
+    return ""
 
 
 def _probe(venv: Path) -> str:

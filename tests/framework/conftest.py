@@ -43,6 +43,10 @@ FILE_KIND = {
     "test_soak_fit.py": "unit",
     "test_xdist_order.py": "unit",
     "test_import_graph.py": "unit",
+    "test_dependencies.py": "unit",
+    "test_fork_pool.py": "unit",  # fork servers of damaged binaries (no runtime)
+    "test_cache_repair.py": "compiler",  # gcc builds the interposer
+    "test_disk_full.py": "simulator",  # and root, to mount a small tmpfs
     "test_dsp_heap_chain.py": "simulator",  # and gcc (the DSP heap emulation library)
     "test_xnnpack_classify.py": "unit",
     "test_report_data.py": "unit",

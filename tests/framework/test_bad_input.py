@@ -87,3 +87,32 @@ def test_validate_configs_validates_the_files_it_is_given(tmp_path):
                        "--kind", code=2)
     assert_usage_error(run(["-m", "harness", "validate-configs", str(tmp_path / "no.yaml")],
                            tmp_path), "no.yaml", code=2)
+
+
+def not_files(tmp_path: Path) -> dict[str, Path]:
+    directory = tmp_path / "configs"
+    directory.mkdir()
+    fifo = tmp_path / "farm.yaml"
+    os.mkfifo(fifo)
+    return {"directory": directory, "FIFO": fifo}
+
+
+@pytest.mark.parametrize("option", ["--device-config", "--farm"])
+def test_a_config_path_that_is_not_a_regular_file_is_a_usage_error(tmp_path, option):
+    """A directory was an INTERNALERROR (IsADirectoryError); a FIFO hung the session."""
+    for kind, path in not_files(tmp_path).items():
+        proc = run(pytest_args(tmp_path, f"{option}={path}"), tmp_path, timeout=60)
+        assert_usage_error(proc, f"{path}: is a {kind}, not a YAML file")
+
+
+def test_validate_configs_refuses_a_path_that_is_not_a_file_and_exits_1_for_bad_yaml(tmp_path):
+    for kind, path in not_files(tmp_path).items():
+        for extra in ([], ["--kind", "farm"]):
+            proc = run(["-m", "harness", "validate-configs", *extra, str(path)], tmp_path,
+                       timeout=60)
+            assert_usage_error(proc, f"{path}: is a {kind}", code=2)
+    malformed = tmp_path / "broken.yaml"
+    malformed.write_text("devices: [\n")
+    for extra in ([], ["--kind", "farm"]):  # the same exit with its kind named or told
+        proc = run(["-m", "harness", "validate-configs", *extra, str(malformed)], tmp_path)
+        assert_usage_error(proc, "malformed YAML", code=1)

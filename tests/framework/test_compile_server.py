@@ -64,3 +64,28 @@ def test_a_forked_compile_gives_what_a_new_process_gives(tmp_path, monkeypatch):
         m.pop("pte_sha256")  # QNN's context binary carries a few bytes that differ per build
     assert meta[0] == meta[1]
     assert (fresh / "model.pte").stat().st_size == (forked / "model.pte").stat().st_size
+
+
+@pytest.mark.parametrize("which", ["expected", "inputs"])
+def test_a_damaged_reference_file_is_rebuilt_with_a_notice_naming_it(which, cache):
+    """A reference output (or input) zeroed at its own size: the entry is rebuilt with a notice
+    naming the file, not run (that was a runtime verdict, "mismatch ... max abs diff")."""
+    sdk, spec = discover(), get_model("linear_relu")
+    built = compile_model(spec, "SM8650", "fp16", sdk)
+    ref = getattr(built.methods["forward"], which)[0].file
+    good = ref.read_bytes()
+    ref.write_bytes(b"\0" * len(good))
+    notes: list[str] = []
+    again = compile_model(spec, "SM8650", "fp16", sdk, notice=notes.append)
+    name = str(ref.relative_to(built.pte.parent))
+    assert len(notes) == 1 and f"({name} sha256" in notes[0], notes
+    assert getattr(again.methods["forward"], which)[0].file.read_bytes() == good
+    # an entry of an older harness (no reference sha256): recorded on use, not rebuilt
+    meta_path = again.pte.parent / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    recorded = meta.pop("files_sha256")
+    assert name in recorded
+    meta_path.write_text(json.dumps(meta))
+    notes.clear()
+    compile_model(spec, "SM8650", "fp16", sdk, notice=notes.append)
+    assert not notes and json.loads(meta_path.read_text())["files_sha256"] == recorded

@@ -96,3 +96,26 @@ def test_without_an_etrecord_a_stateful_program_is_held_to_its_solo_run(pytester
     pte = _copy(exported, "xnnpack", pytester.path, record=False)
     result = run(pytester, STATEFUL, f"--pte={pte}", "-k", "not control")
     result.assert_outcomes(passed=4)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random bytes", "flipped byte"])
+def test_a_damaged_etrecord_is_one_start_up_error(pytester, exported, tmp_path, damage,
+                                                  monkeypatch):
+    """A truncated or overwritten ETRecord was 14 errors, each with the child's traceback; a
+    missing one was one start-up error already. Now both are, given or beside the program."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # this tree's harness in the session
+    pte = _copy(exported, "xnnpack", tmp_path)
+    record = pte.with_suffix(".etrecord")
+    data = record.read_bytes()
+    if damage == "truncated":
+        record.write_bytes(data[:len(data) // 2])
+    elif damage == "random bytes":
+        record.write_bytes(os.urandom(len(data)))
+    else:
+        record.write_bytes(data[:len(data) // 3] + bytes([data[len(data) // 3] ^ 0xFF]) +
+                           data[len(data) // 3 + 1:])
+    for args in ([f"--pte={pte}"], [f"--pte={pte}", f"--etrecord={record}"]):
+        result = run(pytester, STATEFUL, *args)
+        err = result.stderr.str()
+        assert result.ret == 4, result.stdout.str()[-2000:] + err
+        assert f"ETRecord {record}" in err and "Traceback" not in err, err

@@ -247,6 +247,81 @@ def other_process(phone, token: str, **kwargs) -> lease_module.DeviceLease:
                                     worker="w", token=token, **kwargs)
 
 
+def racers(phone, n: int, tag: str) -> list[lease_module.DeviceLease]:
+    run = shell_of(phone)
+    return [lease_module.DeviceLease("race", phone.serial, run, session=f"s{i}", worker="w",
+                                     token=f"{tag}-{i}") for i in range(n)]
+
+
+def race(leases: list[lease_module.DeviceLease]) -> list[str]:
+    """All of `leases` ask at the same moment; their statuses."""
+    barrier = threading.Barrier(len(leases))
+    outcomes: dict[int, str] = {}
+
+    def attempt(i: int) -> None:
+        barrier.wait()
+        outcomes[i] = leases[i]._try()[0]
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(len(leases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return sorted(outcomes.values())
+
+
+def test_a_lease_directory_without_its_heartbeat_is_being_written_not_stale(phone):
+    """A racer that arrives between another's making the lease directory and its first
+    heartbeat finds no heartbeat: that lease is a moment old and held (its age was read as the
+    device's uptime, so the racer took it over and two sessions held one device)."""
+    d = lease_dir(phone)
+    d.mkdir(parents=True)  # made, nothing written yet
+    status, holder, _ = other_process(phone, "late-racer")._try()
+    assert status == "held"
+    assert "still being written" in holder.describe()
+    assert not (d / "owner").exists()
+    # ... but one whose writer died in that moment goes stale by its directory's own age
+    old = time.time() - 200
+    os.utime(d, (old, old))
+    notes: list[str] = []
+    taker = other_process(phone, "taker", notice=notes.append)
+    taker.acquire(0)
+    assert owner(phone)["token"] == "taker" and any("took over" in n for n in notes), notes
+    taker.release()
+
+
+def test_a_heartbeat_newer_than_a_racers_uptime_reading_is_fresh(phone):
+    """Under load a racer reads the device's uptime, stalls, and then reads the winner's
+    heartbeat, written a second later: newer than the racer's reading, it was taken for a
+    heartbeat of an earlier boot (as old as the uptime) and the racer took the lease over."""
+    write_lease(phone, age_s=0, heartbeat=f"{uptime() + 2} {boot_id()}\n")
+    status, holder, _ = other_process(phone, "stalled-racer")._try()
+    assert status == "held", holder.fields
+    assert holder.age == 0 and not holder.since_boot
+
+def test_racing_for_a_lease_beside_cpu_hogs_never_gives_it_twice(phone):
+    """The race of eight sessions, many rounds, free and stale, while CPU hogs stretch every
+    window between a racer's steps: exactly one racer holds the lease after each round."""
+    hogs = [subprocess.Popen(["sh", "-c", "exec yes >/dev/null"]) for _ in range(3)]
+    try:
+        for round_ in range(40):
+            stale = bool(round_ % 2)
+            if stale:
+                write_lease(phone, age_s=150)
+            won = "tookover" if stale else "taken"
+            statuses = race(racers(phone, 8, f"r{round_}"))
+            assert statuses == sorted([won] + ["held"] * 7), (round_, statuses)
+            assert owner(phone)["token"].startswith(f"r{round_}-")
+            assert not list(lease_dir(phone).parent.glob(".executorch-hil-lease.*"))
+            assert [p.name for p in lease_dir(phone).iterdir()] in (
+                ["heartbeat", "owner"], ["owner", "heartbeat"]), list(lease_dir(phone).iterdir())
+            shutil.rmtree(lease_dir(phone))
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def test_a_forward_jump_of_the_device_clock_does_not_make_a_live_lease_stale(phone):
     """NTP or NITZ sets a phone's clock an hour ahead while a session holds it: a second
     session must still find the lease held (a wall-clock age read an hour and took it over)."""

@@ -41,3 +41,28 @@ def test_farm_events_are_logged(caplog):
     assert farm.events == ["acquired place-1 (phone R5CX)"]
     assert ("harness.devices.farm", "acquired place-1 (phone R5CX)") in [
         (r.name, r.getMessage()) for r in caplog.records]
+
+
+def test_interrupts_during_a_cleanup_are_deferred_and_a_third_abandons_it(capfd):
+    import os
+    import signal
+
+    import pytest
+
+    from harness.log import ABANDON_AFTER, interrupts_deferred
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    done = []
+    with interrupts_deferred("removing the workspace"):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        done.append("finished")
+    assert done == ["finished"]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    err = capfd.readouterr().err
+    assert err.count("interrupted during the cleanup") == 1 and "removing the workspace" in err
+    abandoned = pytest.raises(KeyboardInterrupt, match="cleanup abandoned")
+    with abandoned, interrupts_deferred("removing the workspace"):
+        for _ in range(ABANDON_AFTER):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) == before[0]

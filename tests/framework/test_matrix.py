@@ -3,8 +3,10 @@ results.json (the documents here have the fields a real run writes: docs/results
 The matrix run itself on two releases is CI's step (.ci/run)."""
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +88,42 @@ def test_a_failure_besides_the_bug_is_not_the_bug():
     assert carries(issue, {"outcome": "failed", "failure": bug}, [bug])
     assert not carries(issue, {"outcome": "failed", "failure": bug}, [bug, crash])
     assert not carries(issue, {"outcome": "passed", "failure": None}, [])
+
+
+def test_a_cached_release_venv_whose_executorch_is_gone_is_rebuilt(tmp_path, monkeypatch):
+    """`harness matrix` reused a cached venv whose site-packages/executorch was gone (its
+    marker still there): the "executorch 1.4.1" column ran the global 1.5.1. The venv's
+    identity is asked of the venv itself (its python imports executorch from the venv, at the
+    release's version) before it is reused; a wrong one is rebuilt with a notice naming it.
+    pip stands in for the registry here: it writes the release's package into the venv."""
+    from harness.cache import CacheRepairWarning
+    from harness.runtime import envs
+
+    monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path / "cache"))
+    installs: list[list[str]] = []
+
+    def pip(args, python, log):
+        installs.append(args)
+        site = next((Path(python).parent.parent / "lib").glob("python*/site-packages"))
+        (site / "executorch").mkdir()
+        (site / "executorch" / "version.py").write_text("__version__ = '1.4.1'\n")
+        info = site / "executorch-1.4.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: executorch\n"
+                                       "Version: 1.4.1\n")
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(envs, "_pip", pip)
+    monkeypatch.setattr(envs, "_probe", lambda venv: "")
+    venv = envs.runtime_venv("1.4.1")
+    assert len(installs) == 1 and envs.venv_identity_problem(venv.path, "1.4.1") == ""
+    assert envs.runtime_venv("1.4.1").seconds == 0 and len(installs) == 1  # cached, checked
+    package = next(venv.path.glob("lib/python*/site-packages/executorch"))
+    shutil.rmtree(package)
+    problem = envs.venv_identity_problem(venv.path, "1.4.1")
+    assert "not the venv" in problem, problem  # the global executorch answered
+    with pytest.warns(CacheRepairWarning, match=f"runtime venv {venv.path} is damaged"):
+        again = envs.runtime_venv("1.4.1")
+    assert len(installs) == 2 and again.seconds > 0 and package.is_dir()
+    assert envs.venv_identity_problem(again.path, "1.4.1") == ""
+    assert "is 1.4.1, not 1.4.0" in envs.venv_identity_problem(again.path, "1.4.0")

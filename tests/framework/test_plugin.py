@@ -1,6 +1,7 @@
 """The pytest plugin end to end, through pytester: options, known issues, clear errors."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -206,11 +207,17 @@ def test_misspelt_match_is_a_usage_error(pytester):
                                  "*match: Field required*", "*mach: Extra inputs are not permitted*"])
 
 
-def test_strict_known_issues_fails_on_an_entry_that_matches_nothing(pytester):
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_strict_known_issues_fails_on_an_entry_that_matches_nothing(pytester, workers,
+                                                                    monkeypatch):
+    """The same usage error under xdist, where the workers collect (a UsageError raised there
+    was an INTERNALERROR of xdist's worker_workerfinished, exit 3, "no tests ran")."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # this tree's
     pytester.makepyfile(test_x=S2_LIKE)
     stale = pytester.makefile(".yaml", stale=DELEGATE_CACHE.replace("test_s1", "test_s1_renamed"))
-    result = pytester.runpytest(f"--known-issues={stale}", "--strict-known-issues",
-                                "-p", "no:randomly")
+    result = pytester.runpytest_subprocess(f"--known-issues={stale}", "--strict-known-issues",
+                                           "-p", "no:randomly", "-n", workers)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--strict-known-issues*match no collected test*",
                                  "*delegate-cache in *stale.yaml*"])

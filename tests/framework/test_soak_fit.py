@@ -4,6 +4,7 @@ known issue matches, the reports it reaches, `load_mode` in the protocol and the
 simulator: test_load_modes.py."""
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,8 @@ from harness.results.assertions import assert_soak_bounded
 from harness.results.failures import HilFailure
 from harness.protocol.output import RunOutput
 from harness.results.run import ScenarioResult
-from harness.results.soak import fit, soak_fit
+from harness.results.soak import (BOUNDED, LEAK, UNDECIDED, Slope, fit, soak_fit, soak_schedule,
+                                   soak_verdict, undecided, verdict)
 from harness.scenario import Scenario
 from harness.scenario.library import SOAK_SHAPES, soak
 
@@ -140,3 +142,42 @@ def test_soak_cycles_below_the_fit_are_a_usage_error(tmp_path):
                          timeout=300)
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
     assert "--soak-cycles: must be at least 5 (2 warm-up cycles and 3 to fit), got 3" in run.stderr
+
+
+def noisy(slope: float, cycles: int = 18) -> list[tuple[int, int]]:
+    """Readings growing `slope` B/cycle with +-400 B of noise (the same noise every time)."""
+    r = random.Random(7)
+    return [(39000, round(4_000_000 + slope * k + r.uniform(-400, 400))) for k in range(cycles)]
+
+
+def test_a_soak_is_decided_on_its_interval_not_its_point_estimate(tmp_path):
+    """The control that failed by noise: +1045 B/cycle whose interval holds the bound of 1024
+    is neither a leak nor bounded (it failed, and would as often have passed); a leak needs the
+    interval's lower end above the bound, bounded its upper end at or below it."""
+    straddling = soaked(tmp_path, noisy(1045))
+    fitted = assert_soak_bounded(straddling, 64, 1024)  # no failure: not decided a leak
+    assert fitted.heap is not None and fitted.heap.low < 1024 < fitted.heap.per_cycle
+    assert fitted.verdict == UNDECIDED and straddling.soak["verdict"] == UNDECIDED
+    why = undecided(fitted, 64, 1024, runs=3)
+    assert "undecided after 3 runs" in why and "malloc in use +1055.7 B/cycle (95 % +1023.4" in why and "1024" in why
+    assert "Rss" not in why  # Rss is decided (flat)
+    with pytest.raises(HilFailure, match="whole interval above the bound of 1024"):
+        assert_soak_bounded(soaked(tmp_path, noisy(1300)), 64, 1024)
+    assert assert_soak_bounded(soaked(tmp_path, noisy(700)), 64, 1024).verdict == BOUNDED
+    # the rule itself, on its edges
+    at = Slope(1000, 1000, 1024, "B", 0, 0)
+    assert verdict(at, 1024) == BOUNDED and verdict(at, 1010) == UNDECIDED
+    assert verdict(at, 999) == LEAK
+    assert soak_verdict(at, at, 999, 2000) == LEAK
+    assert soak_verdict(at, None, 1024, 0) == BOUNDED
+    assert soak_verdict(at, at, 1024, 1010) == UNDECIDED
+
+
+def test_an_undecided_soak_runs_longer_a_bounded_number_of_times():
+    assert soak_schedule(16, 2) == [16, 30, 58]
+    assert soak_schedule(40, 24) == [40, 56, 88]  # the Python runner's warm-up kept
+    assert soak_schedule(16, 2, extensions=0) == [16]
+    # more cycles narrow the interval until it clears the bound
+    long_fit = fit([4_000_000 + 1045 * k + random.Random(k).uniform(-400, 400)
+                    for k in range(56)], "B")
+    assert verdict(long_fit, 1024) == LEAK

@@ -135,6 +135,41 @@ def test_a_workspace_whose_marker_is_gone_is_kept_whole(phone, tmp_path):
     shutil.rmtree(root)
 
 
+def test_a_second_ctrl_c_during_cleanup_finishes_the_cleanup(phone, tmp_path, monkeypatch,
+                                                             capfd):
+    """The second Ctrl-C of an impatient user lands in the workspace removal: the cleanup is
+    finished all the same (it left the session's run directories on the device), and the
+    signal handlers are the session's again after it."""
+    import os
+    import signal
+
+    from harness.devices.lease import LEASE_DIR
+    from harness.devices.shell_device import ShellDevice
+
+    s = session(tmp_path, phone, "/data/local/tmp/hil-interrupted")
+    device = s.device
+    root = on_phone(phone, "/data/local/tmp/hil-interrupted")
+    (root / "runs" / "run-1").mkdir(parents=True)
+    original = ShellDevice._remove_workspace
+
+    def interrupted(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, as the removal starts
+        os.kill(os.getpid(), signal.SIGTERM)  # and CI's cancel on top of it
+        original(self)
+
+    monkeypatch.setattr(ShellDevice, "_remove_workspace", interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        s.close()
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt stopped the cleanup half way")
+    assert not root.exists(), list(root.rglob("*"))
+    assert not on_phone(phone, LEASE_DIR).exists()
+    assert signal.getsignal(signal.SIGINT) is before
+    assert "interrupted during the cleanup: finishing it first" in capfd.readouterr().err
+    assert not device.lost
+
+
 SIGTERM_PLUGIN = '''
 import os, pathlib, time
 import pytest

@@ -15,7 +15,7 @@ import platform as _platform
 import shutil
 from pathlib import Path
 
-from harness.cache import file_lock
+from harness.cache import build_record, file_lock, rebuild_notice, verify_build
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.cmake import (
     INTERPOSER_NAME,
@@ -158,10 +158,17 @@ def android_prefix_build(prefix: Path, lib_dir: Path, ndk: Path, platform: int =
              f"{platform}".encode())
     entry = default_cache_root() / ANDROID_CACHE_DIR / h.hexdigest()[:16]
     build_dir, marker = entry / "build", entry / "build.ok"
-    if marker.is_file() and (build_dir / RUNNER_NAME).is_file():
+    runner = build_dir / RUNNER_NAME
+    if marker.is_file() and not verify_build(marker, [runner]):
         return build_dir
     with file_lock(entry.parent / f"{entry.name}.lock"):
-        if not (marker.is_file() and (build_dir / RUNNER_NAME).is_file()):
+        problem = verify_build(marker, [runner]) if marker.is_file() else "absent"
+        if problem:
+            if problem != "absent":
+                rebuild_notice(f"the cached Android runner build is damaged: {problem}; "
+                               "rebuilding it")
+            marker.unlink(missing_ok=True)
+            runner.unlink(missing_ok=True)
             build_android_runner(build_dir, ndk, prefix, platform)
-            marker.write_text(f"prefix={prefix}\n")
+            marker.write_text(f"prefix={prefix}\n" + build_record([runner]))
     return build_dir

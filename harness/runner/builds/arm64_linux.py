@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.cache import file_lock
+from harness.cache import build_record, file_lock, rebuild_notice, verify_build
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.aarch64_wheel import (
     AARCH64_WHEEL_PLATFORM,
@@ -172,7 +172,8 @@ def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Pat
     binary, interposer = build_dir / RUNNER_NAME, build_dir / INTERPOSER_NAME
 
     def cached() -> bool:
-        return not force and marker.is_file() and binary.is_file() and interposer.is_file()
+        return (not force and marker.is_file()
+                and not verify_build(marker, [binary, interposer]))
 
     if cached():
         return build_dir
@@ -182,7 +183,12 @@ def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Pat
     with file_lock(entry.parent / f"{entry.name}.lock"):
         if cached():
             return build_dir
+        problem = verify_build(marker, [binary, interposer]) if marker.is_file() else ""
+        if problem and not force:
+            rebuild_notice(f"the cached arm64-linux build is damaged: {problem}; rebuilding it")
         marker.unlink(missing_ok=True)
+        binary.unlink(missing_ok=True)  # a damaged one is newer than its inputs: ninja keeps it
+        interposer.unlink(missing_ok=True)
         if force and build_dir.exists():
             shutil.rmtree(build_dir)
         started = time.monotonic()
@@ -203,7 +209,7 @@ def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Pat
                 raise missing_output_error("arm64-linux build", out, log)
         marker.write_text(
             f"executorch={executorch_version()}\nwheel={prefix}\n"
-            f"seconds={time.monotonic() - started:.1f}\n"
+            f"seconds={time.monotonic() - started:.1f}\n" + build_record([binary, interposer])
         )
     return build_dir
 

@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from harness.cache import file_lock
+from harness.cache import build_record, file_lock, rebuild_notice, verify_build
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.cmake import (
     RUNNER_NAME,
@@ -118,7 +118,7 @@ def build_host_runner(cache_dir: Path | None = None, force: bool = False) -> Pat
     entry = root / key
     binary = entry / "build" / RUNNER_NAME
     marker = entry / "build.ok"
-    if not force and marker.is_file() and binary.is_file():
+    if not force and marker.is_file() and not verify_build(marker, [binary]):
         return binary
 
     ok, why = host_runner_available()
@@ -126,11 +126,16 @@ def build_host_runner(cache_dir: Path | None = None, force: bool = False) -> Pat
         raise RunnerBuildError(f"cannot build the native runner: {why}")
 
     with file_lock(root / f"{key}.lock"):
-        # Another process may have finished the build while we waited.
-        if not force and marker.is_file() and binary.is_file():
+        # Another process may have finished (or repaired) the build while we waited.
+        problem = verify_build(marker, [binary]) if marker.is_file() else ""
+        if not force and marker.is_file() and not problem:
             return binary
+        if problem and not force:
+            rebuild_notice(f"the cached native runner build is damaged: {problem}; "
+                           "rebuilding it")
         marker.unlink(missing_ok=True)
         build_dir = entry / "build"
+        binary.unlink(missing_ok=True)  # a damaged one is newer than its inputs: ninja keeps it
         if force and build_dir.exists():
             shutil.rmtree(build_dir)
         log = entry / "build.log"
@@ -140,6 +145,6 @@ def build_host_runner(cache_dir: Path | None = None, force: bool = False) -> Pat
             raise missing_output_error("native runner host build", binary, log)
         marker.write_text(
             f"executorch={executorch_version()}\n"
-            f"seconds={time.monotonic() - started:.1f}\n"
+            f"seconds={time.monotonic() - started:.1f}\n" + build_record([binary])
         )
     return binary
