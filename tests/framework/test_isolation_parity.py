@@ -25,7 +25,10 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# A race inside one QNN call (the first-context create), forced into overlap or not, and the
+# concurrent executes: their number of launches and endings vary by run.
 RACY = ("tests/hil/test_concurrency.py::test_s5_parallel_cold_load",
+        "tests/hil/test_concurrency.py::test_s5_cold_concurrent_first_context_create",
         "tests/hil/test_concurrent_execute.py::")
 
 

@@ -60,7 +60,7 @@ def test_known_issue_with_a_different_failure_is_not_hidden(pytester, hil_sessio
                                 "-k", "other_failure")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*known issue pretend-bug (error/check matching 'DelegateHandle has been deleted') does "
+        "*known issue pretend-bug [[]design[]] (error/check matching 'DelegateHandle has been deleted') does "
         "not cover every failure of this run*",
         "*not covered check in test: some unrelated failure*"])
 
@@ -82,7 +82,7 @@ def test_an_intermittent_known_issue_covers_only_its_own_failure(pytester, hil_s
     issues = known_issues(pytester, intermittent=True)
     result = pytester.runpytest(f"--known-issues={issues}", f"--runner={hil_session.options.runner}")
     result.assert_outcomes(xpassed=1, failed=1)
-    result.stdout.fnmatch_lines(["*known issue pretend-bug (error/check matching 'DelegateHandle "
+    result.stdout.fnmatch_lines(["*known issue pretend-bug [[]design[]] (error/check matching 'DelegateHandle "
                                  "has been deleted') does not cover every failure of this run*"])
 
 
@@ -184,7 +184,7 @@ def test_a_wrong_output_before_the_known_error_fails_the_test(pytester, hil_sess
                                            f"--runner={hil_session.options.runner}", "--wrong-output")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*known issue delegate-cache (error matching 'DelegateHandle has been deleted') does not "
+        "*known issue delegate-cache [[]design[]] (error matching 'DelegateHandle has been deleted') does not "
         "cover every failure of this run:",
         "*not covered mismatch in scenario s1 step 2 execute(A.forward): outputs differ*",
         "*covered     error in scenario s1 step 5 execute(B.forward)*"])
