@@ -123,6 +123,8 @@ def injected(scenario: Scenario, site: CallSite, base_steps: int) -> Scenario:
     sc = copy.deepcopy(scenario)
     sc.name = f"{scenario.name}_{site.api.lower()}_{site.n}"
     sc.nemesis(fail_at(site.api, site.n, ERRORS.get(site.api, DEFAULT_ERROR)))
+    if sc.steps[site.step].op == "execute":
+        sc.failed_executes.add(site.step)  # a failed execute must leave the state as it was
     failing = set(sc.steps[site.step].modules)
     sc.allowed_errors |= {i for i in range(site.step, base_steps)
                           if failing & set(sc.steps[i].modules)}

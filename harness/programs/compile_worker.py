@@ -112,10 +112,14 @@ def lower_qnn(methods: dict, soc: str, precision: str, options: dict | None = No
     )
     modules = {name: (_quantize(m, x) if precision == "int8" else m) for name, (m, x) in methods.items()}
     inputs = {name: x for name, (_, x) in methods.items()}
+    # A model may keep its mutable buffers out of the QNN delegate (the runtime holds them and
+    # the delegate computes): upstream's skip_mutable_buffer=True.
+    skip = {"skip_mutable_buffer": True} if options.get("runtime_held_buffers") else {}
     if list(methods) == ["forward"]:
-        edge = to_edge_transform_and_lower_to_qnn(modules["forward"], inputs["forward"], specs)
+        edge = to_edge_transform_and_lower_to_qnn(modules["forward"], inputs["forward"], specs,
+                                                  **skip)
     else:
-        edge = to_edge_transform_and_lower_to_qnn(modules, inputs, specs)
+        edge = to_edge_transform_and_lower_to_qnn(modules, inputs, specs, **skip)
     if options.get("spill_fill"):
         # One call over all methods, as the API intends: it computes the largest spill-fill
         # buffer any delegate's context needs and should write it into every delegate's compile
@@ -281,6 +285,8 @@ def main(argv: list[str]) -> int:
     eager = {name: (copy.deepcopy(m), x) for name, (m, x) in methods.items()}
     mutated = {name: mutable_buffers(m, x) for name, (m, x) in eager.items()}
     buffers = tuple(b for names in mutated.values() for b in names)
+    if getattr(model, "QNN_RUNTIME_HELD_BUFFERS", False):
+        options = {**options, "runtime_held_buffers": True}
     if model.BACKEND == "qnn":
         buffer = lower_qnn(methods, soc, precision, options, facts, buffers)
         facts["qnn_delegates"] = qnn_delegate_specs(buffer)

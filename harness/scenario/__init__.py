@@ -75,6 +75,10 @@ class Scenario:
     # Indices of steps whose error is not a failure of the run: a step that must fail (loading
     # a damaged program; the test asserts that it did) or a probe a runtime may reject.
     allowed_errors: set[int] = dataclasses.field(default_factory=set)
+    # Indices of execute steps the scenario makes fail (an injected QNN failure): a failed
+    # execute must leave its method's state as it was, so it does not advance a stateful
+    # method's count of executes (`ordinals`).
+    failed_executes: set[int] = dataclasses.field(default_factory=set)
     # Names of steps a test reads back (`ScenarioResult.step("both_loaded")`), so a test says
     # which step it means instead of counting: label -> step index. Host-side only: runners
     # never see labels.
@@ -266,7 +270,7 @@ class Scenario:
         """Per step, per flat sub-step, which execute of its method since the module loaded
         it (1-based) an execute is; None for any other op. A stateful method's reference
         depends on it (`MethodReference.expected_at`)."""
-        return execute_ordinals(self.steps)
+        return execute_ordinals(self.steps, self.failed_executes)
 
     def expected_for(self, step: Step, ordinal: int | None) -> tuple[TensorFile, ...]:
         """What the runner compares `step` (an execute) with: the method's reference for its
@@ -324,14 +328,19 @@ class Scenario:
         return path
 
 
-def execute_ordinals(steps: list[Step]) -> list[tuple[int | None, ...]]:
+def execute_ordinals(steps: list[Step],
+                     failed: set[int] | frozenset[int] = frozenset()) -> list[tuple[int | None, ...]]:
     """Per step, per flat sub-step: the ordinal of an execute among its method's executes
     since the module loaded it, else None. A Module's method state starts at its load: a new
     `load_module`, a `destroy_module` or an `unload_method` starts the count again (each
-    ExecuTorch Method holds its own mutable buffers, initialised when it is loaded)."""
+    ExecuTorch Method holds its own mutable buffers, initialised when it is loaded). An execute
+    at a step of `failed` (made to fail) does not count: it must not change the state."""
     counts: dict[tuple[str, str], int] = {}
     out: list[tuple[int | None, ...]] = []
-    for step in steps:
+    for index, step in enumerate(steps):
+        if index in failed and step.op == "execute":
+            out.append((None,))
+            continue
         row: list[int | None] = []
         for sub in step.flat:
             module, method = sub.module or "", sub.method or ""

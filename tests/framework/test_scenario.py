@@ -297,3 +297,13 @@ def test_a_decode_loop_feeds_each_step_and_is_judged_by_its_own_step(tmp_path):
         decode_loop(Scenario("x").load_module("A", model), "A", model, steps=3)
     with pytest.raises(ScenarioError, match="no decode loop"):
         decode_loop(Scenario("y").load_module("A", fake_model(tmp_path)), "A", fake_model(tmp_path))
+
+
+def test_an_execute_made_to_fail_does_not_advance_a_stateful_methods_count(tmp_path):
+    # A failed execute must leave the method's state as it was: the next execute is judged as
+    # the n-th that succeeded (the fault sweep makes executes fail on purpose).
+    sc = Scenario("s").load_module("A", fake_model(tmp_path)).execute("A", "forward")
+    sc.execute("A", "forward").execute("A", "forward")
+    assert [o for (o,) in sc.ordinals()] == [None, 1, 2, 3]
+    sc.failed_executes.add(2)
+    assert [o for (o,) in sc.ordinals()] == [None, 1, None, 2]

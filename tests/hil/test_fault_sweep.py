@@ -10,6 +10,9 @@ function's first call (sampled), with `--fault-sweep` every call.
 Memory: the same load/destroy cycle repeated with every call of a function failing must not
 grow the heap faster than the same cycles with nothing injected, nor leave handles.
 
+The scenarios: S4's shape (lifecycle), S2's (two methods of one context), one beside a live
+module of another program, and S4's shape on a stateful program.
+
 Controls: the scenarios with nothing injected pass, and an XNNPACK program makes no QNN call
 (nothing to inject, and its run passes).
 """
@@ -66,6 +69,9 @@ SCENARIOS = {
     "lifecycle": (("linear_relu",), lifecycle),
     "two_methods": (("prefill_decode",), two_methods),
     "beside_live_module": (("linear_relu", "mlp_tanh"), beside_live_module),
+    # a stateful program (its buffer held by the runtime, correct on 1.5.1): every execute is
+    # judged against eager PyTorch carrying the state, before and after the injected failure
+    "stateful": (("stateful_accumulator_rt",), lifecycle),
 }
 APIS = ("QnnInterface_getProviders", "QnnLog_create", "QnnBackend_create", "QnnDevice_create",
         "QnnContext_createFromBinary", "QnnGraph_retrieve", "QnnGraph_execute",
