@@ -297,3 +297,36 @@ def test_a_decode_loop_feeds_each_step_and_is_judged_by_its_own_step(tmp_path):
         decode_loop(Scenario("x").load_module("A", model), "A", model, steps=3)
     with pytest.raises(ScenarioError, match="no decode loop"):
         decode_loop(Scenario("y").load_module("A", fake_model(tmp_path)), "A", fake_model(tmp_path))
+
+
+@pytest.mark.unit
+def test_a_replayed_execute_keeps_its_own_inputs(tmp_path):
+    """Executes of one method on other inputs (a decode loop's steps, each its own mask and
+    position) replay each on its own files, with its own expected outputs and its `decode`."""
+    import json
+
+    from harness.replay import load_run
+
+    (tmp_path / "p.pte").write_bytes(b"x")
+    for name in ("a", "b", "ea", "eb"):
+        (tmp_path / f"{name}.bin").write_bytes(bytes(4))
+
+    def execute(inp: str, exp: str, **extra) -> dict:
+        return {"op": "execute", "module": "A", "method": "kv_forward",
+                "inputs": [{"dtype": "int32", "shape": [1, 1], "file": f"{inp}.bin"}],
+                "expected": [{"dtype": "int32", "shape": [1], "file": f"{exp}.bin"}], **extra}
+
+    decode = {"token": [0, 0, 0, 1], "past": 0, "new": 1, "caches": []}
+    doc = {"version": 1, "name": "loop", "steps": [
+        {"op": "load_module", "module": "A", "pte": "p.pte"}, execute("a", "ea"),
+        execute("b", "eb", decode=decode), execute("b", "eb", decode=decode),
+        {"op": "destroy_module", "module": "A"}]}
+    (tmp_path / "scenario.json").write_text(json.dumps(doc))
+    (tmp_path / "replay.json").write_text(json.dumps({"models": {"A": {"backend": "qnn"}}}))
+    sc = load_run(tmp_path).scenario
+    assert [s.variant for s in sc.steps] == [0, 0, 1, 1, 0]
+    steps = sc.to_json()["steps"]
+    assert [Path(s["inputs"][0]["file"]).name for s in steps[1:4]] == ["a.bin", "b.bin", "b.bin"]
+    assert [Path(s["expected"][0]["file"]).name for s in steps[1:4]] == ["ea.bin", "eb.bin",
+                                                                          "eb.bin"]
+    assert steps[2]["decode"] == decode
