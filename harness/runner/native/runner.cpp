@@ -203,7 +203,8 @@ bool element_value(const std::vector<uint8_t>& data, executorch::aten::ScalarTyp
 }  // namespace
 
 bool Runner::decode_inputs(const Step& step, const LiveModule& m,
-                           std::vector<std::vector<uint8_t>>& buffers, StepResult& r) {
+                           std::vector<std::vector<uint8_t>>& buffers, StepResult& r,
+                           int64_t& token) {
   const DecodeSpec& d = step.decode;
   auto fail = [&](const std::string& what) {
     r.status = "error";
@@ -249,7 +250,7 @@ bool Runner::decode_inputs(const Step& step, const LiveModule& m,
     int32_t v = static_cast<int32_t>(best);
     std::memcpy(tok.data(), &v, sizeof(v));
   }
-  r.token = static_cast<int64_t>(best);
+  token = static_cast<int64_t>(best);
   for (const auto& c : d.caches) {
     const TensorSpec& spec = step.inputs[c.input];
     size_t outer = 1, inner = executorch::runtime::elementSize(spec.dtype);
@@ -467,7 +468,8 @@ Runner::StepResult Runner::execute(const Step& step) {
     }
     buffers[in] = m->last_outputs[from];
   }
-  if (step.decode.given && !decode_inputs(step, *m, buffers, r)) {
+  int64_t token = 0;
+  if (step.decode.given && !decode_inputs(step, *m, buffers, r, token)) {
     return r;
   }
   // Freed when the step ends, after the execute and the comparison.
@@ -508,6 +510,9 @@ Runner::StepResult Runner::execute(const Step& step) {
     r.message =
         runtime_error_message("execute(" + step.method + ")", r.error_code);
     return r;
+  }
+  if (step.decode.given) {
+    r.token = token;  // reported once the execute ran on it, as the Python runner does
   }
   const std::vector<EValue>& outputs = *result;
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -72,9 +72,10 @@ class Runner {
 
   // Builds a decode step's token and cache inputs in `buffers` from the
   // module's previous execute (Step::decode); false with `r` set when they
-  // cannot be built.
+  // cannot be built; `token` the token it wrote.
   static bool decode_inputs(const Step& step, const LiveModule& m,
-                            std::vector<std::vector<uint8_t>>& buffers, StepResult& r);
+                            std::vector<std::vector<uint8_t>>& buffers, StepResult& r,
+                            int64_t& token);
 
   // Binds the method's unplanned outputs (allocated at the first execute
   // after each load of the method) with Module::set_output before an execute;
