@@ -330,3 +330,33 @@ def test_a_replayed_execute_keeps_its_own_inputs(tmp_path):
     assert [Path(s["expected"][0]["file"]).name for s in steps[1:4]] == ["ea.bin", "eb.bin",
                                                                           "eb.bin"]
     assert steps[2]["decode"] == decode
+
+
+@pytest.mark.unit
+def test_an_llm_exports_loop_steps_carry_decode_and_its_error_is_the_tests_error(tmp_path):
+    """An LLM export's loop (harness.drive.llm_loop): the prompt's variant first, then each
+    step's `decode` in the JSON; an export the loop cannot drive says why when a test builds
+    its loop, and unmet_needs says a program without one lacks it."""
+    import dataclasses
+
+    from harness.programs.params import unmet_needs
+    from harness.protocol.scenario_file import DecodeSpec
+    from harness.scenario.library import decode_loop
+
+    tok = TensorFile("int32", (1, 1), tmp_path / "tok.bin")
+    ref = MethodReference((tok,), (), variants=(((tok,), ()), ((tok,), ())))
+    spec = DecodeSpec(0, 0, 3, 64, 0, 4)
+    model = dataclasses.replace(fake_model(tmp_path, ("prefill_forward", "kv_forward")),
+                                methods={"prefill_forward": ref, "kv_forward": ref},
+                                decode_loop={"after": "prefill_forward", "after_variant": 1,
+                                             "method": "kv_forward", "first_variant": 2,
+                                             "steps": 1, "decode": [spec]})
+    steps = decode_loop(Scenario("l").load_module("A", model), "A", model).to_json()["steps"]
+    assert [(s["method"], s.get("decode")) for s in steps[1:]] == [
+        ("prefill_forward", None), ("kv_forward", spec.to_json())]
+    broken = dataclasses.replace(model, decode_loop={"error": "its kv_forward takes 2 tokens"})
+    with pytest.raises(ScenarioError, match="program m: its kv_forward takes 2 tokens"):
+        decode_loop(Scenario("b").load_module("A", broken), "A", broken)
+    assert unmet_needs(broken, ("decode_loop",)) == ""  # an error to report, not a skip
+    none = dataclasses.replace(model, decode_loop={})
+    assert "lacks a decode loop" in unmet_needs(none, ("decode_loop",))
