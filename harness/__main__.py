@@ -87,7 +87,9 @@ def inspect(args: list[str]) -> int:
     from pathlib import Path
 
     from harness.errors import ModelError
-    from harness.programs.llm import is_llm_export, llm_layout
+    import tempfile
+
+    from harness.programs.llm import decode_loop_plan, is_llm_export, llm_layout
     from harness.programs.pte import ProgramInfo, read_program
     from harness.programs.user import describe_inputs
 
@@ -114,9 +116,13 @@ def inspect(args: list[str]) -> int:
                             [f"    {line}" for line in describe_inputs(info)]), flush=True)
             if is_llm_export(info):  # what a decode loop would read from it, or what is missing
                 try:
-                    print(f"  {llm_layout(info).describe()}", flush=True)
+                    layout = llm_layout(info)
+                    print(f"  {layout.describe()}", flush=True)
+                    with tempfile.TemporaryDirectory() as scratch:  # the plan writes its inputs
+                        loop = decode_loop_plan(info, layout, Path(scratch))
+                    print(f"  decode loop: {loop.describe()}", flush=True)
                 except ModelError as exc:
-                    print(f"  LLM export, no decode-loop layout: {exc}", flush=True)
+                    print(f"  LLM export, no decode loop: {exc}", flush=True)
         infos.append(info)
     if as_json:
         print(json.dumps([info.to_json() for info in infos], indent=1))

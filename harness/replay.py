@@ -100,8 +100,9 @@ def load_run(target: Path | str) -> RunRecord:
             doc = json.loads(path.read_text())
     except (HarnessError, ValueError, OSError) as exc:
         raise ReplayError(f"{path}: not a scenario file the runners accept: {exc}") from None
-    steps = parse_scenario(doc)
-    models = _models(doc, parsed, record.get("models", {}))
+    variants: dict[int, int] = {}
+    models = _models(doc, parsed, record.get("models", {}), variants)
+    steps = _with_variants(doc["steps"], parse_scenario(doc), variants)
     scenario = Scenario(doc.get("name") or path.parent.name)
     scenario.steps = steps
     scenario.models = models
@@ -120,10 +121,29 @@ def _read_json(path: Path) -> dict:
         raise ReplayError(f"{path}: unreadable ({exc})") from None
 
 
-def _models(doc: dict, parsed, recorded: dict) -> dict[str, CompiledModel]:
+def _with_variants(raws: list, steps: list, variants: dict[int, int]) -> list:
+    """The steps with each execute's input set (`variants`, keyed by the raw step's id) as
+    `_models` found it."""
+    out = []
+    for raw, step in zip(raws, steps):
+        if step.op == "parallel":
+            subs = tuple(dataclasses.replace(sub, variant=variants.get(id(r), 0))
+                         for r, sub in zip(raw["steps"], step.substeps))
+            step = dataclasses.replace(step, args={**step.args, "steps": subs})
+        else:
+            step = dataclasses.replace(step, variant=variants.get(id(raw), 0))
+        out.append(step)
+    return out
+
+
+def _models(doc: dict, parsed, recorded: dict,
+            variants: dict[int, int] | None = None) -> dict[str, CompiledModel]:
     """Each module's model, from the steps (program, inputs, expected outputs, tolerances)
     and the run record (name, backend, SoC, precision); without a record the backend is read
-    from the program itself."""
+    from the program itself. An execute on other inputs than its method's first (a decode
+    loop's steps, each with its own mask and position) gets them as a variant of the method,
+    recorded in `variants` by the raw step's id, so it replays on its own inputs."""
+    variants = {} if variants is None else variants
     pte: dict[str, Path] = {}
     methods: dict[str, dict[str, MethodReference]] = {}
     tolerance: dict[str, tuple[float, float]] = {}
@@ -144,14 +164,24 @@ def _models(doc: dict, parsed, recorded: dict) -> dict[str, CompiledModel]:
             refs = methods.setdefault(step.module, {})
             expected = tuple(TensorFile(t.dtype, tuple(t.shape), parsed.path(t.file))
                              for t in step.expected)
-            if step.op == "execute" or step.method not in refs:
-                refs[step.method] = MethodReference(
-                    tuple(TensorFile(t.dtype, tuple(t.shape), parsed.path(t.file))
-                          for t in step.inputs), expected)
+            inputs = tuple(TensorFile(t.dtype, tuple(t.shape), parsed.path(t.file))
+                           for t in step.inputs)
+            ref = refs.get(step.method)
             if step.op == "execute":
                 tolerance[step.module] = (raw.get("atol", 0.0), raw.get("rtol", 0.0))
                 key = (step.module, step.method)
                 counts[key] = counts.get(key, 0) + 1
+            if ref is not None and step.op == "execute" and ref.inputs and inputs != ref.inputs:
+                pair = (inputs, expected)
+                if pair not in ref.variants:
+                    ref = refs[step.method] = dataclasses.replace(
+                        ref, variants=(*ref.variants, pair))
+                variants[id(raw)] = ref.variants.index(pair) + 1
+                continue
+            if step.op == "execute" or ref is None:
+                refs[step.method] = (MethodReference(inputs, expected) if ref is None else
+                                     dataclasses.replace(ref, inputs=inputs, expected=expected))
+            if step.op == "execute":
                 sequences.setdefault(key, {}).setdefault(counts[key], expected)
     for (module, method), by_number in sequences.items():
         if len({by_number[n] for n in by_number}) > 1 and sorted(by_number) == list(

@@ -257,6 +257,7 @@ class HilSession:
         from harness.programs.etrecord import describe as etrecord_describe
         from harness.programs.etrecord import etrecord_for, etrecord_references
         from harness.programs.pte import read_program
+        from harness.drive.llm_loop import with_decode_loop
         from harness.drive.solo import solo_failure_text, solo_scenario, with_reference
         from harness.programs.user import constant_references, program_model
 
@@ -293,7 +294,10 @@ class HilSession:
                     words += (f"; the program serializes no initial value for "
                               f"{', '.join(undefined)}, which ExecuTorch then leaves "
                               "undefined (export with InitializedMutableBufferPass)")
-                self._programs[path] = dataclasses.replace(model, methods=refs, reference=words)
+                model = dataclasses.replace(model, methods=refs, reference=words)
+                self._programs[path] = with_decode_loop(
+                    model, info, ScenarioDriver(device, work / "loop", self.timeout),
+                    work / "decode_loop")
                 return self._programs[path]
             driver = ScenarioDriver(device, work / "solo", self.timeout)
             result = driver.run(solo_scenario(model), allow_crash=True)
@@ -302,7 +306,11 @@ class HilSession:
                 error = ModelError(solo_failure_text(info, failures[0], work / "solo"))
                 self._program_errors[path] = error
                 raise error
-            self._programs[path] = with_reference(model, result, work / "reference")
+            model = with_reference(model, result, work / "reference")
+            # An LLM export's decode loop, its reference from its own solo run.
+            self._programs[path] = with_decode_loop(
+                model, info, ScenarioDriver(device, work / "loop", self.timeout),
+                work / "decode_loop")
         return self._programs[path]
 
     def runtime_line(self) -> str:

@@ -122,9 +122,12 @@ def build_plan(run: RunRecord) -> Plan:
 
     def plan_step(i: int, step, contexts: int, allowed: bool) -> PlanStep:
         if (step.op not in EXPORTED_OPS or step.args.get("backend_options") or
-                step.args.get("feed") or step.args.get("shared_inputs")):
+                step.args.get("feed") or step.args.get("shared_inputs") or
+                step.args.get("decode")):
             what = ("backend options" if step.args.get("backend_options") else
                     "a feed (outputs passed back as inputs)" if step.args.get("feed") else
+                    "a decode step (inputs built from the last execute)"
+                    if step.args.get("decode") else
                     "inputs in QNN shared memory" if step.args.get("shared_inputs") else
                     f"a {step.op} step")
             raise ExportError(

@@ -16,9 +16,13 @@ in the same order. `llm_layout` gives them by index, or one ModelError saying wh
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import Any
 
 from harness.errors import ModelError
 from harness.programs.pte import ProgramInfo, TensorSpec
+from harness.protocol.scenario_file import DecodeSpec
+from harness.protocol.tensors import TensorFile, numpy_dtype, write_array
 
 DECODE_METHOD = "kv_forward"
 PREFILL_METHOD = "prefill_forward"
@@ -150,3 +154,101 @@ def _method(info: ProgramInfo, name: str, meta: dict[str, int]) -> MethodLayout:
         check(outputs[v_out], (1, heads, ar, dim), f"output {v_out} (layer {layer}'s new values)")
         caches += [CacheIO("k", layer, k_in, k_out), CacheIO("v", layer, v_in, v_out)]
     return MethodLayout(name, ar, length, 0, 1, 2, 0, tuple(caches))
+
+
+PROMPT_LEN = 4
+"""Tokens of the loop's fixed prompt (fewer when the prompt's method takes fewer per execute)."""
+DEFAULT_DECODE_STEPS = 8
+"""Decode steps after the prompt (fewer when the context holds fewer)."""
+MASK_VALUES: dict[str, tuple[float, float]] = {"uint16": (65535, 0), "uint8": (255, 0),
+                                               "float32": (0.0, -65535.0)}
+"""The attention mask's (attended, masked) values per dtype, as upstream's KV manager writes
+them (a quantized mask's maximum and 0; a float mask's additive 0 and -65535)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopStep:
+    """One execute of the loop: its method, its inputs as files, and (a decode step) how the
+    runner builds its token and caches from the execute before it (the protocol's `decode`)."""
+
+    method: str
+    inputs: tuple[TensorFile, ...]
+    decode: DecodeSpec | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeLoop:
+    """A decode loop as upstream's QNN llama runner drives the layout: the prompt `prompt`
+    through the prefill method (or, decode-only, its first token through the decode method),
+    then one token per step through the decode method, each the argmax of the execute before,
+    with the new KV entries written after the cached ones (its SMART_MASK mode: the caches
+    keep their place, the mask says which entries count) and the mask and position moved on."""
+
+    prompt: tuple[int, ...]
+    steps: tuple[LoopStep, ...]  # the prompt's execute first
+
+    def describe(self) -> str:
+        return (f"a prompt of {len(self.prompt)} tokens through {self.steps[0].method}, then "
+                f"{len(self.steps) - 1} decode steps through {self.steps[-1].method}")
+
+
+def decode_loop_plan(info: ProgramInfo, layout: LlmLayout, out_dir: Path,
+                     steps: int = DEFAULT_DECODE_STEPS) -> DecodeLoop:
+    """The loop's executes with their input files in `out_dir`, or one ModelError saying what
+    in the layout the loop cannot drive."""
+    import numpy as np
+
+    decode = layout.decode
+    specs = info.methods[decode.method].inputs
+    if decode.ar_len != 1:
+        raise ModelError(f"{info.path}: a decode loop feeds {decode.method} one token per "
+                         f"execute (ar_len 1), as upstream's runner decodes without lookahead; "
+                         f"its tokens input takes {decode.ar_len}")
+    mask_dtype = specs[decode.mask].dtype
+    if mask_dtype not in MASK_VALUES:
+        raise ModelError(f"{info.path}: {decode.method}'s attention mask is {mask_dtype}; "
+                         f"upstream's runner writes a mask of {', '.join(MASK_VALUES)} only, "
+                         "and nothing says the values of another")
+    first = layout.prefill or decode
+    count = min(PROMPT_LEN, first.ar_len)
+    steps = min(steps, layout.context - count)
+    if steps < 1:
+        raise ModelError(f"{info.path}: context {layout.context} holds no decode step after a "
+                         f"prompt of {count} tokens")
+    prompt = tuple((1 + 7 * i) % layout.vocab for i in range(count))
+    on, off = MASK_VALUES[mask_dtype]
+
+    def write(method: str, k: int, arrays: dict[int, Any]) -> tuple[TensorFile, ...]:
+        files = []
+        for i, spec in enumerate(info.methods[method].inputs):
+            array = arrays.get(i)
+            if array is None:  # an empty cache, or one the runner fills from the last execute
+                array = np.zeros(tuple(spec.shape), dtype=numpy_dtype(spec.dtype))
+            files.append(write_array(np.asarray(array, dtype=numpy_dtype(spec.dtype))
+                                     .reshape(tuple(spec.shape)), out_dir / f"step{k}" / f"in{i}.bin"))
+        return tuple(files)
+
+    ar, ctx = first.ar_len, layout.context
+    fspecs = info.methods[first.method].inputs
+    tokens = np.zeros(ar, dtype=np.int64)
+    tokens[:count] = prompt
+    if fspecs[first.mask].dtype != mask_dtype:
+        raise ModelError(f"{info.path}: {first.method}'s attention mask is "
+                         f"{fspecs[first.mask].dtype}, {decode.method}'s {mask_dtype}")
+    mask = np.full((ar, ctx), off, dtype=numpy_dtype(mask_dtype))
+    for i in range(ar):  # row i attends the new slots up to its own: causal, from empty caches
+        mask[i, ctx - ar:ctx - ar + i + 1] = on
+    loop = [LoopStep(first.method, write(first.method, 0, {
+        first.tokens: tokens, first.mask: mask, first.positions: np.arange(ar)}))]
+    caches = tuple((c.input, c.output, 3 if c.kind == "k" else 2) for c in decode.caches)
+    for k in range(steps):
+        past = count + k  # entries cached before this step's token
+        mask = np.full(ctx, off, dtype=numpy_dtype(mask_dtype))
+        mask[:past] = on
+        mask[ctx - 1] = on
+        spec = DecodeSpec(decode.tokens, first.logits if k == 0 else decode.logits,
+                          count - 1 if k == 0 else 0, layout.vocab,
+                          0 if k == 0 else past - 1, count if k == 0 else 1, caches)
+        loop.append(LoopStep(decode.method, write(decode.method, k + 1, {
+            decode.mask: mask, decode.positions: np.array([past])}), spec))
+    return DecodeLoop(prompt, tuple(loop))

@@ -28,6 +28,8 @@ NEEDS = {
     "spill_fill": "a nonzero spill-fill buffer size in its QNN delegates",
     "xnnpack": "XNNPACK delegates and no QNN delegate (a control where QNN holds no state)",
     "stateful": "a method that mutates buffers, with a reference that carries its state",
+    "decode_loop": "a decode loop (a built-in model's DECODE_LOOP, or an LLM export's "
+                   "layout: harness.programs.llm)",
 }
 
 
@@ -85,7 +87,10 @@ def unmet_needs(model: CompiledModel, needs: tuple[str, ...]) -> str:
                         f"its backend: {model.backend}"),
             "stateful": (any(r.sequence for r in model.methods.values()),
                          "no method mutates a buffer (`python -m harness inspect` lists a "
-                         "program's mutable buffers)")}
+                         "program's mutable buffers)"),
+            "decode_loop": (bool(model.decode_loop),
+                            "no decode method kv_forward (`python -m harness inspect` shows "
+                            "an LLM export's layout)")}
     missing = [f"{NEEDS[n]} ({have[n][1]})" for n in needs if not have[n][0]]
     if not missing:
         return ""

@@ -100,6 +100,7 @@ class Substep:
     outputs: list[Output]
     max_abs_diff: float | None
     elapsed_ms: float
+    token: int | None = None  # an execute with `decode`: the token it fed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +130,7 @@ class StepEvent:
     trace_offset: int
     memory: Memory
     substeps: list[Substep] | None = None
+    token: int | None = None  # an execute with `decode`: the token it fed (the argmax)
 
 
 @dataclasses.dataclass(frozen=True)

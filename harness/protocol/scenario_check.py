@@ -19,7 +19,7 @@ from harness.protocol.scenario_file import (DEFAULT_LOAD_MODE, DTYPES, GET_OPTIO
                                             MAX_OPTION_KEY_BYTES, MAX_OPTION_STRING_BYTES,
                                             MAX_PARALLEL, MAX_SHAPE_ENTRY, OP_FIELDS,
                                             OPS, OPTION_INT_RANGE, PARALLEL_OPS,
-                                            SCENARIO_VERSION, OptionValue, ScenarioError,
+                                            SCENARIO_VERSION, DecodeSpec, OptionValue, ScenarioError,
                                             ScenarioFile, ScenarioStep, TensorSpec,
                                             VALUE_KINDS)
 from harness.protocol.nemesis import NemesisError, check_rules
@@ -107,6 +107,50 @@ class _StepReader:
             pairs.append((int(pair[0]), int(pair[1])))
         return tuple(pairs)
 
+    def decode(self, inputs: tuple[TensorSpec, ...],
+               feed: tuple[tuple[int, int], ...]) -> DecodeSpec | None:
+        raw = self.raw.get("decode")
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            self.fail(f"field 'decode' must be an object, got {json_kind(raw)}")
+        unknown = sorted(set(raw) - {"token", "past", "new", "caches"})
+        if unknown:
+            self.fail(f"decode: unknown field '{unknown[0]}'")
+
+        def ints(value: Any, n: int, where: str, what: str) -> list[int]:
+            if not (isinstance(value, list) and len(value) == n and all(
+                    is_int(v) and 0 <= v <= MAX_SHAPE_ENTRY for v in value)):
+                self.fail(f"decode: {where} must be {what}")
+            return [int(v) for v in value]
+
+        token, logits, row, vocab = ints(raw.get("token"), 4, "'token'",
+                                         "[input, output, row, vocab], non-negative integers")
+        past, new = (ints([raw.get(k)], 1, f"'{k}'", "a non-negative integer")[0]
+                     for k in ("past", "new"))
+        if vocab == 0 or new == 0:
+            self.fail("decode: 'vocab' and 'new' must be positive")
+        caches_raw = raw.get("caches", [])
+        if not isinstance(caches_raw, list):
+            self.fail(f"decode: 'caches' must be an array, got {json_kind(caches_raw)}")
+        caches = [tuple(ints(c, 3, f"caches[{i}]", "[input, output, axis], non-negative "
+                             "integers")) for i, c in enumerate(caches_raw)]
+        used = [token, *(c[0] for c in caches)]
+        for i in used:
+            if i >= len(inputs):
+                self.fail(f"decode: input {i} is not one of the step's {len(inputs)} inputs")
+        if len(set(used)) != len(used) or set(used) & {i for i, _ in feed}:
+            self.fail("decode: the token and cache inputs must be distinct and not fed")
+        for i, (index, _, axis) in enumerate(caches):
+            if axis >= len(inputs[index].shape):
+                self.fail(f"decode: caches[{i}]: axis {axis} is not an axis of input {index} "
+                          f"(shape {list(inputs[index].shape)})")
+        if inputs[token].dtype not in ("int32", "int64"):
+            self.fail(f"decode: input {token} takes the token: it must be int32 or int64, not "
+                      f"{inputs[token].dtype}")
+        return DecodeSpec(token, logits, row, vocab, past, new,
+                          tuple(typing.cast(tuple[int, int, int], c) for c in caches))
+
     def tensors(self, key: str) -> tuple[TensorSpec, ...]:
         raw = self.raw.get(key)
         if raw is None:
@@ -182,6 +226,7 @@ class _StepReader:
                 self.fail(f"field 'shared_inputs' must be a bool, got {json_kind(shared)} {shared!r}")
             fields["shared_inputs"] = bool(shared)
             fields["feed"] = self.feed(len(fields["inputs"]))
+            fields["decode"] = self.decode(fields["inputs"], fields["feed"])
         elif op in ("set_option", "get_option"):
             fields["backend"] = self.string("backend")
             fields["key"] = self.option_key(self.string("key"), "key")

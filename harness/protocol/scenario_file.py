@@ -32,7 +32,8 @@ OP_FIELDS: dict[str, OpFields] = {
     "load_module": OpFields(("module", "pte"), ("backend_options", "load_mode")),
     "load_method": OpFields(("module", "method")),
     "execute": OpFields(("module", "method"), ("inputs", "expected", "atol", "rtol",
-                                               "emit_outputs", "feed", "shared_inputs")),
+                                               "emit_outputs", "feed", "shared_inputs",
+                                               "decode")),
     "unload_method": OpFields(("module", "method")),
     "destroy_module": OpFields(("module",)),
     "snapshot": OpFields(()),
@@ -110,6 +111,29 @@ OptionValue = bool | int | str
 
 
 @dataclasses.dataclass(frozen=True)
+class DecodeSpec:
+    """An execute's `decode`: how a decode step's inputs are built from the module's previous
+    execute, as an LLM app's KV manager builds them (upstream's QNN llama runner, SMART_MASK
+    layout): the token is the argmax of row `row` of the previous output `logits` (its last
+    `vocab` entries a row), written to element 0 of input `token`; each cache input
+    (input, output, axis) is the previous execute's same input (its first entries along `axis`,
+    as many as both lengths hold) with the previous output's first `new` entries along `axis`
+    written at `past`. Every other input (the mask, the positions) is the step's file."""
+
+    token: int
+    logits: int
+    row: int
+    vocab: int
+    past: int
+    new: int
+    caches: tuple[tuple[int, int, int], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"token": [self.token, self.logits, self.row, self.vocab], "past": self.past,
+                "new": self.new, "caches": [list(c) for c in self.caches]}
+
+
+@dataclasses.dataclass(frozen=True)
 class ScenarioStep:
     """One validated step. Only the fields of its op are set (a `snapshot` step has no module
     even if the file gives one); `extra` keeps fields the protocol does not know, as written."""
@@ -130,6 +154,7 @@ class ScenarioStep:
     # execute: (input index, output index) pairs: that input takes that output of the module's
     # previous execute instead of its file's data (a decode loop feeding the KV caches back)
     feed: tuple[tuple[int, int], ...] = ()
+    decode: DecodeSpec | None = None  # execute: a decode step's inputs from the previous execute
     backend: str | None = None
     key: str | None = None
     value: OptionValue | None = None  # set_option

@@ -114,9 +114,12 @@ class Runner:
             os.environ["HARNESS_QNN_NEMESIS"] = ";".join(scenario.qnn_nemesis)
         # Each module's last execute's outputs as arrays (None for a non-tensor), kept when a
         # step feeds outputs back as inputs (a decode loop).
-        self.keeps_outputs = any(s.feed or any(sub.feed for sub in s.steps)
+        self.keeps_outputs = any(s.feed or s.decode or any(sub.feed or sub.decode
+                                                           for sub in s.steps)
                                  for s in scenario.steps)
         self.last_outputs: dict[str | None, list[Any]] = {}
+        # Each module's last execute's inputs, kept when a step builds its caches from them.
+        self.last_inputs: dict[str | None, list[Any]] = {}
 
     def array(self, spec: TensorSpec):
         import numpy as np
@@ -170,6 +173,7 @@ class Runner:
         self.methods.pop(step.module).clear()
         del self.modules[step.module]
         self.last_outputs.pop(step.module, None)
+        self.last_inputs.pop(step.module, None)
         # A reference cycle (a traceback, a closure) would keep the module's objects alive
         # past the step; collect them, so the destroy is done when the step says it is.
         gc.collect()
@@ -202,12 +206,16 @@ class Runner:
                                 f"{arrays[index].nbytes}")
             arrays[index] = np.frombuffer(bytearray(last[source].tobytes()),
                                           dtype=arrays[index].dtype).reshape(arrays[index].shape)
+        token = None
+        if step.decode is not None:
+            token = self.decode_inputs(step, arrays)
         from harness.protocol.tensors import numpy_to_torch
 
         outputs = loaded[step.method].call([numpy_to_torch(a) for a in arrays])
         if self.keeps_outputs:
             self.last_outputs[step.module] = [torch_to_numpy(o) if hasattr(o, "detach") else None
                                               for o in outputs]
+            self.last_inputs[step.module] = arrays
         report = []
         worst = 0.0
         mismatch = False
@@ -259,7 +267,54 @@ class Runner:
                   "status": "mismatch" if mismatch else "ok"}
         if mismatch and message:
             result["message"] = message
+        if token is not None:
+            result["token"] = token
         return result
+
+    def decode_inputs(self, step: ScenarioStep, arrays: list) -> int:
+        """Build a decode step's token and cache inputs in `arrays` from the module's previous
+        execute (DecodeSpec); the token it wrote."""
+        import numpy as np
+
+        spec = step.decode
+        assert spec is not None
+        last = self.last_outputs.get(step.module) or []
+        before = self.last_inputs.get(step.module) or []
+        if not last:
+            raise StepError(f"decode: module '{step.module}' has no earlier execute to decode "
+                            "from")
+        logits = last[spec.logits] if spec.logits < len(last) else None
+        if logits is None or logits.size % spec.vocab or spec.row >= logits.size // spec.vocab:
+            raise StepError(f"decode: output {spec.logits} of the previous execute has no row "
+                            f"{spec.row} of {spec.vocab} logits"
+                            + (f" (it has {logits.size} values)" if logits is not None else ""))
+        row = logits.reshape(-1, spec.vocab)[spec.row]
+        token = int(np.argmax(row.astype(np.float64)))  # the first maximum, as std::max_element
+        arrays[spec.token] = arrays[spec.token].copy()
+        arrays[spec.token].reshape(-1)[0] = token
+        for index, source, axis in spec.caches:
+            cur = arrays[index].copy()
+            shape = cur.shape
+            outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+            length = shape[axis]
+            old = before[index] if index < len(before) else None
+            new = last[source] if source < len(last) else None
+            if (old is None or new is None or old.dtype != cur.dtype or new.dtype != cur.dtype
+                    or old.size % (outer * inner) or new.size % (outer * inner)):
+                raise StepError(f"decode: input {index} (a cache, axis {axis} of "
+                                f"{list(shape)} {cur.dtype}) cannot be built from input {index} "
+                                f"and output {source} of the previous execute")
+            old_len, new_len = old.size // (outer * inner), new.size // (outer * inner)
+            if spec.new > new_len or spec.past > old_len or spec.past + spec.new > length:
+                raise StepError(f"decode: input {index}: {spec.new} new entries at {spec.past} "
+                                f"do not fit (the cache holds {length}, the previous one "
+                                f"{old_len}, output {source} has {new_len})")
+            view = cur.reshape(outer, length, inner)
+            keep = min(old_len, length)
+            view[:, :keep] = old.reshape(outer, old_len, inner)[:, :keep]
+            view[:, spec.past:spec.past + spec.new] = new.reshape(outer, new_len, inner)[:, :spec.new]
+            arrays[index] = cur
+        return token
 
     def compare_value(self, out: dict, value: Any, spec: TensorSpec,
                       step: ScenarioStep) -> tuple[str, float]:
@@ -329,7 +384,8 @@ class Runner:
                              "method": sub.method, "status": res["status"],
                              "error_code": res["error_code"], "message": res["message"],
                              "outputs": res["outputs"], "max_abs_diff": res["max_abs_diff"],
-                             "elapsed_ms": res["elapsed_ms"]})
+                             "elapsed_ms": res["elapsed_ms"],
+                             **({"token": res["token"]} if "token" in res else {})})
         return combine_substeps(substeps)
 
     # Loop ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
 from harness.protocol.tensors import TensorFile
 from harness.protocol.nemesis import NemesisError, check_rules
-from harness.protocol.scenario_file import (LOAD_MODES, MAX_PARALLEL, PARALLEL_OPS,
+from harness.protocol.scenario_file import (LOAD_MODES, DecodeSpec, MAX_PARALLEL, PARALLEL_OPS,
                                             SCENARIO_VERSION, ScenarioError, ScenarioStep)
 from harness.protocol.scenario_check import check_distinct_modules, validate_scenario
 
@@ -119,11 +119,13 @@ class Scenario:
 
     def execute(self, module: str, method: str, emit_outputs: bool = False,
                 variant: int = 0, feed: tuple[tuple[int, int], ...] = (),
-                shared_inputs: bool = False) -> Scenario:
+                shared_inputs: bool = False, decode: DecodeSpec | None = None) -> Scenario:
         """`emit_outputs`: the runner reports the outputs' bytes too (a reference run).
         `variant`: execute on the method's n-th other input set (MethodReference.variants),
         judged against that set's own expected outputs. `feed`: (input, output) pairs: that
         input takes that output of the module's previous execute (a decode loop).
+        `decode`: the runner builds the token and KV-cache inputs from the module's previous
+        execute, as an LLM app's KV manager does (the protocol's `decode`).
         `shared_inputs`: the inputs go to QNN shared memory (QnnExecuTorchAllocCustomMem), as
         an app passes them to a program compiled with shared_buffer."""
         args: dict[str, Any] = {"emit_outputs": True} if emit_outputs else {}
@@ -131,6 +133,8 @@ class Scenario:
             args["shared_inputs"] = True
         if feed:
             args["feed"] = [[int(i), int(o)] for i, o in feed]
+        if decode is not None:
+            args["decode"] = decode.to_json()
         method = self._method(module, method)
         self._check_variant(module, method, variant)
         return self._add(Step("execute", module, method, args, variant))

@@ -7,6 +7,8 @@ steps. `name` defaults to the scenario's id; pass another to keep artifacts apar
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness.errors import ModelError
 from harness.programs.compile import CompiledModel
 from harness.protocol.scenario_file import ScenarioError
@@ -99,34 +101,58 @@ def s4_cleanup_reload(model: CompiledModel, cycles: int = 3, name: str = "") -> 
     return sc
 
 
-def decode_step(sc: Scenario, module: str, model: CompiledModel, k: int) -> Scenario:
-    """Append step `k` (from 0) of `model`'s decode loop on `module`: its decode method on the
-    loop's k-th variant (eager's chain), fed the outputs of the module's previous execute."""
+def _loop(model: CompiledModel) -> dict[str, Any]:
     loop = model.decode_loop
+    if loop.get("error"):  # an LLM export whose layout the loop cannot drive: say why
+        raise ScenarioError(f"program {model.name}: {loop['error']}")
     if not loop:
-        raise ScenarioError(f"model {model.name} has no decode loop (DECODE_LOOP)")
+        raise ScenarioError(f"model {model.name} has no decode loop (DECODE_LOOP, or an LLM "
+                            "export's layout: harness.programs.llm)")
+    return loop
+
+
+def decode_prefill(sc: Scenario, module: str, model: CompiledModel,
+                   emit_outputs: bool = False) -> Scenario:
+    """Append the execute a decode loop starts with on `module`: the loop's first method on its
+    prompt (an LLM export's prefill of the fixed prompt) or its reference inputs."""
+    loop = _loop(model)
+    return sc.execute(module, loop["after"], variant=loop.get("after_variant", 0),
+                      emit_outputs=emit_outputs)
+
+
+def decode_step(sc: Scenario, module: str, model: CompiledModel, k: int,
+                emit_outputs: bool = False) -> Scenario:
+    """Append step `k` (from 0) of `model`'s decode loop on `module`: its decode method on the
+    loop's k-th variant, fed the outputs of the module's previous execute (a built-in model's
+    `feed`), or with its token and caches built from them as an LLM app builds them (an LLM
+    export's `decode`)."""
+    loop = _loop(model)
     if not 0 <= k < loop["steps"]:
         raise ScenarioError(f"model {model.name}: its decode loop has {loop['steps']} steps, "
                             f"not a step {k + 1}")
+    variant = loop["first_variant"] + k
+    if loop.get("decode"):
+        return sc.execute(module, loop["method"], variant=variant, decode=loop["decode"][k],
+                          emit_outputs=emit_outputs)
     feed = tuple((int(i), int(o)) for i, o in loop["feed"])
-    return sc.execute(module, loop["method"], variant=loop["first_variant"] + k, feed=feed)
+    return sc.execute(module, loop["method"], variant=variant, feed=feed,
+                      emit_outputs=emit_outputs)
 
 
-def decode_loop(sc: Scenario, module: str, model: CompiledModel, steps: int | None = None) -> Scenario:
-    """Append `model`'s decode loop (its DECODE_LOOP) on `module`: one execute of the loop's
-    first method, then `steps` (default: all the reference has) executes of its decode method,
-    each fed the outputs of the execute before it, as an LLM runner feeds its KV caches; each
-    judged against eager PyTorch's same step. `module` must be loaded."""
-    loop = model.decode_loop
-    if not loop:
-        raise ScenarioError(f"model {model.name} has no decode loop (DECODE_LOOP)")
+def decode_loop(sc: Scenario, module: str, model: CompiledModel, steps: int | None = None,
+                emit_outputs: bool = False) -> Scenario:
+    """Append `model`'s decode loop on `module`: one execute of the loop's first method (an
+    LLM export's prefill of its prompt), then `steps` (default: all the reference has)
+    executes of its decode method, each fed by the execute before it, as an LLM runner feeds
+    its KV caches; each judged against the reference's same step. `module` must be loaded."""
+    loop = _loop(model)
     count = loop["steps"] if steps is None else steps
     if not 0 < count <= loop["steps"]:
         raise ScenarioError(f"model {model.name}: its decode loop has {loop['steps']} steps, "
                             f"not {count}")
-    sc.execute(module, loop["after"])
+    decode_prefill(sc, module, model, emit_outputs)
     for k in range(count):
-        decode_step(sc, module, model, k)
+        decode_step(sc, module, model, k, emit_outputs)
     return sc
 
 

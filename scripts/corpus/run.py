@@ -1,17 +1,23 @@
-"""CI step "corpus": programs this project did not write, through S1-S4 with `--pte`.
+"""CI step "corpus": programs this project did not write, through S1-S4 and the decode loop
+with `--pte`.
 
     python scripts/corpus/run.py [--soc SM8650] [--out DIR]
 
 Builds the corpus (scripts/corpus/build.py, cached under the harness cache by the corpus
 sources, the compile worker and the ExecuTorch version, so a second run builds nothing), runs
-the shipped isolation suite (tests/hil/test_isolation.py: S1-S4) on every program in one pytest
-session with `--pte`, prints program x outcome, and exits 1 on any of:
+the shipped isolation suite (tests/hil/test_isolation.py: S1-S4) and the decode-loop suite
+(tests/hil/test_decode_loop.py) on every program in one pytest session with `--pte`, prints
+program x outcome, and exits 1 on any of:
 
 - an ERROR or a FAIL (a setup error, an unexpected failure, an XPASS(strict));
 - a QNN program whose S1 is not an XFAIL of the known delegate-cache bug (an xfail needs the
   runtime's own words, see harness.results.known_issues) or whose S4 does not pass;
 - a program with two delegated methods whose S2 does not pass or whose S3 is not an XFAIL;
 - a skip other than S2/S3 of a program with fewer than two delegated methods;
+- an LLM export (a program with upstream's decode method `kv_forward`) whose decode loop on one
+  module, or after a destroy and reload mid-loop, does not pass, or whose two modules'
+  interleaved loops are not an XFAIL of the delegate-cache bug; a decode-loop test of any other
+  program that is not a skip; a corpus in which no program's decode loop passes;
 - a program whose inputs, as the suites feed them, eager PyTorch refuses;
 - a corpus without a program whose inputs and outputs are not memory-planned (upstream's LLM
   flow lowers so; the runners must bind their own buffers);
@@ -41,7 +47,12 @@ SUITE_TESTS = {"test_s1_two_modules_same_program": "S1",
                "test_s2_methods_share_one_context": "S2",
                "test_s3_unload_one_method_keeps_the_other": "S3",
                "test_s4_cleanup_and_reload": "S4"}
-COLUMNS = ("S1-A", "S1-B", "S2", "S3-first", "S3-second", "S4")
+LOOP_TESTS = {"test_decode_loop_feeds_each_steps_outputs_to_the_next": "loop",
+              "test_decode_loop_after_destroy_and_reload_starts_over": "loop-reload",
+              "test_decode_loop_on_two_modules_of_one_program": "loop-2mod"}
+SUITE_TESTS.update(LOOP_TESTS)
+COLUMNS = ("S1-A", "S1-B", "S2", "S3-first", "S3-second", "S4", *LOOP_TESTS.values())
+LOOP_WANT = {"loop": "PASS", "loop-reload": "PASS", "loop-2mod": "XFAIL"}
 
 
 def corpus_dir(soc: str) -> Path:
@@ -119,13 +130,19 @@ def problems(table: dict, manifest: dict) -> list[str]:
             out.append(f"{program}: eager PyTorch refuses its inputs: "
                        f"{facts['eager_refuses_inputs']}")
         two = len(facts.get("delegated", ())) >= 2
+        llm = "kv_forward" in facts.get("methods", ())
         for column, (outcome, message) in sorted(row.items()):
             where = f"{program} {column}: {outcome}"
             if outcome in ("ERROR", "FAIL"):
                 out.append(f"{where}: {message.splitlines()[0] if message else ''}")
+            elif outcome == "SKIP" and column.startswith("loop"):
+                if llm:
+                    out.append(f"{where} ({message})")
             elif outcome == "SKIP" and (two or not column.startswith(("S2", "S3"))):
                 out.append(f"{where} ({message})")
-        want = {"S1-A": "XFAIL", "S1-B": "XFAIL", "S4": "PASS"}
+            elif column.startswith("loop") and not llm:
+                out.append(f"{where}: a program without kv_forward has no decode loop to run")
+        want = {"S1-A": "XFAIL", "S1-B": "XFAIL", "S4": "PASS", **(LOOP_WANT if llm else {})}
         if two:
             want.update({"S2": "PASS", "S3-first": "XFAIL", "S3-second": "XFAIL"})
         for column, outcome in want.items():
@@ -140,6 +157,9 @@ def problems(table: dict, manifest: dict) -> list[str]:
     elif "string" not in kinds:
         out.append(f"no program of the corpus has a string output (only {', '.join(sorted(kinds))}"
                    "; upstream's get_kv_output_N_quant_attr returns one)")
+    if not any(row.get("loop", ("",))[0] == "PASS" for row in table.values()):
+        out.append("no program of the corpus ran its decode loop (llm_hybrid's should): the step "
+                   "would not drive an LLM export as upstream's runner does")
     if not any(facts.get("unplanned_io") for facts in manifest.values()):
         out.append("no program of the corpus has unplanned inputs/outputs (llm_hybrid_unplanned "
                    "should): the step would not meet what upstream's LLM export needs")
@@ -174,7 +194,8 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     junit = out / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
-           str(SUITES_DIR / "test_isolation.py"), f"--junitxml={junit}",
+           str(SUITES_DIR / "test_isolation.py"), str(SUITES_DIR / "test_decode_loop.py"),
+           f"--junitxml={junit}",
            "--strict-known-issues", f"--soc={args.soc}",
            *(f"--pte={corpus / (name + '.pte')}" for name in manifest)]
     proc = subprocess.run(cmd, cwd=ROOT)

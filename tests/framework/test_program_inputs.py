@@ -111,3 +111,64 @@ def _wrong_cache(tmp_path) -> ProgramInfo:
     inputs[3] = TensorSpec("uint8", (1, 2, 7, 4))  # a value cache where a key cache belongs
     return dataclasses.replace(info, methods={"kv_forward": dataclasses.replace(
         method, inputs=tuple(inputs))})
+
+
+def _hybrid(tmp_path, prefill_ar=4, decode_ar=1, mask="uint16") -> ProgramInfo:
+    """llm_program with upstream's prefill method beside its decode method."""
+    import dataclasses
+
+    decode = llm_program(tmp_path, ar=decode_ar)
+    prefill = llm_program(tmp_path, ar=prefill_ar).methods["kv_forward"]
+    methods = {"kv_forward": decode.methods["kv_forward"],
+               "prefill_forward": dataclasses.replace(prefill, name="prefill_forward")}
+    if mask != "uint16":
+        methods = {k: dataclasses.replace(m, inputs=(m.inputs[0], TensorSpec(
+            mask, m.inputs[1].shape), *m.inputs[2:])) for k, m in methods.items()}
+    return dataclasses.replace(decode, methods=methods)
+
+
+def _read(t):
+    from harness.protocol.tensors import numpy_dtype
+
+    return np.fromfile(t.file, dtype=numpy_dtype(t.dtype)).reshape(t.shape)
+
+
+@pytest.mark.unit
+def test_a_decode_loop_prefills_its_prompt_then_decodes_one_token_per_step(tmp_path):
+    """As upstream's runner drives the layout: the prompt in the prefill's first rows with a
+    causal mask over the new slots; then per step the position moved on, the mask attending
+    the cached entries and the new slot, and the runner told to write the previous execute's
+    new entries after the cached ones (the prompt's all at once, then one per step)."""
+    from harness.programs.llm import decode_loop_plan, llm_layout
+
+    info = _hybrid(tmp_path)
+    plan = decode_loop_plan(info, llm_layout(info), tmp_path / "loop", steps=3)
+    assert plan.prompt == (1, 8, 15, 6)  # (1 + 7 i) mod vocab 16
+    first = plan.steps[0]
+    assert first.method == "prefill_forward" and first.decode is None
+    assert _read(first.inputs[0]).tolist() == [[1, 8, 15, 6]]
+    assert _read(first.inputs[2]).tolist() == [[0, 1, 2, 3]]
+    assert _read(first.inputs[1])[0, 0, 1].tolist() == [0, 0, 0, 0, 65535, 65535, 0, 0]
+    assert [s.method for s in plan.steps[1:]] == ["kv_forward"] * 3
+    d0, d1 = plan.steps[1].decode, plan.steps[2].decode
+    assert (d0.token, d0.logits, d0.row, d0.vocab, d0.past, d0.new) == (0, 0, 3, 16, 0, 4)
+    assert (d1.row, d1.past, d1.new) == (0, 4, 1)
+    assert d0.caches == ((3, 1, 3), (5, 3, 2), (4, 2, 3), (6, 4, 2))  # k on axis 3, v on 2
+    assert _read(plan.steps[2].inputs[2]).tolist() == [[5]]
+    assert _read(plan.steps[2].inputs[1]).reshape(-1).tolist() == [65535] * 5 + [0, 0, 65535]
+
+
+@pytest.mark.unit
+def test_a_decode_loop_the_layout_cannot_drive_is_one_error_saying_why(tmp_path):
+    from harness.programs.llm import decode_loop_plan, llm_layout
+
+    info = _hybrid(tmp_path, decode_ar=2)
+    with pytest.raises(ModelError, match=r"one token per execute.*takes 2"):
+        decode_loop_plan(info, llm_layout(info), tmp_path / "a")
+    info = _hybrid(tmp_path, mask="int32")
+    with pytest.raises(ModelError, match="attention mask is int32; upstream's runner writes a "
+                                         "mask of uint16, uint8, float32 only"):
+        decode_loop_plan(info, llm_layout(info), tmp_path / "b")
+    decode_only = llm_program(tmp_path)
+    plan = decode_loop_plan(decode_only, llm_layout(decode_only), tmp_path / "c", steps=100)
+    assert plan.prompt == (1,) and len(plan.steps) == 1 + 7  # the context holds 7 more

@@ -45,7 +45,8 @@ BAD = sorted(p.stem for p in (DATA / "bad").glob("*.json"))
 RUNNERS = ("native", "python")
 
 GOOD_EXIT = {"step_errors": ExitCode.STEP_FAILED, "parallel": ExitCode.STEP_FAILED,
-             "feed_errors": ExitCode.STEP_FAILED, "value_mismatches": ExitCode.STEP_FAILED}
+             "feed_errors": ExitCode.STEP_FAILED, "decode_errors": ExitCode.STEP_FAILED,
+             "value_mismatches": ExitCode.STEP_FAILED}
 
 # Cases where the native runner disagrees with the protocol, naming the mismatch (xfail, strict)
 # until the native runner is fixed. Empty since the runner reads JSON with nlohmann/json, which
@@ -84,6 +85,21 @@ _MAKE_PROGRAM = textwrap.dedent("""
               "false": bytes([0])}
     for name, raw in values.items():
         (out / f"value_{name}.bin").write_bytes(raw)
+
+    class Decode(torch.nn.Module):
+        # A decode step in miniature: logits whose argmax is (a cache row's sum + 2 * token)
+        # mod 4, and one new cache entry per row, token + 1 (the runners' decode cases).
+        def forward(self, tok, cache):
+            x = cache.sum() / 2 + 2 * tok.sum().to(torch.float32)
+            logits = -(torch.arange(4, dtype=torch.float32) - torch.remainder(x, 4.0)).abs()
+            new = (tok.to(torch.float32) + 1.0).reshape(1, 1, 1).expand(1, 2, 1)
+            return logits.reshape(1, 1, 4), new.contiguous()
+
+    args = (torch.tensor([[1]], dtype=torch.int32), torch.zeros(1, 2, 3))
+    program = to_edge_transform_and_lower(torch.export.export(Decode(), args)).to_executorch()
+    (out / "decode.pte").write_bytes(program.buffer)
+    (out / "token.bin").write_bytes(args[0].numpy().tobytes())
+    (out / "cache.bin").write_bytes(args[1].numpy().tobytes())
 """)
 
 
@@ -128,7 +144,7 @@ def step_summary(event: StepEvent) -> tuple:
                     for o in event.outputs)
     return (event.index, event.op, event.module, event.method, event.status,
             event.error_code == 0, outputs, event.max_abs_diff is None, event.option is None,
-            subs)
+            subs, event.token)
 
 
 CASES = [pytest.param("good", name, id=f"good/{name}") for name in GOOD] + [
@@ -200,3 +216,17 @@ def test_values_are_compared_by_value_alike(runners, workspace):
     values = [o.value for e in reported["values"] if isinstance(e, StepEvent) for o in e.outputs]
     assert values[:6] == ["llama", 0.25, 128, True, 0.5, 3], values
     assert "output 0 is \"llama\", expected \"llamb\"" in words["native"][0][0]
+
+
+def test_a_decode_step_is_built_alike(runners, workspace):
+    """good/decode.json: each decode step's token is the argmax of the last logits and its
+    cache the last one with the new entry written at `past`; both runners feed the same tokens
+    and compute the same outputs (the program's argmax is (row sum + 2 * token) mod 4)."""
+    runs = {r: run(runners[r], workspace / "decode.json") for r in RUNNERS}
+    got = {}
+    for r, p in runs.items():
+        steps = [e for e in parse_events(p.stdout) if isinstance(e, StepEvent)]
+        got[r] = [(e.token, [o.sha256 for o in e.outputs]) for e in steps if e.op == "execute"]
+    # 1 -> x 2: token 2, entry 2 at 0 -> x 2 + 4: token 2, entry 3 at 1 -> x 5 + 4: token 1
+    assert [t for t, _ in got["native"]] == [None, 2, 2, 1], shown(runs)
+    assert got["native"] == got["python"], shown(runs)

@@ -307,3 +307,64 @@ def test_an_execute_made_to_fail_does_not_advance_a_stateful_methods_count(tmp_p
     assert [o for (o,) in sc.ordinals()] == [None, 1, 2, 3]
     sc.failed_executes.add(2)
     assert [o for (o,) in sc.ordinals()] == [None, 1, None, 2]
+@pytest.mark.unit
+def test_a_replayed_execute_keeps_its_own_inputs(tmp_path):
+    """Executes of one method on other inputs (a decode loop's steps, each its own mask and
+    position) replay each on its own files, with its own expected outputs and its `decode`."""
+    import json
+
+    from harness.replay import load_run
+
+    (tmp_path / "p.pte").write_bytes(b"x")
+    for name in ("a", "b", "ea", "eb"):
+        (tmp_path / f"{name}.bin").write_bytes(bytes(4))
+
+    def execute(inp: str, exp: str, **extra) -> dict:
+        return {"op": "execute", "module": "A", "method": "kv_forward",
+                "inputs": [{"dtype": "int32", "shape": [1, 1], "file": f"{inp}.bin"}],
+                "expected": [{"dtype": "int32", "shape": [1], "file": f"{exp}.bin"}], **extra}
+
+    decode = {"token": [0, 0, 0, 1], "past": 0, "new": 1, "caches": []}
+    doc = {"version": 1, "name": "loop", "steps": [
+        {"op": "load_module", "module": "A", "pte": "p.pte"}, execute("a", "ea"),
+        execute("b", "eb", decode=decode), execute("b", "eb", decode=decode),
+        {"op": "destroy_module", "module": "A"}]}
+    (tmp_path / "scenario.json").write_text(json.dumps(doc))
+    (tmp_path / "replay.json").write_text(json.dumps({"models": {"A": {"backend": "qnn"}}}))
+    sc = load_run(tmp_path).scenario
+    assert [s.variant for s in sc.steps] == [0, 0, 1, 1, 0]
+    steps = sc.to_json()["steps"]
+    assert [Path(s["inputs"][0]["file"]).name for s in steps[1:4]] == ["a.bin", "b.bin", "b.bin"]
+    assert [Path(s["expected"][0]["file"]).name for s in steps[1:4]] == ["ea.bin", "eb.bin",
+                                                                          "eb.bin"]
+    assert steps[2]["decode"] == decode
+
+
+@pytest.mark.unit
+def test_an_llm_exports_loop_steps_carry_decode_and_its_error_is_the_tests_error(tmp_path):
+    """An LLM export's loop (harness.drive.llm_loop): the prompt's variant first, then each
+    step's `decode` in the JSON; an export the loop cannot drive says why when a test builds
+    its loop, and unmet_needs says a program without one lacks it."""
+    import dataclasses
+
+    from harness.programs.params import unmet_needs
+    from harness.protocol.scenario_file import DecodeSpec
+    from harness.scenario.library import decode_loop
+
+    tok = TensorFile("int32", (1, 1), tmp_path / "tok.bin")
+    ref = MethodReference((tok,), (), variants=(((tok,), ()), ((tok,), ())))
+    spec = DecodeSpec(0, 0, 3, 64, 0, 4)
+    model = dataclasses.replace(fake_model(tmp_path, ("prefill_forward", "kv_forward")),
+                                methods={"prefill_forward": ref, "kv_forward": ref},
+                                decode_loop={"after": "prefill_forward", "after_variant": 1,
+                                             "method": "kv_forward", "first_variant": 2,
+                                             "steps": 1, "decode": [spec]})
+    steps = decode_loop(Scenario("l").load_module("A", model), "A", model).to_json()["steps"]
+    assert [(s["method"], s.get("decode")) for s in steps[1:]] == [
+        ("prefill_forward", None), ("kv_forward", spec.to_json())]
+    broken = dataclasses.replace(model, decode_loop={"error": "its kv_forward takes 2 tokens"})
+    with pytest.raises(ScenarioError, match="program m: its kv_forward takes 2 tokens"):
+        decode_loop(Scenario("b").load_module("A", broken), "A", broken)
+    assert unmet_needs(broken, ("decode_loop",)) == ""  # an error to report, not a skip
+    none = dataclasses.replace(model, decode_loop={})
+    assert "lacks a decode loop" in unmet_needs(none, ("decode_loop",))

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -167,11 +168,130 @@ void Runner::destroy(LiveModule& m) {
 
 bool Runner::any_feed(const std::vector<Step>& steps) {
   for (const auto& step : steps) {
-    if (!step.feed.empty() || any_feed(step.substeps)) {
+    if (!step.feed.empty() || step.decode.given || any_feed(step.substeps)) {
       return true;
     }
   }
   return false;
+}
+
+namespace {
+
+// The value of element `i` of raw `data` of `type`, as a double (for an
+// argmax); false for a type a logits output is not.
+bool element_value(const std::vector<uint8_t>& data, executorch::aten::ScalarType type,
+                   size_t i, double& out) {
+  using executorch::aten::ScalarType;
+  auto at = [&](auto zero) {
+    decltype(zero) v;
+    std::memcpy(&v, data.data() + i * sizeof(v), sizeof(v));
+    out = static_cast<double>(v);
+  };
+  switch (type) {
+    case ScalarType::Float: at(float{}); return true;
+    case ScalarType::Double: at(double{}); return true;
+    case ScalarType::Byte: at(uint8_t{}); return true;
+    case ScalarType::Char: at(int8_t{}); return true;
+    case ScalarType::Short: at(int16_t{}); return true;
+    case ScalarType::UInt16: at(uint16_t{}); return true;
+    case ScalarType::Int: at(int32_t{}); return true;
+    case ScalarType::Long: at(int64_t{}); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool Runner::decode_inputs(const Step& step, const LiveModule& m,
+                           std::vector<std::vector<uint8_t>>& buffers, StepResult& r,
+                           int64_t& token) {
+  const DecodeSpec& d = step.decode;
+  auto fail = [&](const std::string& what) {
+    r.status = "error";
+    r.error_code = kHarnessErrorCode;
+    r.message = "decode: " + what;
+    return false;
+  };
+  if (m.last_outputs.empty()) {
+    return fail("module '" + step.module + "' has no earlier execute to decode from");
+  }
+  if (d.logits >= m.last_outputs.size() || m.last_outputs[d.logits].empty()) {
+    return fail("output " + std::to_string(d.logits) + " of the previous execute has no row " +
+                std::to_string(d.row) + " of " + std::to_string(d.vocab) + " logits");
+  }
+  const auto& logits = m.last_outputs[d.logits];
+  auto type = m.last_output_types[d.logits];
+  size_t item = executorch::runtime::elementSize(type);
+  size_t numel = logits.size() / item;
+  if (numel % d.vocab != 0 || d.row >= numel / d.vocab) {
+    return fail("output " + std::to_string(d.logits) + " of the previous execute has no row " +
+                std::to_string(d.row) + " of " + std::to_string(d.vocab) +
+                " logits (it has " + std::to_string(numel) + " values)");
+  }
+  // The first maximum, as numpy's argmax.
+  size_t best = 0;
+  double best_value = 0.0;
+  for (size_t j = 0; j < d.vocab; ++j) {
+    double v = 0.0;
+    if (!element_value(logits, type, d.row * d.vocab + j, v)) {
+      return fail(std::string("output ") + std::to_string(d.logits) + " is " +
+                  dtype_name(type) + ": no argmax of it");
+    }
+    if (j == 0 || v > best_value) {
+      best = j;
+      best_value = v;
+    }
+  }
+  auto& tok = buffers[d.token];
+  if (step.inputs[d.token].dtype == executorch::aten::ScalarType::Long) {
+    int64_t v = static_cast<int64_t>(best);
+    std::memcpy(tok.data(), &v, sizeof(v));
+  } else {
+    int32_t v = static_cast<int32_t>(best);
+    std::memcpy(tok.data(), &v, sizeof(v));
+  }
+  token = static_cast<int64_t>(best);
+  for (const auto& c : d.caches) {
+    const TensorSpec& spec = step.inputs[c.input];
+    size_t outer = 1, inner = executorch::runtime::elementSize(spec.dtype);
+    for (size_t a = 0; a < c.axis; ++a) {
+      outer *= static_cast<size_t>(spec.shape[a]);
+    }
+    for (size_t a = c.axis + 1; a < spec.shape.size(); ++a) {
+      inner *= static_cast<size_t>(spec.shape[a]);
+    }
+    size_t length = static_cast<size_t>(spec.shape[c.axis]);
+    size_t block = outer * inner;
+    const std::vector<uint8_t>* old =
+        c.input < m.last_inputs.size() ? &m.last_inputs[c.input] : nullptr;
+    const std::vector<uint8_t>* out =
+        c.output < m.last_outputs.size() ? &m.last_outputs[c.output] : nullptr;
+    if (old == nullptr || out == nullptr || out->empty() || block == 0 ||
+        old->size() % block != 0 || out->size() % block != 0 ||
+        m.last_output_types[c.output] != spec.dtype) {
+      return fail("input " + std::to_string(c.input) + " (a cache, axis " +
+                  std::to_string(c.axis) + ", " + dtype_name(spec.dtype) +
+                  ") cannot be built from input " + std::to_string(c.input) +
+                  " and output " + std::to_string(c.output) + " of the previous execute");
+    }
+    size_t old_len = old->size() / block, new_len = out->size() / block;
+    if (d.new_entries > new_len || d.past > old_len || d.past + d.new_entries > length) {
+      return fail("input " + std::to_string(c.input) + ": " + std::to_string(d.new_entries) +
+                  " new entries at " + std::to_string(d.past) + " do not fit (the cache holds " +
+                  std::to_string(length) + ", the previous one " + std::to_string(old_len) +
+                  ", output " + std::to_string(c.output) + " has " + std::to_string(new_len) +
+                  ")");
+    }
+    auto& cur = buffers[c.input];
+    size_t keep = std::min(old_len, length);
+    for (size_t o = 0; o < outer; ++o) {
+      uint8_t* row = cur.data() + o * length * inner;
+      std::memcpy(row, old->data() + o * old_len * inner, keep * inner);
+      std::memcpy(row + d.past * inner, out->data() + o * new_len * inner,
+                  d.new_entries * inner);
+    }
+  }
+  return true;
 }
 
 bool Runner::bind_unplanned_outputs(LiveModule& m, const std::string& method,
@@ -348,6 +468,10 @@ Runner::StepResult Runner::execute(const Step& step) {
     }
     buffers[in] = m->last_outputs[from];
   }
+  int64_t token = 0;
+  if (step.decode.given && !decode_inputs(step, *m, buffers, r, token)) {
+    return r;
+  }
   // Freed when the step ends, after the execute and the comparison.
   SharedInputs shared;
   for (size_t i = 0; i < step.inputs.size(); ++i) {
@@ -387,6 +511,9 @@ Runner::StepResult Runner::execute(const Step& step) {
         runtime_error_message("execute(" + step.method + ")", r.error_code);
     return r;
   }
+  if (step.decode.given) {
+    r.token = token;  // reported once the execute ran on it, as the Python runner does
+  }
   const std::vector<EValue>& outputs = *result;
   for (size_t i = 0; i < outputs.size(); ++i) {
     try {
@@ -404,13 +531,16 @@ Runner::StepResult Runner::execute(const Step& step) {
   }
   if (keeps_outputs_) {
     m->last_outputs.assign(outputs.size(), {});
+    m->last_output_types.assign(outputs.size(), executorch::aten::ScalarType::Undefined);
     for (size_t i = 0; i < outputs.size(); ++i) {
       if (outputs[i].isTensor()) {
         const auto& t = outputs[i].toTensor();
         const auto* p = static_cast<const uint8_t*>(t.const_data_ptr());
         m->last_outputs[i].assign(p, p + t.nbytes());
+        m->last_output_types[i] = t.scalar_type();
       }
     }
+    m->last_inputs = buffers;
   }
   r.max_abs_diff = 0.0;
   if (!step.expected.empty()) {
@@ -570,6 +700,9 @@ Runner::StepResult Runner::parallel(const Step& step) {
                           {"outputs", std::move(sr.outputs)},
                           {"max_abs_diff", std::move(sr.max_abs_diff)},
                           {"elapsed_ms", elapsed[j]}});
+    if (!sr.token.is_null()) {
+      r.substeps.back()["token"] = std::move(sr.token);
+    }
   }
   if (have_diff) {
     r.max_abs_diff = max_diff;
@@ -650,6 +783,9 @@ int Runner::run() {
                {"outputs", std::move(r.outputs)},
                {"max_abs_diff", std::move(r.max_abs_diff)},
                {"option", std::move(r.option)}};
+    if (!r.token.is_null()) {
+      ev["token"] = std::move(r.token);
+    }
     if (step.op == Op::Parallel) {
       // One thread per sub-step, all joined before this event (and the
       // memory and trace readings below) is written.

@@ -38,6 +38,7 @@ class Runner {
     Json max_abs_diff;  // null unless execute produced outputs
     Json option;        // null unless set_option/get_option
     Json substeps;      // null unless parallel: one object per sub-step
+    Json token;         // null unless an execute with `decode`: the token it fed
   };
 
   // One live module: the ExecuTorch Module plus the methods this runner
@@ -61,9 +62,20 @@ class Runner {
     // The bytes of each output of the module's last execute (empty for a
     // non-tensor output), kept when some step feeds outputs back as inputs.
     std::vector<std::vector<uint8_t>> last_outputs;
+    std::vector<executorch::aten::ScalarType> last_output_types;
+    // Its last execute's inputs, kept alike (a decode step builds its caches
+    // from them).
+    std::vector<std::vector<uint8_t>> last_inputs;
   };
 
   static bool any_feed(const std::vector<Step>& steps);
+
+  // Builds a decode step's token and cache inputs in `buffers` from the
+  // module's previous execute (Step::decode); false with `r` set when they
+  // cannot be built; `token` the token it wrote.
+  static bool decode_inputs(const Step& step, const LiveModule& m,
+                            std::vector<std::vector<uint8_t>>& buffers, StepResult& r,
+                            int64_t& token);
 
   // Binds the method's unplanned outputs (allocated at the first execute
   // after each load of the method) with Module::set_output before an execute;

@@ -195,6 +195,109 @@ class StepReader {
     return d;
   }
 
+  DecodeSpec decode(const std::vector<TensorSpec>& inputs,
+                    const std::vector<std::pair<size_t, size_t>>& fed) const {
+    DecodeSpec d;
+    const Json* obj = opt("decode", Type::object);
+    if (obj == nullptr) {
+      return d;
+    }
+    d.given = true;
+    for (auto it = obj->begin(); it != obj->end(); ++it) {
+      const std::string& k = it.key();
+      if (k != "token" && k != "past" && k != "new" && k != "caches") {
+        fail("decode: unknown field '" + k + "'");
+      }
+    }
+    auto ints = [&](const Json* v, size_t n, const std::string& where,
+                    const std::string& what) {
+      std::vector<size_t> out;
+      if (v != nullptr && v->is_array() && v->size() == n) {
+        for (const Json& e : *v) {
+          std::optional<int64_t> x = as_int(e);
+          if (!x || *x < 0 || *x > INT32_MAX) {
+            break;
+          }
+          out.push_back(static_cast<size_t>(*x));
+        }
+      }
+      if (out.size() != n) {
+        fail("decode: " + where + " must be " + what);
+      }
+      return out;
+    };
+    auto tok = ints(find(*obj, "token"), 4, "'token'",
+                    "[input, output, row, vocab], non-negative integers");
+    d.token = tok[0];
+    d.logits = tok[1];
+    d.row = tok[2];
+    d.vocab = tok[3];
+    for (const char* k : {"past", "new"}) {
+      const Json* v = find(*obj, k);
+      std::optional<int64_t> x;
+      if (v != nullptr) {
+        x = as_int(*v);
+      }
+      if (!x || *x < 0 || *x > INT32_MAX) {
+        fail(std::string("decode: '") + k + "' must be a non-negative integer");
+      }
+      (std::string(k) == "past" ? d.past : d.new_entries) = static_cast<size_t>(*x);
+    }
+    if (d.vocab == 0 || d.new_entries == 0) {
+      fail("decode: 'vocab' and 'new' must be positive");
+    }
+    const Json* caches = find(*obj, "caches");
+    if (caches != nullptr && !caches->is_array()) {
+      fail(std::string("decode: 'caches' must be an array, got ") + type_name(caches->type()));
+    }
+    std::vector<size_t> used = {d.token};
+    if (caches != nullptr) {
+      size_t i = 0;
+      for (const Json& c : *caches) {
+        auto v = ints(&c, 3, "caches[" + std::to_string(i++) + "]",
+                      "[input, output, axis], non-negative integers");
+        d.caches.push_back({v[0], v[1], v[2]});
+        used.push_back(v[0]);
+      }
+    }
+    for (size_t in : used) {
+      if (in >= inputs.size()) {
+        fail("decode: input " + std::to_string(in) + " is not one of the step's " +
+             std::to_string(inputs.size()) + " inputs");
+      }
+    }
+    for (size_t a = 0; a < used.size(); ++a) {
+      bool clash = false;
+      for (size_t b = a + 1; b < used.size(); ++b) {
+        clash = clash || used[a] == used[b];
+      }
+      for (const auto& p : fed) {
+        clash = clash || p.first == used[a];
+      }
+      if (clash) {
+        fail("decode: the token and cache inputs must be distinct and not fed");
+      }
+    }
+    for (size_t i = 0; i < d.caches.size(); ++i) {
+      const auto& shape = inputs[d.caches[i].input].shape;
+      if (d.caches[i].axis >= shape.size()) {
+        std::string dims;
+        for (size_t j = 0; j < shape.size(); ++j) {
+          dims += (j ? ", " : "") + std::to_string(shape[j]);
+        }
+        fail("decode: caches[" + std::to_string(i) + "]: axis " +
+             std::to_string(d.caches[i].axis) + " is not an axis of input " +
+             std::to_string(d.caches[i].input) + " (shape [" + dims + "])");
+      }
+    }
+    auto t = inputs[d.token].dtype;
+    if (t != executorch::aten::ScalarType::Int && t != executorch::aten::ScalarType::Long) {
+      fail("decode: input " + std::to_string(d.token) +
+           " takes the token: it must be int32 or int64, not " + dtype_name(t));
+    }
+    return d;
+  }
+
   std::vector<std::pair<size_t, size_t>> feed(size_t inputs) const {
     std::vector<std::pair<size_t, size_t>> out;
     const Json* arr = opt("feed", Type::array);
@@ -441,6 +544,7 @@ class StepReader {
           s.shared_inputs = e->get<bool>();
         }
         s.feed = feed(s.inputs.size());
+        s.decode = decode(s.inputs, s.feed);
         break;
       case Op::DestroyModule:
         s.module = req_string("module");

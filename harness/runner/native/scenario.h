@@ -77,6 +77,28 @@ constexpr size_t kMaxParallel = 16;
 
 const char* op_name(Op op);
 
+// An execute's `decode` (harness.protocol.scenario_file.DecodeSpec): the
+// token is the argmax of row `row` of the previous execute's output `logits`
+// (rows of `vocab`), written to element 0 of input `token`; each cache input
+// (input, output, axis) is the previous execute's same input with the previous
+// output's first `new_entries` entries along `axis` written at `past`.
+struct DecodeCache {
+  size_t input = 0;
+  size_t output = 0;
+  size_t axis = 0;
+};
+
+struct DecodeSpec {
+  bool given = false;
+  size_t token = 0;
+  size_t logits = 0;
+  size_t row = 0;
+  size_t vocab = 0;
+  size_t past = 0;
+  size_t new_entries = 0;
+  std::vector<DecodeCache> caches;
+};
+
 struct Step {
   size_t index = 0;
   Op op = Op::Snapshot;
@@ -99,6 +121,7 @@ struct Step {
   // (input index, output index): that input takes that output of the module's
   // previous execute instead of its file's data (a decode loop).
   std::vector<std::pair<size_t, size_t>> feed;
+  DecodeSpec decode;  // `given` when the execute builds its inputs as a decode step
   // set_option / get_option
   std::string backend;
   std::string key;
