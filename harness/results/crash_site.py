@@ -92,10 +92,14 @@ def crash_site_line(text: str) -> str:
 def without_crash_report(text: str) -> str:
     """`text` without the runner's backtrace lines (the crash site line says them once), so a
     log tail keeps the runtime's own last words."""
-    return "\n".join(line for line in text.splitlines()
-                     if not line.startswith("harness-runner: ") or not (
-                         _HEAD.search(line) or _FRAME.search(line) or _SYMBOL.search(line)
-                         or "of the crashing thread:" in line))
+    lines = text.splitlines()
+    if not any(_HEAD.search(line) for line in lines):
+        return text
+    # The report's lines, and the blank line each starts with (one write per line).
+    return "\n".join(line for line in lines if line.strip() and not (
+        _HEAD.search(line) or _FRAME.search(line) or _SYMBOL.search(line)
+        or "harness-runner: backtrace of the crashing thread:" in line
+        or "harness-runner: symbols of the crashing thread:" in line))
 
 
 def _demangle(names: list[str]) -> dict[str, str]:

@@ -47,3 +47,17 @@ def test_log_tails_keep_the_runtimes_words_not_the_backtrace():
     kept = without_crash_report(REPORT)
     assert "Use cached delegate handle" in kept and "never reached" in kept
     assert "harness-runner:" not in kept
+
+
+def test_a_report_other_threads_wrote_between_is_still_read():
+    # Another thread logs while the crashing one reports: each report line is one write of its
+    # own (after a newline), so the runtime's words fall between lines, never inside one.
+    text = ("[INFO] [Qnn ExecuTorch]: \n"
+            "harness-runner: fatal signal 11 (SIGSEGV) at fault address 0x20 in thread 9\n"
+            "Destroy Qnn context\n\n"
+            "harness-runner: backtrace of the crashing thread:\n\n"
+            "harness-runner:   #0 pc 0x7f0000020ef4 libexecutorch_backend_qnn.so+0x20ef4\n")
+    assert crash_site_line(text) == ("crash site: SIGSEGV at fault address 0x20; frames: "
+                                     "#0 libexecutorch_backend_qnn.so+0x20ef4")
+    assert without_crash_report(text).splitlines() == ["[INFO] [Qnn ExecuTorch]: ",
+                                                      "Destroy Qnn context"]

@@ -26,14 +26,29 @@ volatile sig_atomic_t crash_signal = 0;
 char maps[1 << 16];  // /proc/self/maps, read once per crash
 size_t maps_len = 0;
 
+// The line being written: other threads go on logging while this one reports, so each line
+// goes out in one write(), never interleaved with theirs.
+char line_buf[1024] = "\n";  // a leading newline ends whatever line another thread left open
+size_t line_len = 1;
+
 void put(const char* s) {
   size_t n = std::strlen(s);
+  if (line_len + n > sizeof line_buf - 2) n = sizeof line_buf - 2 - line_len;
+  std::memcpy(line_buf + line_len, s, n);
+  line_len += n;
+}
+
+void end_line() {
+  line_buf[line_len++] = '\n';
+  const char* p = line_buf;
+  size_t n = line_len;
   while (n > 0) {
-    ssize_t w = ::write(STDERR_FILENO, s, n);
-    if (w <= 0) return;
-    s += w;
+    ssize_t w = ::write(STDERR_FILENO, p, n);
+    if (w <= 0) break;
+    p += w;
     n -= static_cast<size_t>(w);
   }
+  line_len = 1;
 }
 
 void put_hex(uintptr_t v) {
@@ -181,7 +196,7 @@ void handler(int sig, siginfo_t* info, void* context) {
   }
   put(" in thread ");
   put_dec(static_cast<long>(::syscall(SYS_gettid)));
-  put("\n");
+  end_line();
   read_maps();
   void* frames[kMaxFrames];
   int n = ::backtrace(frames, kMaxFrames);
@@ -218,7 +233,8 @@ void handler(int sig, siginfo_t* info, void* context) {
       pcs[count++] = reinterpret_cast<uintptr_t>(frames[i]);
     }
   }
-  put("harness-runner: backtrace of the crashing thread:\n");
+  put("harness-runner: backtrace of the crashing thread:");
+  end_line();
   // Module and offset first, for every frame: safe whatever state the process is in.
   for (int i = 0; i < count; ++i) {
     put("harness-runner:   #");
@@ -228,17 +244,18 @@ void handler(int sig, siginfo_t* info, void* context) {
     put(" ");
     // Return addresses point after the call: look the caller up one byte back.
     put_module(i == 0 ? pcs[i] : pcs[i] - 1);
-    put("\n");
+    end_line();
   }
   // Then the exported symbols, which may need the loader lock: bounded by an alarm.
   ::signal(SIGALRM, on_alarm);
   ::alarm(3);
-  put("harness-runner: symbols of the crashing thread:\n");
+  put("harness-runner: symbols of the crashing thread:");
+  end_line();
   for (int i = 0; i < count; ++i) {
     put("harness-runner:   #");
     put_dec(i);
     put_symbol(i == 0 ? pcs[i] : pcs[i] - 1);
-    put("\n");
+    end_line();
   }
   ::alarm(0);
   ::signal(sig, SIG_DFL);
