@@ -403,8 +403,8 @@ def _constant_values(plan: Any) -> tuple[tuple[str, int | float | bool | str], .
     for index in plan.outputs:
         val = plan.values[index].val
         kind = type(val).__name__
-        if kind == "Bool":
-            out.append(("bool", bool(val.bool_val)))
+        if kind == "Bool":  # VALUE_KINDS' "boolean" ("bool" is a tensor dtype)
+            out.append(("boolean", bool(val.bool_val)))
         elif kind == "Int":
             out.append(("int", int(val.int_val)))
         elif kind == "Double":  # the schema writes an infinity as "inf" / "-inf"
@@ -552,7 +552,8 @@ def inspect_program(path: Path) -> ProgramInfo:
 # --- the cached, out-of-process reader ---------------------------------------------------------
 
 def _cache_file(sha256: str) -> Path:
-    return cache_root() / "programs" / f"{sha256}.json"
+    # v2: a constant method's bool outputs are of kind "boolean" (the value kind)
+    return cache_root() / "programs" / f"{sha256}.v2.json"
 
 
 def _load_cached(path: Path, sha256: str) -> ProgramInfo | None:

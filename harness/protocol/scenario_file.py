@@ -57,7 +57,7 @@ FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 """Compared within tolerance; every other dtype (integers, bool) compares exactly."""
 MAX_SHAPE_ENTRY = 2**31 - 1
 
-VALUE_KINDS: dict[str, int | None] = {"int": 8, "float": 8, "bool": 1, "string": None,
+VALUE_KINDS: dict[str, int | None] = {"int": 8, "float": 8, "boolean": 1, "string": None,
                                       "none": 0}
 """The non-tensor EValues a method can return (a metadata method of an LLM export returns
 ints, doubles, bools and strings), by the `dtype` events and `expected` give them, and the

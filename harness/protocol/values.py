@@ -27,7 +27,7 @@ def kind_of(value: object) -> str | None:
     if value is None:
         return "none"
     if isinstance(value, bool):
-        return "bool"
+        return "boolean"
     if isinstance(value, int):
         return "int"
     if isinstance(value, float):
@@ -45,7 +45,7 @@ def value_bytes(kind: str, value: object) -> bytes:
         return value.encode("utf-8", "surrogatepass")
     if kind == "none":
         return b""
-    if kind == "bool":
+    if kind == "boolean":
         return bytes(1 if v else 0 for v in items)
     return b"".join(struct.pack(_ITEM[kind], v) for v in items)
 
@@ -64,7 +64,7 @@ def read_value(kind: str, shape: tuple[int, ...] | list[int], raw: bytes) -> Val
     if len(raw) != count * size:
         raise ValueError(f"a {kind} value of shape {list(shape)} has {count * size} bytes, "
                          f"got {len(raw)}")
-    if kind == "bool":
+    if kind == "boolean":
         items: list[bool] | list[float] = [b != 0 for b in raw]
     else:
         items = [struct.unpack_from(_ITEM[kind], raw, i * size)[0] for i in range(count)]

@@ -61,7 +61,7 @@ def value_output(value, emit_data: bool) -> dict:
         kind = kinds.pop() if len(kinds) == 1 else None
         if kind == "int" and any(isinstance(v, float) for v in value):
             kind = None
-        if kind not in ("int", "float", "bool") and value:
+        if kind not in ("int", "float", "boolean") and value:
             names = sorted({type(v).__name__ for v in value})
             raise UndescribableOutput(f"a list of {' and '.join(names)}")
         kind = kind or "int"

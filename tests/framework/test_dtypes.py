@@ -124,7 +124,7 @@ def test_both_runners_report_the_same_outputs(programs, drivers, tmp_path):
         events[kind] = steps
     assert events["native"] == events["python"]
     metadata = events["native"][-2:]
-    assert [o[0][:2] for o in metadata] == [("int", []), ("bool", [])]
+    assert [o[0][:2] for o in metadata] == [("int", []), ("boolean", [])]
 
 
 def test_a_program_whose_inputs_cannot_be_fed_is_one_start_up_error(pytester, programs):

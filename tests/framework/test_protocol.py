@@ -254,7 +254,7 @@ def test_exports_name_every_protocol_dtype():
 # Non-tensor values ---------------------------------------------------------------------------
 @pytest.mark.parametrize("kind, shape, value", [
     ("int", [], -2), ("int", [3], [1, -2, 2**62]), ("float", [], 0.25), ("float", [2], [0.5, -1.0]),
-    ("bool", [], True), ("bool", [2], [True, False]), ("string", [], "uint8 ü"), ("none", [], None),
+    ("boolean", [], True), ("boolean", [2], [True, False]), ("string", [], "uint8 ü"), ("none", [], None),
 ])
 def test_a_value_reads_back_from_its_bytes(kind, shape, value):
     from harness.protocol.values import compare_value, read_value, value_bytes

@@ -350,7 +350,7 @@ class StepReader {
       // A method's output may be a non-tensor value (VALUE_KINDS): only
       // `expected` names one; 0 is a string's item size (any length).
       static const std::pair<const char*, size_t> kValueKinds[] = {
-          {"int", 8}, {"float", 8}, {"bool", 1}, {"string", 0}, {"none", 0}};
+          {"int", 8}, {"float", 8}, {"boolean", 1}, {"string", 0}, {"none", 0}};
       const bool values = std::string(key) == "expected";
       size_t value_item = 0;
       for (const auto& k : kValueKinds) {
@@ -632,7 +632,7 @@ std::string dtype_names_text(bool with_values) {
     names.push_back(d.name);
   }
   if (with_values) {
-    for (const char* k : {"int", "float", "bool", "string", "none"}) {
+    for (const char* k : {"int", "float", "boolean", "string", "none"}) {
       names.push_back(k);
     }
   }

@@ -160,7 +160,7 @@ Json describe_output(const EValue& value, bool with_data) {
   }
   if (value.isBool()) {
     uint8_t v = value.toBool() ? 1 : 0;
-    return described("bool", Json::array(), value.toBool(), raw(&v, 1));
+    return described("boolean", Json::array(), value.toBool(), raw(&v, 1));
   }
   if (value.isString()) {
     std::string_view v = value.toString();
@@ -198,7 +198,7 @@ Json describe_output(const EValue& value, bool with_data) {
       items.push_back(v);
       bytes.push_back(v ? 1 : 0);
     }
-    return described("bool", Json::array({list.size()}), std::move(items), bytes);
+    return described("boolean", Json::array({list.size()}), std::move(items), bytes);
   }
   if (value.isTensorList()) {
     throw UndescribableOutput("a list of tensors");
@@ -215,7 +215,7 @@ namespace {
 const char* kind_of(const EValue& v) {
   if (v.isInt() || v.isIntList()) return "int";
   if (v.isDouble() || v.isDoubleList()) return "float";
-  if (v.isBool() || v.isBoolList()) return "bool";
+  if (v.isBool() || v.isBoolList()) return "boolean";
   if (v.isString()) return "string";
   if (v.isNone()) return "none";
   if (v.isTensor()) return "tensor";
@@ -252,7 +252,7 @@ std::string shown_expected(const TensorSpec& exp, const std::vector<uint8_t>& da
   Json items = Json::array();
   size_t n = exp.shape.empty() ? 1 : static_cast<size_t>(exp.shape[0]);
   for (size_t i = 0; i < n; ++i) {
-    if (exp.kind == "bool") {
+    if (exp.kind == "boolean") {
       items.push_back(data[i] != 0);
     } else if (exp.kind == "int") {
       int64_t v;
@@ -303,7 +303,7 @@ std::string compare_value(const EValue& got, const TensorSpec& exp, double atol,
   }
   bool bad = false;
   for (size_t i = 0; i < n; ++i) {
-    if (kind == "bool") {
+    if (kind == "boolean") {
       bool g = got.isBool() ? got.toBool() : got.toBoolList()[i];
       bad = bad || g != (data[i] != 0);
       continue;
