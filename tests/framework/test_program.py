@@ -288,7 +288,7 @@ def test_read_program_matches_inspect_and_caches(compiled, inspected, tmp_path, 
     monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path / "cache"))
     first = read_program(pte)  # a cache miss: inspect_program in a child process
     assert first == inspected[key]
-    entry = tmp_path / "cache" / "programs" / f"{first.sha256}.json"
+    entry = hp._cache_file(first.sha256)
     assert json.loads(entry.read_text())["sha256"] == first.sha256
     assert not list(entry.parent.glob("*.tmp"))
 
