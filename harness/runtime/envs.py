@@ -178,14 +178,19 @@ def runtime_venv(executorch: str, qnn: str | None = None) -> RuntimeVenv:
         return RuntimeVenv(executorch, qnn, path, seconds, problem)
 
 
+# The version of the package `import executorch` finds (its version.py), not the metadata's: a
+# venv whose package is gone keeps its dist-info while the global package answers the import.
 _IDENTITY = ("import importlib.metadata as m, json, executorch as e\n"
-             "print(json.dumps({'version': m.version('executorch'), 'path': list(e.__path__)}))")
+             "try:\n    import executorch.version as v; version = v.__version__\n"
+             "except ImportError:\n    version = m.version('executorch')\n"
+             "print(json.dumps({'version': version, 'path': list(e.__path__)}))")
 
 
 def venv_identity_problem(venv: Path, executorch: str) -> str:
-    """"" when the venv's python imports `executorch` from the venv itself, at version
-    `executorch`; else what it found instead. Asked of the venv (its own interpreter, a
-    plain `import executorch`, which loads nothing but the package's `__init__`): a venv whose
+    """"" when the venv's python imports `executorch` at version `executorch` (from the venv,
+    or the global package when that is the release asked for); else what it found instead.
+    Asked of the venv (its own interpreter, a plain `import executorch`, which loads nothing
+    but the package's `__init__` and version): a venv whose
     site-packages/executorch was gone but whose marker stayed ran the global 1.5.1 under the
     "executorch 1.4.1" column of `harness matrix`."""
     python = venv / "bin" / "python"
@@ -204,11 +209,15 @@ def venv_identity_problem(venv: Path, executorch: str) -> str:
         found = json.loads(asked.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return f"its python answered {asked.stdout.strip()[-200:]!r}"
-    outside = [p for p in found["path"] if not Path(p).resolve().is_relative_to(venv.resolve())]
-    if outside or not found["path"]:
-        return f"its python imports executorch from {', '.join(outside) or 'nowhere'}, not the venv"
-    if found["version"] != executorch:
-        return f"its executorch is {found['version']}, not {executorch}"
+    if not found["path"]:
+        return "its python imports an executorch with no package directory"
+    if found["version"].split("+")[0] != executorch:
+        outside = [p for p in found["path"]
+                   if not Path(p).resolve().is_relative_to(venv.resolve())]
+        where = f" (from {', '.join(outside)}, outside the venv)" if outside else ""
+        return f"its executorch is {found['version']}, not {executorch}{where}"
+    # The global package may serve the venv (--system-site-packages) when it is the release
+    # asked for: pip then installs nothing of its own.
     return ""
 
 
