@@ -20,9 +20,7 @@ from pathlib import Path
 
 from harness.cache import cache_root, file_lock
 from harness.errors import SdkError
-
-HOST_LIB = Path("lib") / "x86_64-linux-clang"
-ALIASES = {"libQnnHtpPrepare.so": "libHtpPrepare.so"}
+from harness.qnn.sdk import ALIASES, HOST_LIB
 UNBRIDGED = "2.5.0"
 """The onnxruntime-qnn release whose QAIRT (2.49) needs no ABI bridge with executorch 1.5.1."""
 
