@@ -20,12 +20,17 @@ from pathlib import Path
 ROOT = "harness"
 # The record attribute naming the session a notice belongs to.
 NOTICE_ATTR = "hil_notice"
+# The record attribute saying which notices are one (default: the same text): a full disk is
+# said once per filesystem, whichever directory and process met it first.
+NOTICE_KEY_ATTR = "hil_notice_key"
 
 
 def notice(logger: logging.Logger | logging.LoggerAdapter, text: str,
-           session: object = None) -> None:
-    """Log `text` as a notice of `session` (WARNING, so it is shown and captured by default)."""
-    logger.warning(text, extra={NOTICE_ATTR: session if session is not None else True})
+           session: object = None, key: str | None = None) -> None:
+    """Log `text` as a notice of `session` (WARNING, so it is shown and captured by default);
+    `key` makes notices of other texts one (only the first is kept)."""
+    logger.warning(text, extra={NOTICE_ATTR: session if session is not None else True,
+                                NOTICE_KEY_ATTR: key or text})
 
 
 def notifier(logger: logging.Logger, session: object) -> Callable[[str], None]:
@@ -39,14 +44,20 @@ class NoticeCollector(logging.Handler):
     def __init__(self, session: object) -> None:
         super().__init__(level=logging.WARNING)
         self.session = session
-        self.lines: list[str] = []
+        self.keyed: dict[str, str] = {}  # key -> text, in order
+
+    @property
+    def lines(self) -> list[str]:
+        return list(self.keyed.values())
 
     def emit(self, record: logging.LogRecord) -> None:
         tag = getattr(record, NOTICE_ATTR, None)
         if tag is self.session or tag is True:  # True: a notice of no one session (disk_full)
-            text = record.getMessage()
-            if text not in self.lines:
-                self.lines.append(text)
+            self.add(record.getMessage(), getattr(record, NOTICE_KEY_ATTR, None))
+
+    def add(self, text: str, key: str | None = None) -> None:
+        """Keep `text` (said elsewhere: an xdist worker's notice) unless one of its key is kept."""
+        self.keyed.setdefault(key or text, text)
 
     def attach(self) -> NoticeCollector:
         logging.getLogger(ROOT).addHandler(self)
@@ -85,7 +96,8 @@ def disk_full_tolerated(directory: Path, what: str) -> Iterator[None]:
             notice(logging.getLogger(f"{ROOT}.disk"),
                    f"{where}: {exc.strerror} (writing {what}); the files written there from "
                    "now on may be missing, the verdicts are kept. Free space there or give "
-                   "--artifacts-dir (or --hil-report) on another disk", True)
+                   "--artifacts-dir (or --hil-report) on another disk", True,
+                   key=f"disk-full:{disk}")
 
 
 ABANDON_AFTER = 3  # interrupts during a cleanup that abandon it (the first two are deferred)

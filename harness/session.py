@@ -58,6 +58,17 @@ class HilSession:
         """This session's notices so far, in order (header and summary lines)."""
         return self._notices.lines
 
+    @property
+    def keyed_notices(self) -> dict[str, str]:
+        """This session's notices by what makes two of them one (their text, or for a full
+        disk its filesystem): what an xdist worker hands the controller to print once."""
+        return dict(self._notices.keyed)
+
+    def add_notices(self, keyed: dict[str, str]) -> None:
+        """Keep notices another process said (an xdist worker's, a farm's events), each once."""
+        for key, text in keyed.items():
+            self._notices.add(text, key)
+
     def notice(self, text: str) -> None:
         """Say `text` in the log and in the session's header and summary."""
         notice(_log, text, self)

@@ -50,7 +50,7 @@ class _FarmReports:
         if label is None:
             return
         if self.session.farm_label is None:  # the controller: the workers' events arrive here
-            self.session.notices.extend(getattr(report, "hil_farm_events", []))
+            self.session.add_notices({e: e for e in getattr(report, "hil_farm_events", [])})
         if report.when == "call" or (report.when == "setup" and not report.passed):
             xfailed = hasattr(report, "wasxfail") and report.skipped
             self.session.record_test(label, report.nodeid, "xfailed" if xfailed else report.outcome)

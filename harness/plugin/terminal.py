@@ -1,6 +1,10 @@
 """The terminal: the session's header lines (target, executorch, runner, artifacts, runtime)
 and the hil section of the summary (the device's summary, notices, known issues met and those
-that matched no collected test)."""
+that matched no collected test).
+
+Under xdist a worker's terminal summary is shown to nobody, so each worker hands its notices
+(a damaged cache entry rebuilt, a full disk, a lease taken over) to the controller in
+`workeroutput`, which prints them once: a notice said only in a worker was lost."""
 
 from __future__ import annotations
 
@@ -23,6 +27,27 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"hil: target {target}; executorch {executorch_version()}; runner {opts.runner}; "
             f"artifacts {opts.artifacts_dir}", f"hil: runtime {session.runtime_line()}",
             f"hil: SDK pairing: {session.pairing.describe()}"]
+
+
+NOTICES_KEY = "hil_notices"  # a worker's notices (key -> text), in workeroutput
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker: hand this session's notices to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    hil = session.config.stash.get(SESSION, None)
+    if workeroutput is not None and hil is not None:
+        workeroutput[NOTICES_KEY] = hil.keyed_notices
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """The xdist controller: keep a worker's notices (each once, across workers)."""
+    keyed = getattr(node, "workeroutput", {}).get(NOTICES_KEY)
+    hil = node.config.stash.get(SESSION, None)
+    if keyed and hil is not None:
+        hil.add_notices(keyed)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
