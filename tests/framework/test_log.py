@@ -66,3 +66,25 @@ def test_interrupts_during_a_cleanup_are_deferred_and_a_third_abandons_it(capfd)
         for _ in range(ABANDON_AFTER):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) == before[0]
+
+
+def test_a_workers_notices_are_kept_once_by_the_controller(tmp_path):
+    """What an xdist worker hands the controller (keyed_notices) is added there each once: the
+    same text from two workers, and a full disk once per filesystem whatever directory two
+    workers named."""
+    worker = HilSession(adb_options(tmp_path / "w", "serial-w"))
+    controller = HilSession(adb_options(tmp_path / "c", "serial-c"))
+    try:
+        worker.notice("compile cache entry X is damaged: rebuilding")
+        handed = worker.keyed_notices
+        assert handed == {"compile cache entry X is damaged: rebuilding":
+                          "compile cache entry X is damaged: rebuilding"}
+        controller.add_notices(handed)
+        controller.add_notices(handed)  # a second worker said the same
+        controller.add_notices({"disk-full:42": "/full/run-a: No space left on device"})
+        controller.add_notices({"disk-full:42": "/full/run-b: No space left on device"})
+        assert controller.notices == ["compile cache entry X is damaged: rebuilding",
+                                      "/full/run-a: No space left on device"]
+    finally:
+        worker.close()
+        controller.close()
