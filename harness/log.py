@@ -30,7 +30,7 @@ def notice(logger: logging.Logger | logging.LoggerAdapter, text: str,
     """Log `text` as a notice of `session` (WARNING, so it is shown and captured by default);
     `key` makes notices of other texts one (only the first is kept)."""
     logger.warning(text, extra={NOTICE_ATTR: session if session is not None else True,
-                                NOTICE_KEY_ATTR: key or text})
+                                NOTICE_KEY_ATTR: key})
 
 
 def notifier(logger: logging.Logger, session: object) -> Callable[[str], None]:
