@@ -332,8 +332,12 @@ class HilSession:
             qnn = self.sdk.source
         except HarnessError as exc:
             return f"{current().describe()}; QNN libraries unavailable ({exc})"
+        from harness.runtime.variants import describe, session_variant
+
         qairt = self.qairt
-        return f"{current().describe()}; QNN {qnn}" + (f" (QAIRT {qairt})" if qairt else "")
+        variant = session_variant()
+        return (f"{current().describe()}; QNN {qnn}" + (f" (QAIRT {qairt})" if qairt else "")
+                + ("" if variant == "none" else f"; runtime variant {describe(variant)}"))
 
     def header(self) -> list[str]:
         lines = [f"executorch {executorch_version()}; runner requested: {self.options.runner}",

@@ -33,6 +33,8 @@ PATTERNS = pytest.StashKey[set]()
 # config: harness.runtime.PREFIX_ENV as it was before this session selected the runtime
 # (None: unset), restored at unconfigure so a session in this process leaves it as it was.
 PREFIX_ENV = pytest.StashKey[str | None]()
+# config: harness.runtime.variants.ENV as it was before this session chose its runtime variant.
+VARIANT_ENV = pytest.StashKey[str | None]()
 # config: the SIGTERM handler this session replaced, restored at unconfigure.
 SIGTERM = pytest.StashKey[Any]()  # signal.getsignal's: a handler, SIG_DFL/SIG_IGN or None
 

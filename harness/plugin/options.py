@@ -16,7 +16,7 @@ from harness.config import load_farm
 from harness.devices.kinds import (chosen_devices, kind_for, kinds, session_kinds,
                                    session_targets)
 from harness.errors import HarnessError
-from harness.plugin.keys import ISSUES, PREFIX_ENV, SESSION_ID_ENV
+from harness.plugin.keys import ISSUES, PREFIX_ENV, SESSION_ID_ENV, VARIANT_ENV
 from harness.results.known_issues import load_all
 from harness.config.options import Options
 from harness.session import HilSession, worker_info
@@ -123,6 +123,14 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                          "EXECUTORCH_HIL_EXECUTORCH_PREFIX; default: the installed wheel)")
     parser.addini("hil_executorch_prefix", default="",
                   help="like --executorch-prefix, relative to the ini file")
+    group.addoption("--runtime-variant", default=None, metavar="NAME",
+                    help="the runtime under test with a wrapper at its backend registry, "
+                         "preloaded into runner processes: none (default), stock (every call "
+                         "forwarded: a control), fix-model (a model of the seed's fix: a QNN "
+                         "cache key per Module, user counts), fix-model-serialized (the same, "
+                         "executes kept apart from inits and destroys); ini option "
+                         "hil_runtime_variant, environment EXECUTORCH_HIL_RUNTIME_VARIANT")
+    parser.addini("hil_runtime_variant", default="", help="like --runtime-variant")
     parser.addini("hil_pte", type="paths", default=[],
                   help="programs the HIL suites run on (like --pte), relative to the ini file")
     parser.addini("hil_models_dirs", type="paths", default=[],
@@ -170,11 +178,23 @@ def _select_runtime(config: pytest.Config) -> None:
     runtime.select(prefix)
 
 
+def _select_variant(config: pytest.Config) -> None:
+    """--runtime-variant, else the ini option, else the environment, else none; checked and
+    set in the environment for every child (xdist workers, runners, replays)."""
+    from harness.runtime import variants
+
+    name = (config.getoption("runtime_variant") or config.getini("hil_runtime_variant")
+            or os.environ.get(variants.ENV) or "none")
+    config.stash[VARIANT_ENV] = os.environ.get(variants.ENV)
+    os.environ[variants.ENV] = variants.check_variant(name)
+
+
 def options_from_config(config: pytest.Config) -> Options:
     """The session's options from the command line, the ini file and the environment, with
     the runtime under test selected first (`_select_runtime`); raises HarnessError on a bad
     value or combination."""
     _select_runtime(config)
+    _select_variant(config)
     worker, count = worker_info()
     devices = list(config.getoption("device"))
     farm = config.getoption("farm")
@@ -263,6 +283,15 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
     problem = start_up_problem(current())
     if problem:
         raise HarnessError(problem)
+    from harness.runtime import variants
+
+    if variants.session_variant() != "none":
+        if any(kind.name != "simulator" for kind in session_kinds(opts)):
+            raise HarnessError(
+                f"--runtime-variant {variants.session_variant()} runs on the HTP simulator only "
+                "(the wrapper is built for this host's runtime; it is not pushed to devices): "
+                "drop --device/--farm or the variant")
+        variants.build_wrapper()  # a build that fails is one error now, not one per test
     if opts.device_config is not None:
         load_soc(Path(opts.device_config))
     targets = session_targets(opts)

@@ -11,7 +11,7 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.log import disk_full_tolerated
-from harness.plugin.keys import PREFIX_ENV, SESSION, SIGTERM
+from harness.plugin.keys import PREFIX_ENV, SESSION, SIGTERM, VARIANT_ENV
 from harness.plugin.options import check_start_up, options_from_config
 from harness.session import HilSession
 
@@ -79,6 +79,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ.pop(runtime.PREFIX_ENV, None)
         else:
             os.environ[runtime.PREFIX_ENV] = before
+    if VARIANT_ENV in config.stash:
+        from harness.runtime import variants
+
+        before_variant = config.stash[VARIANT_ENV]
+        if before_variant is None:
+            os.environ.pop(variants.ENV, None)
+        else:
+            os.environ[variants.ENV] = before_variant
     session = config.stash.get(SESSION, None)
     if session is not None:
         try:

@@ -481,8 +481,10 @@ def runtime_facts() -> dict:
     revision, origin (wheel, prefix-wheel, prefix-install), path, and a one-line description."""
     from harness.runtime import current
 
+    from harness.runtime.variants import session_variant
+
     runtime = current()
-    return {**runtime.facts(), "description": runtime.describe()}
+    return {**runtime.facts(), "description": runtime.describe(), "variant": session_variant()}
 
 
 def qnn_versions(session) -> dict:

@@ -53,6 +53,20 @@ class RunnerChoice:
                 "from harness.runner.python_fork_server import main; sys.exit(main(sys.argv[1:]))")
 
     def environment(self) -> dict[str, str]:
+        """What a runner process of this choice needs beyond the QNN libraries: the Python
+        runner's path and crash reporter, and for either runner the session's runtime variant
+        (harness.runtime.variants: its wrapper first among the preloads)."""
+        from harness.runtime.variants import runner_environment
+
+        own = self._own_environment()
+        variant = runner_environment()
+        if "LD_PRELOAD" in own and "LD_PRELOAD" in variant:
+            # Both put the inherited preloads last; the wrapper goes first, then the rest.
+            wrapper = variant["LD_PRELOAD"].split(" ")[0]
+            variant["LD_PRELOAD"] = f"{wrapper} {own['LD_PRELOAD']}"
+        return {**own, **variant}
+
+    def _own_environment(self) -> dict[str, str]:
         if self.kind == "python":
             from harness.runtime import current
 
