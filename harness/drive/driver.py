@@ -9,21 +9,24 @@ names the signal, the last completed step and the log tail.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Iterable, Iterator
 
-from harness.results.assertions import assert_completed, assert_nemesis
+from harness.results.assertions import assert_completed, assert_nemesis, unreachable
 from harness.devices.base import Device
 from harness.errors import ModelError
-from harness.log import disk_full_tolerated
+from harness.log import disk_full_tolerated, notice
 from harness.programs.pte import check_file
 from harness.qnn.trace import parse_trace
 from harness.results.run import ScenarioResult
 from harness.scenario import Scenario
 
+
+_log = logging.getLogger("harness.drive")
 
 RUN_RECORD = "replay.json"
 """What `python -m harness replay` and `export` need beside scenario.json: the scenario with
@@ -91,6 +94,11 @@ class ScenarioDriver:
         self.results.append(result)
         if result.scenario.qnn_nemesis:
             assert_nemesis(result)
+            for text in unreachable(result):
+                # Said once per scenario and rule: the verdict is on the run that happened.
+                notice(_log, f"scenario {result.scenario.name}: forced interleaving "
+                       f"unreachable on this runtime, judged on the run that happened: {text}",
+                       key=f"unreachable {result.scenario.name} {text}")
         if not allow_crash:
             assert_completed(result)
         return result

@@ -15,8 +15,10 @@ left to the machine's load, and `harness replay` runs the same one. Two kinds:
 API is a QNN function (`QNN_APIS`) or a runner step point (`step.load_method`, ...: the native
 runner marks entering and leaving each step). An actor is a module's name: the native runner
 names each thread after the module of the step it runs. Every rule that took effect is a trace
-line (`nemesis_hold`, `nemesis_release`, `nemesis_timeout`, `nemesis_fail`); `unmet_rules`
-says which of a finished run's rules never did.
+line (`nemesis_hold`, `nemesis_release`, `nemesis_timeout`, `nemesis_fail`, and
+`nemesis_late` when the point a timed-out hold waited for came after it gave up);
+`nemesis_problems` says which of a run's rules did not do what they say, and
+`unreachable_rendezvous` which could not, because the runtime orders those calls itself.
 
 Cheap to import: the standard library and `harness.errors` only.
 """
@@ -215,8 +217,10 @@ def nemesis_problems(rules: Sequence[str], events: Sequence[NemesisEvent],
     if not rules:
         return []
     problems = []
+    late = {e.rule for e in events if e.kind == "late"}
     for e in events:
-        if e.kind == "timeout" and e.rule is not None and e.rule < len(rules):
+        if e.kind == "timeout" and e.rule is not None and e.rule < len(rules) \
+                and e.rule not in late:
             problems.append(f"rendezvous timed out after {e.fields.get('waited_ms')} ms: "
                             f"rule {e.rule} '{rules[e.rule]}' waited for a point no thread "
                             "reached")
@@ -232,3 +236,26 @@ def nemesis_problems(rules: Sequence[str], events: Sequence[NemesisEvent],
         problems += [f"nemesis rule {i} '{r}' never took effect: the runtime did not reach "
                      f"that point in this run" for i, r in enumerate(rules) if i not in took]
     return problems
+
+
+def unreachable_rendezvous(rules: Sequence[str], events: Sequence[NemesisEvent]) -> list[str]:
+    """The holds whose rendezvous the runtime itself made impossible: the held thread waited
+    its whole timeout and the point it waited for came only after it went on (a `late` event).
+    A runtime that orders those two calls itself (a lock around init, destroy kept out of a
+    running execute) cannot be forced into that interleaving; the test judges its property on
+    the run that did happen, and says so."""
+    timeouts = {e.rule: e for e in events if e.kind == "timeout"}
+    out = []
+    for e in events:
+        if e.kind != "late" or e.rule is None or e.rule >= len(rules) or e.rule not in timeouts:
+            continue
+        rule = parse_rule(rules[e.rule])
+        assert isinstance(rule, Hold)
+        waited = timeouts[e.rule].fields.get("waited_ms", "?")
+        who = f"thread {rule.at.actor!r}" if rule.at.actor else "the held thread"
+        came = e.fields.get("actor") or "another thread"
+        out.append(f"rule {e.rule} '{rules[e.rule]}': {who} waited {waited} ms at {rule.phase} "
+                   f"{rule.at}, and {came!r} reached {rule.until_phase} {rule.until} only after "
+                   "it went on: the runtime orders these calls itself, so this interleaving "
+                   "cannot happen on it")
+    return out

@@ -168,7 +168,8 @@ static void trace(const char *fmt, ...) {
  *   hold enter|leave [ACTOR:]API#N until enter|leave [ACTOR:]API#N [timeout_ms=T]
  *       the thread reaching the first point (entering the call, or leaving it after the real
  *       function returned) waits there until some thread has reached the second point, at most
- *       T ms (default 10000); then it goes on and the trace says `nemesis_timeout`.
+ *       T ms (default 10000); then it goes on and the trace says `nemesis_timeout`, and
+ *       `nemesis_late` if the second point comes after all (the runtime held it back itself).
  * API is a QNN function name (QnnContext_createFromBinary, ...) or a runner step point
  * (step.load_method, ...: the runner calls harness_qnn_step around each step it runs). An
  * actor is a thread's name (pthread_setname_np): the runner names each thread after the module
@@ -217,7 +218,7 @@ typedef struct {
   nemesis_point_t at, until;
   uint64_t rc;
   long timeout_ms;
-  int fired, until_reached;
+  int fired, until_reached, timed_out; /* timed_out: the hold gave up before `until` came */
 } nemesis_rule_t;
 
 static pthread_mutex_t nemesis_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -402,6 +403,12 @@ static int nemesis_point(int api, int phase, uint64_t *rc) {
         point_matches(&r->until, api, phase, actor, n_any, n_actor)) {
       r->until_reached = 1;
       released = 1;
+      /* The point came only after the held thread gave up: the runtime itself kept it from
+       * coming while that thread waited (it orders these calls), so the rendezvous could
+       * not happen, rather than a point that is never reached. */
+      if (r->timed_out)
+        trace("nemesis_late rule=%d point=%s api=%s actor=%s", i,
+              phase == PHASE_ENTER ? "enter" : "leave", api_names[api], actor);
     }
   }
   if (released) pthread_cond_broadcast(&nemesis_cond);
@@ -432,6 +439,7 @@ static int nemesis_point(int api, int phase, uint64_t *rc) {
               "'%s' for %ld ms and the point it waits for was never reached\n", i, ph,
               api_names[api], actor, waited);
       trace("nemesis_timeout rule=%d waited_ms=%ld", i, waited);
+      r->timed_out = 1;
     }
   }
   for (int i = 0; phase == PHASE_ENTER && !injected && i < rule_count; i++) {

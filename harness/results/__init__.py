@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import HarnessError
 from harness.qnn.pairing import bridge_rewrites
+from harness.protocol.nemesis import nemesis_events, unreachable_rendezvous
 from harness.results.failures import Failure
 from harness.results.run import ScenarioResult, StepResult
 
@@ -119,6 +120,9 @@ def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, i
         # the calls the ABI bridge rewrote in this run: a library-side failure after one may be
         # an artifact of the SDK pairing (harness.qnn.pairing)
         "abi_bridge": bridge_rewrites(result.trace),
+        # forced interleavings this runtime cannot make (it orders those calls itself)
+        "unreachable_rendezvous": unreachable_rendezvous(result.scenario.qnn_nemesis,
+                                                         nemesis_events(result.trace)),
         "artifacts": str(result.artifacts) if result.artifacts else None,
         "replay": replay_command(result, failures, replay_args),
     }

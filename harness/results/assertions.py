@@ -63,6 +63,14 @@ def assert_nemesis(result: ScenarioResult) -> None:
             + f"\nrules:\n{rules}\nall steps:\n{result.summary()}", problems[0])
 
 
+def unreachable(result: ScenarioResult) -> list[str]:
+    """The run's forced rendezvous the runtime made impossible by ordering the calls itself
+    (harness.protocol.nemesis.unreachable_rendezvous); not a failure: the test judges what ran."""
+    from harness.protocol.nemesis import nemesis_events, unreachable_rendezvous
+
+    return unreachable_rendezvous(result.scenario.qnn_nemesis, nemesis_events(result.trace))
+
+
 def check_failed(result: ScenarioResult, report: str, words: str = "") -> HilFailure:
     """A failed harness check over a finished run (isolation, counts, memory)."""
     return HilFailure(report, Failure("check", words or report, result.scenario.name))

@@ -47,3 +47,39 @@ def test_a_scenario_file_with_a_bad_rule_is_refused_naming_it():
         == ("fail QnnGraph_execute#1 rc=1100",)
 
 
+
+
+def _events(*lines: tuple[str, dict]) -> list:
+    from harness.protocol.nemesis import NemesisEvent
+
+    return [NemesisEvent(kind, int(f["rule"]) if "rule" in f else None, f) for kind, f in lines]
+
+
+RULES = (hold("enter", "A:QnnGraph_execute#2", "leave", "B:step.destroy_module#1"),)
+
+
+def test_a_point_that_came_after_the_hold_gave_up_is_an_unreachable_rendezvous():
+    """The runtime kept B's destroy out of A's execute: the point came, but only once A went on.
+    That is the runtime ordering the calls (judged on what ran), not a rule that failed."""
+    from harness.protocol.nemesis import nemesis_problems, unreachable_rendezvous
+
+    events = _events(("rules", {"count": "1"}),
+                     ("hold", {"rule": "0", "point": "enter", "api": "QnnGraph_execute"}),
+                     ("timeout", {"rule": "0", "waited_ms": "10000"}),
+                     ("late", {"rule": "0", "point": "leave", "api": "step.destroy_module",
+                               "actor": "B"}))
+    assert nemesis_problems(RULES, events, finished=True) == []
+    (said,) = unreachable_rendezvous(RULES, events)
+    assert "waited 10000 ms at enter A:QnnGraph_execute#2" in said
+    assert "'B' reached leave B:step.destroy_module#1 only after it went on" in said
+
+
+def test_a_point_never_reached_stays_a_failed_rule():
+    from harness.protocol.nemesis import nemesis_problems, unreachable_rendezvous
+
+    events = _events(("rules", {"count": "1"}),
+                     ("hold", {"rule": "0", "point": "enter", "api": "QnnGraph_execute"}),
+                     ("timeout", {"rule": "0", "waited_ms": "10000"}))
+    assert unreachable_rendezvous(RULES, events) == []
+    (problem,) = nemesis_problems(RULES, events, finished=True)
+    assert "rendezvous timed out after 10000 ms" in problem
