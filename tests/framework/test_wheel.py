@@ -114,9 +114,9 @@ def test_plugin_is_registered_once(venv, outside):
 
 @pytest.fixture(scope="module")
 def users_program(venv, tmp_path_factory) -> Path:
-    """A user's project outside the checkout: their own export script (here the README's
-    example, a model that is not in models/) run with the installed package's QNN environment,
-    for SM8650 and SM8750."""
+    """A user's project outside the checkout: their own export script (here the example of
+    docs/own-model.md, a model that is not in models/) run with the installed package's QNN
+    environment, for SM8650 and SM8750."""
     project = tmp_path_factory.mktemp("users_project")
     shutil.copy(REPO_ROOT / "docs" / "examples" / "export_program.py", project / "export.py")
     python = venv / "bin" / "python"
