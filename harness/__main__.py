@@ -27,6 +27,11 @@
                      the pytest args on each runtime, each in its own cached venv from the
                      registry; prints a known issue / test x runtime table, writes matrix.json
                      and matrix.html (harness/commands/matrix.py)
+  mutate [--variant stock|fix-model|fix-model-serialized] [--mutant NAME ...] [--sample N]
+         [--out DIR] [--list] [pytest args]
+                     the suites once unmutated and once per injected defect of
+                     harness/runtime/mutants.yaml: which mutants they kill, which a known issue
+                     masks, which survive; the score, mutate.json and mutate.html
   bug-report ID --out DIR | --all --out DIR | --list
                      a known runtime defect as a folder upstream runs with executorch alone
                      (no harness runner, no interposer): `reproduce` exits 1 while the bug is
@@ -161,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.commands.bug_report import main as bug_report_main
 
         return bug_report_main(rest)
+    if command == "mutate":
+        from harness.commands.mutate import main as mutate_main
+
+        return mutate_main(rest)
     if command == "matrix":
         from harness.commands.matrix import main as matrix_main
 

@@ -327,10 +327,15 @@ static void nemesis_init_locked(void) {
   /* A fork copies a locked mutex's state, never a waiter: a fresh condition variable. */
   pthread_cond_t fresh = PTHREAD_COND_INITIALIZER;
   nemesis_cond = fresh;
+  /* The scenario's rules, then a mutant's (harness/runtime/mutants.yaml, boundary qnn: rules
+   * every run of a `harness mutate` pass gets, numbered after the scenario's). */
   const char *spec = getenv("HARNESS_QNN_NEMESIS");
-  if (!spec || !*spec) return;
-  char *copy = strdup(spec);
+  const char *mutant = getenv("HARNESS_QNN_MUTANT");
+  if ((!spec || !*spec) && (!mutant || !*mutant)) return;
+  size_t len = (spec ? strlen(spec) : 0) + (mutant ? strlen(mutant) : 0) + 2;
+  char *copy = malloc(len);
   if (!copy) return;
+  snprintf(copy, len, "%s;%s", spec ? spec : "", mutant ? mutant : "");
   char *save = NULL;
   for (char *tok = strtok_r(copy, ";", &save); tok; tok = strtok_r(NULL, ";", &save)) {
     while (*tok == ' ') tok++;
@@ -377,7 +382,8 @@ static __thread uint64_t inside_any[API_COUNT], inside_actor[API_COUNT];
  * held side of. Returns 1 when a fail rule says this call must fail (enter only; *rc set). */
 static int nemesis_point(int api, int phase, uint64_t *rc) {
   const char *spec = getenv("HARNESS_QNN_NEMESIS");
-  if ((!spec || !*spec) && nemesis_pid == getpid()) return 0;
+  const char *mutant = getenv("HARNESS_QNN_MUTANT");
+  if ((!spec || !*spec) && (!mutant || !*mutant) && nemesis_pid == getpid()) return 0;
   char actor[ACTOR_LEN];
   this_actor(actor);
   int injected = 0;

@@ -207,12 +207,15 @@ class Wrapper final : public BackendInterface {
         : fix_init(context, processed, compile_specs);
     if (m && out.ok()) {
       if (m->op == "init_leak") leak(m->num("bytes", 204800));
-      if (m->op == "init_swallow_error") {}  // see below: only failures are changed
     }
     if (m && !out.ok() && m->op == "init_swallow_error") {
       // An init that failed reported as a success with no handle: the runtime goes on with it.
       log_call(name_, "init-error-swallowed", nullptr, static_cast<long>(out.error()));
       return static_cast<DelegateHandle*>(nullptr);
+    }
+    if (m && out.ok() && out.get() != nullptr) {
+      std::lock_guard<std::mutex> guard(live_lock_);
+      live_[out.get()]++;
     }
     log_call(name_, "init", out.ok() ? out.get() : nullptr, out.ok() ? 0 : static_cast<long>(out.error()));
     return out;
@@ -251,11 +254,24 @@ class Wrapper final : public BackendInterface {
         return;
       }
     }
-    if (c.variant == Variant::Stock || !is_qnn()) {
+    if (m && m->op == "destroy_other") {
+      DelegateHandle* other = take_other_live(handle);
+      if (other != nullptr) {
+        log_call(name_, "destroy-other", other, 0);
+        handle = other;  // this module's handle stays; another module's goes in its place
+      }
+    }
+    bool stock = c.variant == Variant::Stock || !is_qnn();
+    if (stock && m && m->op == "users_off_by_one" && !forget_live(handle)) {
+      log_call(name_, "destroy-kept-by-count", handle, 0);  // one user too many: never freed
+      return;
+    }
+    if (stock) {
       real_->destroy(handle);
       if (m && m->op == "destroy_twice" && at_nth(*m, n)) real_->destroy(handle);
     } else {
-      fix_destroy(handle, m && m->op == "users_off_by_one" ? 1 : 0);
+      fix_destroy(handle, m && m->op == "users_off_by_one" ? 1 : 0,
+                  m && m->op == "destroy_twice" && at_nth(*m, n));
     }
     log_call(name_, "destroy", handle, 0);
   }
@@ -270,6 +286,30 @@ class Wrapper final : public BackendInterface {
 
  private:
   bool is_qnn() const { return std::strcmp(name_, "QnnBackend") == 0; }
+
+  // Live handles and their inits, kept while a mutant is on (destroy_other, users_off_by_one).
+  DelegateHandle* take_other_live(DelegateHandle* mine) const {
+    std::lock_guard<std::mutex> guard(live_lock_);
+    for (auto& [h, users] : live_) {
+      if (h != mine && users > 0) {
+        live_.erase(h);
+        return h;
+      }
+    }
+    return nullptr;
+  }
+
+  // users_off_by_one on stock: a count one too many, so the destroy of the last user is held
+  // back for a user that is not there (the handle is never freed); earlier destroys go on as
+  // stock's do. True: forward this destroy.
+  bool forget_live(DelegateHandle* h) const {
+    std::lock_guard<std::mutex> guard(live_lock_);
+    auto it = live_.find(h);
+    if (it == live_.end()) return true;
+    long left = --it->second;
+    if (left <= 0) live_.erase(it);
+    return left > 0;
+  }
 
   const Mutant* mutant() const {
     const Config& c = cfg();
@@ -388,7 +428,7 @@ class Wrapper final : public BackendInterface {
     return handle;
   }
 
-  void fix_destroy(DelegateHandle* handle, long off_by) const {
+  void fix_destroy(DelegateHandle* handle, long off_by, bool twice) const {
     std::unique_lock<std::shared_mutex> gate(state_.exec_gate, std::defer_lock);
     if (cfg().variant == Variant::FixModelSerialized) gate.lock();
     bool last = true;
@@ -409,11 +449,14 @@ class Wrapper final : public BackendInterface {
       }
     }
     if (last) real_->destroy(handle);
+    if (last && twice) real_->destroy(handle);
   }
 
   const char* name_;
   BackendInterface* real_;
   mutable FixState state_;
+  mutable std::mutex live_lock_;
+  mutable std::map<DelegateHandle*, long> live_;
 };
 
 using RegisterFn = Error (*)(const Backend&);
