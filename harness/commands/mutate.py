@@ -14,10 +14,12 @@ injected, and compares each test's verdict with the unmutated run's:
 - **survived**: nothing failed that did not fail before.
 
 Each mutant's pass runs only the tests that can reach it, by what the unmutated run shows (a
-test none of whose runs loaded a program of the mutant's backend is left out), and stops at the
-first kill (`-x`): the unmutated run's full verdicts are the reference, a mutant needs one
-killing test. The runtime reads the mutant when its runner starts, so no build happens per
-mutant, and fork servers start once per pass.
+test none of whose runs loaded a program of the mutant's backend is left out), in stages
+(STAGES: the isolation suite first), each stopping at the first kill (`-x`), the next stage only
+while the mutant survives: the unmutated run's full verdicts are the reference, a mutant needs
+one killing test. A latency regression is killed by `harness compare`'s step times. The
+runtime reads the mutant when its runner starts, so no build happens per mutant, and fork
+servers start once per pass.
 
 Prints the table (mutant, class, verdict, killed by, masked by) and the score, writes
 `mutate.json` and `mutate.html` to `--out` (default `reports/mutate`). Exit 0 when the score is
@@ -43,6 +45,16 @@ from harness.runtime.mutants import Mutant, load_mutants
 from harness.runtime.variants import VARIANTS
 
 DEFAULT_SUITES = ["tests/hil"]
+STAGES = (("tests/hil/test_isolation.py",),
+          ("tests/hil/test_stateful.py", "tests/hil/test_decode_loop.py",
+           "tests/hil/test_concurrent_execute.py", "tests/hil/test_soak.py"),
+          ("",))
+"""A mutant's tests run in stages, cheapest first, and the next stage only while it survives:
+most defects show in the isolation suite in seconds; "" is every test not in an earlier stage."""
+TIME_THRESHOLD, TIME_MIN_MS = 3.0, 250.0
+"""A latency regression is killed by `harness compare`'s step times: a median load or execute
+over four times the unmutated run's and 250 ms more (far beyond this machine's noise, which
+moves single steps by several times but not by a quarter of a second at the median)."""
 PASS_TIMEOUT_S = 3600
 RUNNER_TIMEOUT_S = 120  # a hanging mutant is a killed one after this, not a stalled pass
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -112,10 +124,30 @@ def _failure_shapes(doc: dict) -> dict[str, set]:
     return out
 
 
+def stages(tests: list[str]) -> list[list[str]]:
+    """`tests` split into STAGES (by file), in order, empty stages left out."""
+    out: list[list[str]] = []
+    taken: set[str] = set()
+    for files in STAGES:
+        stage = [t for t in tests if t not in taken
+                 and any(t.startswith(f + "::") if f else True for f in files)]
+        taken.update(stage)
+        if stage:
+            out.append(stage)
+    return out
+
+
 def judge(mutant: Mutant, baseline: dict, mutated: dict) -> Outcome:
-    """A mutant's verdict from its pass against the unmutated run (the module docstring)."""
+    """A mutant's verdict from its pass against the unmutated run (the module docstring), and
+    a step time beyond TIME_THRESHOLD (`harness compare`) as a kill of a latency regression."""
+    from harness.results.compare import compare
+
     before = {t["nodeid"]: t for t in baseline["tests"]}
     outcome = Outcome(mutant, tests_run=len(mutated["tests"]))
+    slower = [c for c in compare(baseline, mutated, TIME_THRESHOLD, TIME_MIN_MS,
+                                 float("inf")).metrics if c.metric == "time"]
+    outcome.killed_by += [f"harness compare: {c.nodeid} {c.scenario} {c.step} {c.growth}"
+                          for c in slower[:3]]
     shapes_before, shapes_after = _failure_shapes(baseline), _failure_shapes(mutated)
     for test in mutated["tests"]:
         nodeid, now = test["nodeid"], test["outcome"]
@@ -222,10 +254,16 @@ def main(argv: list[str]) -> int:
             if not tests:
                 outcomes.append(Outcome(m, verdict="not reached"))
                 continue
-            doc, status, seconds = run_pass(args.out / m.name, args.variant, tests,
-                                            m.environment(), stop_at_first=True)
-            outcome = judge(m, baseline, doc)
-            outcome.seconds, outcome.exit_status = seconds, status
+            spent, ran = 0.0, 0
+            for k, stage in enumerate(stages(tests)):
+                doc, status, seconds = run_pass(args.out / m.name / f"stage{k + 1}",
+                                                args.variant, stage, m.environment(),
+                                                stop_at_first=True)
+                outcome = judge(m, baseline, doc)
+                spent, ran = spent + seconds, ran + outcome.tests_run
+                if outcome.verdict != "survived":
+                    break
+            outcome.seconds, outcome.exit_status, outcome.tests_run = spent, status, ran
             outcomes.append(outcome)
             print(f"{m.name}: {outcome.verdict} ({outcome.tests_run} tests, {seconds:.0f} s)",
                   flush=True)

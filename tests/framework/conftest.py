@@ -79,6 +79,8 @@ FILE_KIND = {
     "test_executorch_prefix.py": "simulator",  # and the registry once (the 1.5.0 wheel)
     "test_matrix.py": "unit",
     "test_ci_durations.py": "unit",
+    "test_mutants.py": "unit",
+    "test_runtime_variants.py": "simulator",
     "test_docs_links.py": "unit",
     "test_adb_device.py": "adb",
     "test_adb_fork.py": "adb",

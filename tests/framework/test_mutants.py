@@ -1,0 +1,109 @@
+"""The mutant catalogue (harness/runtime/mutants.yaml) and how `harness mutate` judges a pass,
+on hand-made results: killed, masked and survived, the stages, the rotating sample."""
+
+import re
+
+import pytest
+
+from harness.commands.mutate import judge, sample, stages
+from harness.errors import ConfigError
+from harness.runtime.mutants import CATALOGUE, OPERATORS, Mutant, load_mutants
+from harness.runtime.variants import SOURCE
+
+
+def test_the_catalogue_has_a_mutant_of_every_class_the_suites_must_catch():
+    mutants = load_mutants()
+    assert len(mutants) >= 25
+    classes = {m.kind for m in mutants}
+    for wanted in ("wrong output only a reference sees", "outputs crossing between live modules",
+                   "QNN handles leaked", "QNN handles freed twice", "user counts off",
+                   "memory growing per init", "memory growing per execute",
+                   "error returned where none happened", "error swallowed where one happened",
+                   "crash at the k-th call", "hang at the k-th call", "latency regression",
+                   "state lost within a load"):
+        assert wanted in classes, wanted
+    assert {m.boundary for m in mutants} == {"backend", "qnn"}
+
+
+def test_every_operator_is_one_the_wrapper_applies():
+    """A catalogue operator the C++ does not know would be a mutant that does nothing."""
+    source = SOURCE.read_text()
+    for op in OPERATORS:
+        assert re.search(rf'op == "{op}"', source), op
+
+
+@pytest.mark.parametrize("entry, words", [
+    ("- {name: x-y, boundary: backend, class: c, spec: 'no_such_op', description: d}",
+     "operator 'no_such_op'"),
+    ("- {name: x-y, boundary: gpu, class: c, spec: 'init_leak', description: d}", "boundary"),
+    ("- {name: x-y, boundary: qnn, class: c, spec: 'fail Nope#1 rc=1', description: d}",
+     "unknown API"),
+    ("- {name: x-y, boundary: backend, class: c, spec: 'init_leak'}", "exactly"),
+])
+def test_a_bad_catalogue_entry_is_refused(tmp_path, entry, words):
+    path = tmp_path / "mutants.yaml"
+    path.write_text(entry + "\n")
+    with pytest.raises(Exception, match=re.escape(words)):
+        load_mutants(path)
+
+
+def test_repeated_names_are_refused(tmp_path):
+    path = tmp_path / "mutants.yaml"
+    path.write_text(CATALOGUE.read_text() + CATALOGUE.read_text())
+    with pytest.raises(ConfigError, match="repeated"):
+        load_mutants(path)
+
+
+MUTANT = Mutant("m", "backend", "c", "init_leak", "d")
+
+
+def doc(*tests, runs=()):
+    return {"tests": [dict(nodeid=n, outcome=o, known_issue=k, xpass_strict=x)
+                      for n, o, k, x in tests], "runs": list(runs)}
+
+
+def test_a_new_failure_kills_and_an_xpass_strict_does_not():
+    base = doc(("a", "passed", None, False), ("b", "xfailed", "k", False))
+    assert judge(MUTANT, base, doc(("a", "failed", None, False))).verdict == "killed"
+    assert judge(MUTANT, base, doc(("b", "failed", "k", True))).verdict == "survived"
+    assert judge(MUTANT, base, doc(("b", "failed", "k", False))).killed_by == ["b"]
+
+
+def test_a_pass_turned_xfail_is_masked_by_the_issue_that_excused_it():
+    base = doc(("a", "passed", None, False))
+    out = judge(MUTANT, base, doc(("a", "xfailed", "qnn-destroy-leaks-qnn-manager", False)))
+    assert out.verdict == "masked"
+    assert out.masked_by == ["a (qnn-destroy-leaks-qnn-manager)"]
+
+
+def test_an_xfail_failing_in_new_ways_is_masked():
+    run = {"nodeid": "b", "scenario": "s", "modules": {}, "steps": []}
+    base = doc(("b", "xfailed", "k", False),
+               runs=[{**run, "failures": [{"kind": "error", "step": 5}]}])
+    same = doc(("b", "xfailed", "k", False),
+               runs=[{**run, "failures": [{"kind": "error", "step": 5}]}])
+    more = doc(("b", "xfailed", "k", False),
+               runs=[{**run, "failures": [{"kind": "error", "step": 5},
+                                          {"kind": "check", "step": None}]}])
+    assert judge(MUTANT, base, same).verdict == "survived"
+    assert judge(MUTANT, base, more).verdict == "masked"
+
+
+def test_stages_put_the_isolation_suite_first_and_leave_nothing_out():
+    tests = ["tests/hil/test_soak.py::t1", "tests/hil/test_isolation.py::t2",
+             "tests/hil/test_orderings.py::t3"]
+    got = stages(tests)
+    assert got[0] == ["tests/hil/test_isolation.py::t2"]
+    assert sorted(t for stage in got for t in stage) == sorted(tests)
+
+
+def test_the_sample_rotates_with_its_key_and_covers_the_catalogue():
+    mutants = load_mutants()
+    a, b = sample(mutants, 6, "commit-a"), sample(mutants, 6, "commit-b")
+    assert len(a) == 6 and len({m.name for m in a}) == 6
+    assert sample(mutants, 6, "commit-a") == a
+    seen = set()
+    for key in range(40):
+        seen |= {m.name for m in sample(mutants, 6, f"c{key}")}
+    assert seen == {m.name for m in mutants}
+    assert a != b or len(mutants) <= 6
