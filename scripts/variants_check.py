@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-SEED_FIXES = "qnn-delegate-cache-"
+from harness.runtime.variants import fixed_by
 
 
 def outcome(test: dict) -> str:
@@ -41,8 +41,7 @@ def main(argv: list[str]) -> int:
         was, now = plain[nodeid], other[nodeid]
         if outcome(was) == outcome(now):
             continue
-        seed = (now.get("xpass_strict") and str(now.get("known_issue") or "").startswith(SEED_FIXES))
-        if variant != "stock" and seed:
+        if now.get("xpass_strict") and fixed_by(variant, now.get("known_issue")):
             fixed.append(f"{nodeid}: XPASS(strict) {now['known_issue']}")
         else:
             bad.append(f"{nodeid}: {outcome(was)} without the variant, {outcome(now)} with "

@@ -1,7 +1,8 @@
 """`python -m harness matrix`: the chosen suites on several runtimes, as one table.
 
     python -m harness matrix --executorch 1.4.1 --executorch 1.5.1 \\
-        [--qnn onnxruntime-qnn==2.3.0 ...] [--out DIR] [pytest args]
+        [--qnn onnxruntime-qnn==2.3.0 ...] [--runtime-variant fix-model ...] [--out DIR]
+        [pytest args]
 
 Each runtime (every `--executorch` release with every `--qnn` requirement; without `--qnn` the
 global environment's QNN libraries) gets its own cached virtual environment
@@ -10,6 +11,9 @@ every cell has its evidence: the runtime's `report.html`, its `results.json` and
 of the test's failing runs. The table has one row per test, grouped by the known issue whose
 test patterns name it (whatever the version), and one column per runtime; a cell is XFAIL,
 FAILED with the first words of the failure, PASSED, SKIPPED with the reason, XPASS or ERROR.
+With `--runtime-variant NAME` each runtime also runs with that backend-registry variant
+(harness.runtime.variants), a column beside the plain one; on a fix model, a test of an entry
+the fix is meant to fix (`fixed_by`) that is XPASS(strict) is the cell "fixed", as expected.
 A FAILED cell whose every failure is the known issue's (its kinds, its `match`) is marked
 "= <issue>": with `--ignore-known-issues` among the pytest args that is how the matrix measures
 which runtimes carry each bug. A runtime that cannot be installed or started here is a column
@@ -37,6 +41,7 @@ from harness.results.failures import Failure
 from harness.results.known_issues import WHERE_WORDS, KnownIssue, load_all
 from harness.config.paths import DATA_ROOT
 from harness.runtime.envs import RuntimeEnvError, runtime_label, runtime_venv
+from harness.runtime.variants import fixed_by
 
 SUITE_TIMEOUT_S = 3600
 _FIRST_WORDS = 60
@@ -49,6 +54,7 @@ class Column:
     label: str
     executorch: str
     qnn: str | None
+    variant: str = "none"  # --runtime-variant of the column (harness.runtime.variants)
     status: str = "not run"  # "ran", or why it did not
     exit_status: int | None = None
     seconds: float = 0.0
@@ -71,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--qnn", action="append", default=[], metavar="REQUIREMENT",
                    help="QNN libraries to pair with each release, e.g. onnxruntime-qnn==2.3.0 "
                         "(repeatable; default: the global environment's)")
+    p.add_argument("--runtime-variant", action="append", default=[], dest="variants",
+                   metavar="NAME", help="also run each runtime with this backend-registry "
+                   "variant (stock, fix-model, fix-model-serialized; repeatable): a column "
+                   "each; on a fix model the entries it fixes are XPASS(strict) by design")
     p.add_argument("--out", type=Path, default=Path("reports") / "matrix",
                    help="where matrix.json, matrix.html and each runtime's report go")
     return p
@@ -87,6 +97,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             Version(version)
         except InvalidVersion:
             parser.error(f"--executorch {version!r} is not a release version (e.g. 1.4.1)")
+    from harness.runtime.variants import VARIANTS
+
+    for variant in args.variants:
+        if variant not in VARIANTS:
+            parser.error(f"--runtime-variant {variant!r} is not one of {', '.join(VARIANTS)}")
     for qnn in args.qnn:
         if not re.fullmatch(r"onnxruntime-qnn==[0-9][0-9A-Za-z.+]*", qnn):
             parser.error(f"--qnn {qnn!r}: expected onnxruntime-qnn==<version> (the QAIRT "
@@ -119,7 +134,8 @@ def run_column(column: Column, pytest_args: list[str], out: Path) -> None:
            # "=" forms: pytest finds the rootdir before it knows these options, and takes a
            # separate value that exists for a path argument (see .ci/run, step 1)
            f"--hil-report={report}", f"--junitxml={report / 'junit.xml'}",
-           f"--artifacts-dir={directory / 'artifacts'}"]
+           f"--artifacts-dir={directory / 'artifacts'}", f"--runtime-variant={column.variant}"]
+    env.pop("EXECUTORCH_HIL_RUNTIME_VARIANT", None)
     started = time.monotonic()
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "pytest.log").open("w") as log:
@@ -188,6 +204,8 @@ def cell(column: Column, nodeid: str, issue: KnownIssue | None) -> dict:
         text += f": {words[:_FIRST_WORDS]}" if words else ""
     if outcome == "xpassed" and test.get("xpass_strict"):
         text = "XPASS(strict)"
+    if test.get("xpass_strict") and fixed_by(column.variant, test.get("known_issue")):
+        outcome, text = "fixed", f"XPASS(strict): fixed by {column.variant}"
     bug = carries(issue, test, column.failures.get(nodeid, []))
     if bug and outcome == "failed" and issue is not None:
         text += f" (= {issue.id})"
@@ -209,7 +227,8 @@ def build_matrix(columns: list[Column], issues: list[KnownIssue]) -> dict:
     order = {w: i for i, w in enumerate(WHERE_WORDS)}
     rows.sort(key=lambda r: (r["issue"] is None, order.get(r["where"] or "", len(order)),
                              r["issue"] or "", r["nodeid"]))
-    runtimes = [{"label": c.label, "executorch": c.executorch, "qnn": c.qnn, "status": c.status,
+    runtimes = [{"label": c.label, "executorch": c.executorch, "qnn": c.qnn, "variant": c.variant,
+                 "status": c.status,
                  "exit_status": c.exit_status, "seconds": round(c.seconds, 1),
                  "venv_seconds": round(c.venv_seconds, 1),
                  "report": str(c.report) if c.report else None,
@@ -244,7 +263,7 @@ _HTML = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>ExecuTorch QNN HIL matrix</title>
 <style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;
 padding:3px 6px;font-size:13px;vertical-align:top}.failed,.error{background:#fdd}
-.xfailed{background:#ffd}.passed{background:#dfd}.skipped{color:#666}.carries{font-weight:bold}
+.xfailed{background:#ffd}.passed{background:#dfd}.fixed{background:#def}.skipped{color:#666}.carries{font-weight:bold}
 </style></head><body><h1>ExecuTorch QNN HIL matrix</h1>
 <table><tr><th>known issue</th><th>test</th>
 {% for r in runtimes %}<th>{{ r.label }}<br><small>{% if r.status == "ran" %}
@@ -274,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     issues = load_all([])
     qnns: list[str | None] = list(args.qnn) or [None]
-    columns = [Column(runtime_label(v, q), v, q) for v in args.executorch for q in qnns]
+    variants = ["none", *(v for v in args.variants if v != "none")]
+    columns = [Column(runtime_label(v, q) + ("" if var == "none" else f" +{var}"), v, q, var)
+               for v in args.executorch for q in qnns for var in variants]
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     for column in columns:

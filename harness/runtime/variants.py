@@ -39,6 +39,18 @@ MUTANT_ENV = "HARNESS_RUNTIME_MUTANT"
 SOURCE = Path(__file__).with_name("registry_wrapper.cpp")
 LIB_NAME = "libharness_registry_wrapper.so"
 
+SEED_FIXES_PREFIX = "qnn-delegate-cache-"
+"""The known issues the seed fixes: the delegate cache shared between Modules of one program
+(its forced endings too). On a fix model their tests must be XPASS(strict), and nothing else
+may change (scripts/variants_check.py, `harness matrix --runtime-variant`)."""
+
+
+def fixed_by(variant: str, issue_id: str | None) -> bool:
+    """Whether `variant` is meant to fix the known issue `issue_id`."""
+    return variant.startswith("fix-model") and bool(issue_id) and \
+        str(issue_id).startswith(SEED_FIXES_PREFIX)
+
+
 DESCRIPTIONS = {
     "none": "the runtime as it is (no wrapper)",
     "stock": "the backend-registry wrapper forwarding every call (a control)",
