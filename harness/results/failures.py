@@ -138,7 +138,7 @@ def mismatch_detail(result: ScenarioResult, index: int, ordinals: tuple[int | No
         nth = ordinals[k] if k < len(ordinals) else None
         words = reference_words(result, sub, nth)
         values = _values(result, sub, nth, ev)
-        pattern = _same_bytes_as_another(s, sub, ev) or _zero_start(result, sub, nth, ev)
+        pattern = _same_bytes_as_another(s, sub, ev) or zero_start_words(result, sub, nth, ev)
         parts.append(words + (f"; {values}" if values else "") +
                      (f"; pattern: {pattern}" if pattern else ""))
     return "; ".join(parts) or reference_words(result, s.step, ordinals[0] if ordinals else None)
@@ -202,7 +202,7 @@ def _same_bytes_as_another(step: StepResult, sub: Step, event: dict[str, Any]) -
     return ""
 
 
-def _zero_start(result: ScenarioResult, step: Step, ordinal: int | None,
+def zero_start_words(result: ScenarioResult, step: Step, ordinal: int | None,
                 event: dict[str, Any]) -> str:
     """A stateful method's wrong output as a known pattern, but for a few elements of garbage:
     what the method gives with its mutable buffers started at zero (the initial value never
