@@ -120,6 +120,22 @@ class IssueEntry(StrictModel):
     intermittent: bool = False  # met in some runs only: a pass is not a fixed runtime
     where: Where  # where the defect lives; only executorch and qnn count as bugs found
     reproduce: NonEmpty | None = None  # the standalone reproduction (python -m harness bug-report)
+    # [low, high]: the bug's own size, the number `match` captures as (?P<size>...) must lie
+    # within (a leak's rate per cycle): a failure with the entry's words at another size is
+    # another defect, never excused by this one
+    size: list[float] | None = Field(default=None, min_length=2, max_length=2)
+
+    @model_validator(mode="after")
+    def _size_is_captured(self) -> IssueEntry:
+        if self.size is not None:
+            low, high = self.size
+            if not 0 <= low < high:
+                raise ValueError(f"size: [{low:g}, {high:g}] is not a range [low, high] with "
+                                 "0 <= low < high")
+            if "size" not in re.compile(self.match).groupindex:
+                raise ValueError("size: needs `match` to capture the failure's size as a named "
+                                 "group (?P<size>...)")
+        return self
 
     @model_validator(mode="after")
     def _bugs_are_reproduced(self) -> IssueEntry:
@@ -169,6 +185,7 @@ class KnownIssue:
     qnn: str | None = None  # QAIRT specifier; None: any QNN libraries
     where: str = "executorch"  # WHERE_WORDS' keys
     reproduce: str | None = None  # harness.bugreport's id for it
+    size: tuple[float, float] | None = None  # the captured size's range (IssueEntry.size)
 
     @property
     def is_bug(self) -> bool:
@@ -198,12 +215,28 @@ class KnownIssue:
 
     def covers(self, failure: Failure) -> bool:
         """Whether `failure` is this bug: of one of its kinds, with `match` found in
-        "scenario NAME: " and the failure's words (so an entry may name the scenario)."""
+        "scenario NAME: " and the failure's words (so an entry may name the scenario), and,
+        for an entry with a size, the size the words give within the entry's range."""
         words = f"scenario {failure.scenario}: {failure.message}" if failure.scenario else failure.message
-        return failure.kind in self.kinds and re.search(self.match, words) is not None
+        if failure.kind not in self.kinds:
+            return False
+        found = re.search(self.match, words)
+        if found is None or self.size is None:
+            return found is not None
+        return self.size_fits(found.group("size"))
+
+    def size_fits(self, said: str | None) -> bool:
+        """Whether a failure's size (the words' number) is this bug's: within `size`."""
+        try:
+            value = float((said or "").replace(",", "").lstrip("+"))
+        except ValueError:
+            return False
+        assert self.size is not None
+        return self.size[0] <= value <= self.size[1]
 
     def describe(self) -> str:
-        return f"{self.id} [{self.where}] ({'/'.join(self.kinds)} matching {self.match!r})"
+        sized = f", size {self.size[0]:g} .. {self.size[1]:g}" if self.size else ""
+        return f"{self.id} [{self.where}] ({'/'.join(self.kinds)} matching {self.match!r}{sized})"
 
 
 def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> list[KnownIssue]:
@@ -217,7 +250,8 @@ def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> li
     entries = load_validated(path, IssuesFile, what="known-issues file", empty_ok=True).root
     issues = [KnownIssue(e.id, tuple(_specifiers(e.executorch)), tuple(e.tests),
                          " ".join(e.reason.split()), e.match, tuple(e.kind), path, base,
-                         e.intermittent, e.qnn, e.where, e.reproduce)
+                         e.intermittent, e.qnn, e.where, e.reproduce,
+                         (e.size[0], e.size[1]) if e.size else None)
               for e in entries]
     _check_unique(issues)
     return issues

@@ -165,10 +165,17 @@ std::vector<char> remembered_output;       // output_cross: the last output of s
 const EValue* remembered_owner = nullptr;   // ... and the EValue it came from
 std::map<const EValue*, std::vector<char>> stale_outputs;  // output_stale: per output EValue
 
+std::mutex leaked_lock;
+std::vector<void*> leaked;  // the leaked blocks escape here: a malloc whose pointer never
+                            // escapes (and its memset) is removed by the optimiser
+
 void leak(long bytes) {
   if (bytes <= 0) return;
-  char* p = static_cast<char*>(malloc(static_cast<size_t>(bytes)));
-  if (p) memset(p, 0x5a, static_cast<size_t>(bytes));  // touched: counted in use and in Rss
+  void* p = malloc(static_cast<size_t>(bytes));
+  if (!p) return;
+  memset(p, 0x5a, static_cast<size_t>(bytes));  // touched: counted in use and in Rss
+  std::lock_guard<std::mutex> guard(leaked_lock);
+  leaked.push_back(p);
 }
 
 bool at_nth(const Mutant& m, long count) {

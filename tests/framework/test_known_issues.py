@@ -120,6 +120,10 @@ ENTRY = ("- id: a\n  executorch: ['1.5.1']\n  tests: ['t.py::x']\n  kind: [error
     (ENTRY.replace("- id: a", "- id: 3"), ["line 1: [0].id", "valid string"]),
     ("id: a\n", ["expected a list at the top level"]),
     (ENTRY + ENTRY, ["known issue id 'a' is also defined"]),
+    (ENTRY + "  size: [900, 8000]\n", ["size: needs `match` to capture", "(?P<size>...)"]),
+    (ENTRY.replace("boom", "'boom (?P<size>[0-9]+)'") + "  size: [8000, 900]\n",
+     ["size: [8000, 900] is not a range"]),
+    (ENTRY.replace("boom", "'boom (?P<size>[0-9]+)'") + "  size: [900]\n", ["size", "at least 2"]),
 ])
 def test_bad_entries_name_the_file_line_and_key(tmp_path, text, words):
     path = tmp_path / "k.yaml"
