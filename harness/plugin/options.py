@@ -286,12 +286,9 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
     from harness.runtime import variants
 
     if variants.session_variant() != "none":
-        if any(kind.name != "simulator" for kind in session_kinds(opts)):
-            raise HarnessError(
-                f"--runtime-variant {variants.session_variant()} runs on the HTP simulator only "
-                "(the wrapper is built for this host's runtime; it is not pushed to devices): "
-                "drop --device/--farm or the variant")
-        variants.build_wrapper()  # a build that fails is one error now, not one per test
+        # A build that fails is one error now, not one per test; on a device the wrapper rides
+        # with the host runner build (harness.runtime.variants.device_preload).
+        variants.build_wrapper()
     if opts.device_config is not None:
         load_soc(Path(opts.device_config))
     targets = session_targets(opts)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from harness.cache import build_record, cache_root, digest, file_lock, rebuild_notice, verify_build
 from harness.errors import ConfigError, HarnessError
@@ -158,3 +158,27 @@ def runner_environment(variant: str | None = None, mutant: str = "") -> dict[str
     if mutant:
         env[MUTANT_ENV] = mutant
     return env
+
+
+def device_preload(workspace: PurePosixPath, runner_kind: str,
+                   where: str) -> tuple[dict[Path, PurePosixPath], dict[str, str]]:
+    """The wrapper's file (local -> device path) and run variables for a device workspace,
+    empty for `none`. The wrapper is built for this host's runtime, so it rides with the host
+    runner build only (an x86_64 loopback phone, an x86_64 board); another build (arm64,
+    Android) is a VariantError naming the device (`where`). A backend mutant named in this
+    process's environment (harness mutate sets it) travels with it: the device's runs do not
+    inherit the controller's environment."""
+    variant = session_variant()
+    if variant == "none":
+        return {}, {}
+    if runner_kind != "host":
+        raise VariantError(
+            f"--runtime-variant {variant}: {where} runs the {runner_kind} runner build, and the "
+            "backend-registry wrapper is built for this host's runtime only (x86_64): run the "
+            "variant on the simulator, an x86_64 loopback device or an x86_64 board")
+    wrapper = build_wrapper()
+    on_device = workspace / LIB_NAME
+    env = {"LD_PRELOAD": str(on_device), WRAPPER_ENV: variant}
+    if os.environ.get(MUTANT_ENV):
+        env[MUTANT_ENV] = os.environ[MUTANT_ENV]
+    return {wrapper: on_device}, env

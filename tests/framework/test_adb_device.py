@@ -25,6 +25,7 @@ from harness.errors import ConfigError, DeviceError
 from harness.loopback import LoopbackDevice, connect, disconnect, start_server
 from harness.qnn.sdk import discover
 from harness.scenario import Scenario
+from harness.scenario.library import s1_two_modules
 from harness.session import HilSession
 
 from adb_options import adb_options
@@ -328,3 +329,27 @@ def test_dsp_heap_readings_come_back_over_adb(tmp_path_factory, tmp_path, sdk, c
         session.close()
         disconnect(dev.serial, missing_ok=True)
         dev.stop()
+
+
+@pytest.mark.parametrize("variant", ["stock", "fix-model"])
+def test_a_runtime_variant_rides_with_the_runner_to_the_device(variant, phone, compiled_model,
+                                                                tmp_path, hil_session, monkeypatch):
+    """The backend-registry wrapper is pushed to the workspace and preloaded into the device's
+    runs: on stock S1's survivor fails as on the simulator (the delegate cache), on the fix
+    model each Module has its own manager and it executes."""
+    from harness.runtime.variants import ENV, LIB_NAME
+
+    monkeypatch.setenv(ENV, variant)
+    device = HilSession(options(tmp_path, phone.serial, runner=hil_session.options.runner)).device
+    try:
+        result = ScenarioDriver(device, tmp_path / "run", 300).run(
+            s1_two_modules(compiled_model("linear_relu")))
+        assert (phone.sandbox / str(device.workspace).lstrip("/") / LIB_NAME).is_file()
+    finally:
+        device.close()
+    assert f"[harness registry wrapper] runtime variant {variant}" in result.output.stderr
+    survivor = result.steps[5]
+    if variant == "stock":
+        assert survivor.status != "ok" and "DelegateHandle has been deleted" in survivor.log
+    else:
+        assert all(s.ok for s in result.steps), [(s.status, s.message) for s in result.steps]

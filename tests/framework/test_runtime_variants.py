@@ -77,11 +77,13 @@ def test_an_unknown_variant_is_one_usage_error(tmp_path):
     assert "--runtime-variant must be one of none, stock, fix-model" in proc.stderr
 
 
-@pytest.mark.parametrize("variant", ["stock", "fix-model"])
-def test_a_variant_is_refused_on_a_device(tmp_path, variant):
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(ISOLATION), "-p",
-                           "no:cacheprovider", f"--runtime-variant={variant}",
-                           "--device=127.0.0.1:1"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "runs on the HTP simulator only" in proc.stderr
+def test_a_variant_on_a_device_of_another_build_is_one_clear_error(monkeypatch):
+    from pathlib import PurePosixPath
+
+    from harness.runtime.variants import ENV, VariantError, device_preload
+
+    monkeypatch.setenv(ENV, "fix-model")
+    with pytest.raises(VariantError, match=r"runs the arm64-linux runner build.*x86_64"):
+        device_preload(PurePosixPath("/data/local/tmp/ws"), "arm64-linux", "phone 1234")
+    monkeypatch.setenv(ENV, "none")
+    assert device_preload(PurePosixPath("/data/local/tmp/ws"), "arm64-linux", "phone 1234") == ({}, {})

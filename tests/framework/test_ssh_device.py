@@ -210,3 +210,21 @@ def test_a_board_that_stays_away_fails_later_calls_at_once(tmp_path, compiled_mo
         dev.close()
     finally:
         sshd.stop()
+
+
+def test_the_fix_model_rides_with_the_runner_to_the_board(board, tmp_path, compiled_model,
+                                                           monkeypatch):
+    """--runtime-variant on an x86_64 board: the wrapper is pushed and preloaded, and S1's
+    survivor executes on the fix model (a manager per Module) as on the simulator."""
+    from harness.runtime.variants import ENV
+    from harness.scenario.library import s1_two_modules
+
+    monkeypatch.setenv(ENV, "fix-model")
+    dev = open_(board, tmp_path)
+    try:
+        result = ScenarioDriver(dev, tmp_path / "a", 120).run(
+            s1_two_modules(compiled_model("linear_relu")))
+    finally:
+        dev.close()
+    assert "[harness registry wrapper] runtime variant fix-model" in result.output.stderr
+    assert all(s.ok for s in result.steps), [(s.status, s.message) for s in result.steps]

@@ -12,6 +12,7 @@ from harness.devices.payload import Payload, qnn_sdk_libraries, qnn_simulator_li
 from harness.errors import DeviceError
 from harness.qnn import dsp_heap
 from harness.runner.select import DeviceBuild
+from harness.runtime.variants import device_preload
 
 
 def qnn_device_libraries(sdk_root: Path, htp_arch: int,
@@ -47,7 +48,9 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
             "build-runner --android --ndk <ndk> --executorch-prefix <prefix>` and set "
             "EXECUTORCH_HIL_ANDROID_BUILD to the directory it prints")
     files = {lib: workspace / lib.name for lib in build.libraries()}
-    env: dict[str, str] = {}
+    # the session's runtime variant: its backend-registry wrapper preloaded into every run
+    wrapper, env = device_preload(workspace, build.kind, identity.serial)
+    files.update(wrapper)
     if not build.has_backend("QnnBackend"):
         return Payload(build.runner, files, env, build.backends, dsp_heap.NO_QNN_NOTE)
     qnn = qnn_libraries(identity.abi, htp_arch, workspace, sdk_root=sdk_root,
@@ -60,7 +63,7 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
         real = workspace / "qnn" / "libQnnHtp.so"
         qnn = {src: (real if dst.name == "libQnnHtp.so" else dst) for src, dst in qnn.items()}
         files[interposer] = workspace / "libQnnHtp.so"
-        env = {"HARNESS_QNN_REAL_HTP": str(real), **bridge_environment("auto")}
+        env.update({"HARNESS_QNN_REAL_HTP": str(real), **bridge_environment("auto")})
     on = dsp_heap.wanted(dsp_heap_setting, android_htp=android_htp)
     env[dsp_heap.ENV] = "1" if on else "0"
     files.update(qnn)

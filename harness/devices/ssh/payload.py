@@ -24,6 +24,7 @@ from harness.devices.payload import Payload, qnn_sdk_libraries
 from harness.errors import DeviceError
 from harness.qnn.sdk import QnnSdk
 from harness.runner.select import DeviceBuild
+from harness.runtime.variants import device_preload
 
 LINUX_TARGET_ENV = "EXECUTORCH_HIL_QNN_LINUX_TARGET"  # e.g. aarch64-oe-linux-gcc11.2
 SIMULATOR_LIBS = ("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpPrepare.so")
@@ -35,6 +36,9 @@ def board_payload(machine: str, build: DeviceBuild, htp_arch: int, workspace: Pu
                   dsp_heap_setting: str = "auto") -> Payload:
     """The files (local -> board path) and run variables of `build` on a board of `machine`."""
     files = {lib: workspace / lib.name for lib in build.libraries()}
+    # the session's runtime variant: its backend-registry wrapper preloaded into every run
+    wrapper, variant_env = device_preload(workspace, build.kind, f"the {machine} board")
+    files.update(wrapper)
     if build.kind == "host":
         from harness.runtime import current
 
@@ -43,7 +47,7 @@ def board_payload(machine: str, build: DeviceBuild, htp_arch: int, workspace: Pu
             files.update({p: workspace / p.name for p in sorted(lib_dir.glob("*.so*"))
                           if p.is_file()})
     if not build.has_backend("QnnBackend"):
-        return Payload(build.runner, files, {}, build.backends, dsp_heap.NO_QNN_NOTE)
+        return Payload(build.runner, files, variant_env, build.backends, dsp_heap.NO_QNN_NOTE)
     qnn = workspace / QNN_DIR
     if machine == "x86_64":
         host = sdk()
@@ -62,7 +66,8 @@ def board_payload(machine: str, build: DeviceBuild, htp_arch: int, workspace: Pu
             files[build.interposer] = workspace / "libQnnHtp.so"
     from harness.qnn.sdk import bridge_environment
 
-    env = {"HARNESS_QNN_REAL_HTP": str(qnn / "libQnnHtp.so"), **bridge_environment("auto")}
+    env = {**variant_env, "HARNESS_QNN_REAL_HTP": str(qnn / "libQnnHtp.so"),
+           **bridge_environment("auto")}
     on = dsp_heap.wanted(dsp_heap_setting, android_htp=False)
     env[dsp_heap.ENV] = "1" if on else "0"
     return Payload(build.runner, files, env, build.backends,
