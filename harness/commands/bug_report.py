@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.storage import unusable_out_dir
 from harness.results.known_issues import BUG_CLASSES, KnownIssue, load_known_issues
 
 SCRIPTS = Path(__file__).with_name("reproductions")
@@ -295,8 +296,9 @@ def main(argv: list[str]) -> int:
         return 0
     if args.out is None or (not args.all and not args.id):
         parser.error("give an ID and --out DIR (or --all --out DIR, or --list)")
-    if args.out.exists() and any(args.out.iterdir()):
-        print(f"error: --out {args.out} exists and is not empty", file=sys.stderr)
+    unusable = unusable_out_dir(args.out)
+    if unusable:
+        print(f"error: {unusable}", file=sys.stderr)
         return 2
     try:
         if not args.all:

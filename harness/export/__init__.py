@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.storage import unusable_out_dir
 
 FORMATS = ("cpp", "python", "bundle")
 
@@ -53,13 +54,17 @@ def main(argv: list[str]) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if args.out.exists() and any(args.out.iterdir()):
-        print(f"error: --out {args.out} exists and is not empty", file=sys.stderr)
+    unusable = unusable_out_dir(args.out)
+    if unusable:
+        print(f"error: {unusable}", file=sys.stderr)
         return 2
     try:
         written = export(args.run, args.format, args.out, args.max_program_mb)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --out was usable when checked: a full disk, a directory removed
+        print(f"error: cannot write the export to --out {args.out}: {exc}", file=sys.stderr)
         return 2
     print(f"exported scenario to {written}")
     if args.format != "bundle":
