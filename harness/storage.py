@@ -10,13 +10,23 @@ Whether an output directory (`--out DIR` of export, bug-report, matrix, mutate) 
 checked once before a command writes anything (`unusable_out_dir`), so a regular file, a path
 through a file or a name too long for the filesystem is one usage error, not a traceback from
 the first write.
+
+Which files may leave the host (`confined_file`): `export` packs a run's files into a bundle
+made for a public issue and `replay --device` pushes them to a device, often a shared one, so
+both copy only regular files inside the directories the run may name (its run directory, the
+harness cache), never through a symbolic link; `bug-report` likewise copies only from its
+reproductions and the cache.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
+from collections.abc import Sequence
 from pathlib import Path
+
+from harness.errors import UnsafeFileError
 
 FULL_KB = 512
 
@@ -81,8 +91,6 @@ def unusable_out_dir(out: Path, option: str = "--out", empty: bool = True) -> st
         if exc.errno != errno.ENOENT:
             return f"{option} {shown}: cannot be used ({exc.strerror})"
         return _creatable(out, option, shown)
-    import stat
-
     if not stat.S_ISDIR(st.st_mode):
         kind = "a regular file" if stat.S_ISREG(st.st_mode) else "a special file"
         return f"{option} {shown}: is {kind}, not a directory: give a directory to write into"
@@ -120,3 +128,46 @@ def _creatable(out: Path, option: str, shown: str) -> str:
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"{option} {shown}: {_shown(parent)} is not writable"
     return ""
+
+
+def confined_file(path: Path, roots: Sequence[tuple[str, Path]], hint: str = "") -> Path:
+    """`path` resolved, when it is a regular file, itself no symbolic link, that lies inside one
+    of `roots` (what each is called, and the directory); else an UnsafeFileError naming it,
+    why, and the directories allowed (`hint`: how to allow another).
+
+    The one check of every file `export`, `replay --device` and `bug-report` copy or push: a
+    run directory is data, and one crafted or tampered with (an input's `file` of `../x` or an
+    absolute path, `runner.stderr` replaced by a link to `~/.ssh/id_ed25519`) must not carry a
+    file of the user's into a bundle attached to a public issue or onto a shared device. A
+    link is refused even when it points inside (what it names can change after the check);
+    a path that stays inside only through `..` or a linked directory is judged by where it
+    resolves to. Call it before the file is read: a FIFO or a device is refused unread."""
+    path = Path(path)
+    places = [f"{what} {directory}" for what, directory in roots]
+    allowed = ", ".join(places[:-1]) + " or " + places[-1] if len(places) > 1 else places[0]
+
+    def refuse(why: str, real: Path | None = None) -> UnsafeFileError:
+        shown = f"{path} ({real})" if real is not None and real != path.absolute() else str(path)
+        return UnsafeFileError(
+            f"refused {shown}: {why}; only regular files inside {allowed} are copied or "
+            f"pushed, never through a symbolic link{f' ({hint})' if hint else ''}")
+
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise refuse(f"cannot be read ({exc.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise refuse(f"a symbolic link (to {os.readlink(path)})")
+    if not stat.S_ISREG(st.st_mode):
+        raise refuse("not a regular file")
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a loop, on Python < 3.13
+        raise refuse(f"cannot be resolved ({exc})") from None
+    for _, directory in roots:
+        try:
+            if real.is_relative_to(Path(directory).resolve()):
+                return real
+        except OSError:
+            continue
+    raise refuse("outside those directories", real)
