@@ -1,4 +1,5 @@
-"""The host's storage as the harness meets it: a full disk, and where a command may write.
+"""The host's storage as the harness meets it: a full disk, where a command may write, and
+which files may leave the host.
 
 Whether a failed run met a full disk: one reading of the free space where the run writes,
 taken only after a run failed, so that a disk that filled mid-run is named (ENOSPC) in the
