@@ -23,3 +23,8 @@ class SdkError(HarnessError):
 
 class DeviceError(HarnessError):
     """A device is unreachable, offline, or failed its preflight."""
+
+
+class UnsafeFileError(HarnessError):
+    """A file a command would copy or push that it must not: a symbolic link, not a regular
+    file, or outside the directories that command may read (harness.storage.confined_file)."""

@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from harness.programs.compile import CompiledModel, MethodReference, uses_qnn
 from harness.drive.driver import RUN_RECORD
@@ -26,6 +27,7 @@ from harness.results.failures import HilFailure, run_failures
 from harness.protocol.scenario_check import check_scenario, load_scenario
 from harness.results.run import ScenarioResult
 from harness.scenario import Scenario, parse_scenario
+from harness.storage import confined_file
 from harness.protocol.tensors import TensorFile
 
 SCENARIO_FILE = "scenario.json"
@@ -84,11 +86,40 @@ def scenario_path(target: Path) -> Path:
                       "tests, or for all with --keep-artifacts)")
 
 
-def load_run(target: Path | str) -> RunRecord:
+RECORDED_FILES = (RUN_RECORD, "result.json", "runner.stdout", "runner.stderr", "qnn_trace.txt")
+"""The files of a run directory beside scenario.json that replay and export read."""
+
+ALLOW_HINT = ("a program of your own and the inputs its session made lie elsewhere: name "
+              "their directories with --allow-dir DIR")
+
+
+def run_roots(directory: Path, allow: Sequence[Path] = ()) -> list[tuple[str, Path]]:
+    """The directories a run's files may come from when they are copied or pushed: the run
+    directory, the harness cache (compiled programs and their tensors), and each `allow`."""
+    from harness.cache import cache_root
+
+    return [("the run directory", Path(directory).resolve()),
+            ("the harness cache", cache_root().resolve()),
+            *(("--allow-dir", Path(d).resolve()) for d in allow)]
+
+
+def load_run(target: Path | str, confine: Sequence[Path] | None = None) -> RunRecord:
     """Read a run directory (or a scenario file) into a RunRecord; ReplayError when it is not
-    one, naming what is missing."""
-    path = scenario_path(Path(target)).resolve()
+    one, naming what is missing.
+
+    `confine` (given by the commands that copy or push the run's files: export, replay
+    --device) checks every file the run has or names, before it is read, with
+    harness.storage.confined_file: scenario.json and RECORDED_FILES themselves no symbolic
+    links, each program and tensor a regular file inside the run directory, the harness cache
+    or one of the `confine` directories (UnsafeFileError otherwise)."""
+    given = scenario_path(Path(target))
+    path = given.resolve()
     directory = path.parent
+    roots = run_roots(directory, confine) if confine is not None else None
+    if roots is not None:
+        for file in (given, *(directory / name for name in RECORDED_FILES)):
+            if file is given or os.path.lexists(file):
+                confined_file(file, roots, ALLOW_HINT)
     record = _read_json(directory / RUN_RECORD)
     recorded = _read_json(directory / "result.json")
     try:
@@ -100,6 +131,9 @@ def load_run(target: Path | str) -> RunRecord:
             doc = json.loads(path.read_text())
     except (HarnessError, ValueError, OSError) as exc:
         raise ReplayError(f"{path}: not a scenario file the runners accept: {exc}") from None
+    if roots is not None:  # before any is read (the backend of a program without a record)
+        for name in parsed.files():
+            confined_file(parsed.path(name), roots, ALLOW_HINT)
     variants: dict[int, int] = {}
     models = _models(doc, parsed, record.get("models", {}), variants)
     steps = _with_variants(doc["steps"], parse_scenario(doc), variants)
@@ -315,6 +349,11 @@ def _parser() -> argparse.ArgumentParser:
                              "directory, printed)")
     parser.add_argument("--runner", choices=("auto", "native", "python"), default="auto",
                         help="simulator runner (default: auto, the native one)")
+    parser.add_argument("--allow-dir", action="append", default=[], type=Path, metavar="DIR",
+                        help="with --device: also push files from DIR (repeatable): a program "
+                             "of your own (--pte) and the inputs its session made lie outside "
+                             "the run directory and the harness cache, the only places pushed "
+                             "from otherwise")
     parser.add_argument("--adb-server", default=None, metavar="HOST:PORT")
     parser.add_argument("--runner-timeout", type=float, default=None, metavar="SECONDS")
     return parser
@@ -354,7 +393,8 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        run = load_run(args.run)
+        # A device gets the run's files pushed (a farm's phone is shared): confined, as export.
+        run = load_run(args.run, confine=args.allow_dir if args.device else None)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

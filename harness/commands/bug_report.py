@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.storage import confined_file, unusable_out_dir
 from harness.results.known_issues import BUG_CLASSES, KnownIssue, load_known_issues
 
 SCRIPTS = Path(__file__).with_name("reproductions")
@@ -117,13 +118,18 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
     from harness.programs.models import get_model
     from harness.qnn.sdk import discover
 
+    roots = source_roots()
+    sources = [SCRIPTS / name for name in ("common.py", repro.script, *repro.extra)]
+    native = [SCRIPTS / "cpp" / name for name in ("module_repro.cpp", "CMakeLists.txt")]
+    for source in sources + (native if repro.native else []):
+        confined_file(source, roots)  # every one before the first is written
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("common.py", repro.script, *repro.extra):
-        shutil.copy(SCRIPTS / name, out / name)
+    for source in sources:
+        shutil.copy(source, out / source.name)
     if repro.native:
         (out / "cpp").mkdir(exist_ok=True)
-        for name in ("module_repro.cpp", "CMakeLists.txt"):
-            shutil.copy(SCRIPTS / "cpp" / name, out / "cpp" / name)
+        for source in native:
+            shutil.copy(source, out / "cpp" / source.name)
     previous = os.environ.get("QNN_SDK_ROOT")
     os.environ["QNN_SDK_ROOT"] = str(qnn_root)  # compile with the libraries the folder runs on
     try:
@@ -131,13 +137,14 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
         for program in repro.programs:
             model = compile_model(get_model(program.model), SOC, program.precision, sdk,
                                   options=dict(program.options))
+            pte = confined_file(model.pte, roots)
             (out / "programs").mkdir(exist_ok=True)
             target = out / "programs" / f"{program.stem}.pte"
             if program.damaged:
-                target.write_bytes(damaged_context_binary(model.pte.read_bytes()))
+                target.write_bytes(damaged_context_binary(pte.read_bytes()))
             else:
-                shutil.copy(model.pte, target)
-            _save_inputs(model, program.stem, out / "inputs")
+                shutil.copy(pte, target)
+            _save_inputs(model, program.stem, out / "inputs", roots)
     finally:
         if previous is None:
             os.environ.pop("QNN_SDK_ROOT", None)
@@ -169,7 +176,16 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def _save_inputs(model, stem: str, directory: Path) -> None:
+def source_roots() -> list[tuple[str, Path]]:
+    """Where a folder's files may be copied from (harness.storage.confined_file): the shipped
+    reproductions and the harness cache, which holds the programs compiled for it and their
+    inputs; the folder is made to be attached to a public issue."""
+    from harness.cache import cache_root
+
+    return [("the reproductions", SCRIPTS.resolve()), ("the harness cache", cache_root().resolve())]
+
+
+def _save_inputs(model, stem: str, directory: Path, roots: list[tuple[str, Path]]) -> None:
     import numpy as np
 
     from harness.protocol.tensors import numpy_dtype
@@ -180,7 +196,8 @@ def _save_inputs(model, stem: str, directory: Path) -> None:
     sets += [(f"{stem}_v{n + 1}", inputs) for n, (inputs, _) in enumerate(method.variants)]
     for name, tensors in sets:
         for i, tensor in enumerate(tensors):
-            data = np.fromfile(tensor.file, dtype=numpy_dtype(tensor.dtype)).reshape(tensor.shape)
+            source = confined_file(tensor.file, roots)
+            data = np.fromfile(source, dtype=numpy_dtype(tensor.dtype)).reshape(tensor.shape)
             np.save(directory / f"{name}_{i}.npy", data)  # the Python scripts
             data.tofile(directory / f"{name}_{i}.bin")  # the C++ program
 
@@ -295,8 +312,9 @@ def main(argv: list[str]) -> int:
         return 0
     if args.out is None or (not args.all and not args.id):
         parser.error("give an ID and --out DIR (or --all --out DIR, or --list)")
-    if args.out.exists() and any(args.out.iterdir()):
-        print(f"error: --out {args.out} exists and is not empty", file=sys.stderr)
+    unusable = unusable_out_dir(args.out)
+    if unusable:
+        print(f"error: {unusable}", file=sys.stderr)
         return 2
     try:
         if not args.all:

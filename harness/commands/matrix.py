@@ -42,6 +42,7 @@ from harness.results.known_issues import WHERE_WORDS, KnownIssue, load_all
 from harness.config.paths import DATA_ROOT
 from harness.runtime.envs import RuntimeEnvError, runtime_label, runtime_venv
 from harness.runtime.variants import fixed_by
+from harness.storage import unusable_out_dir
 
 SUITE_TIMEOUT_S = 3600
 _FIRST_WORDS = 60
@@ -297,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     columns = [Column(runtime_label(v, q) + ("" if var == "none" else f" +{var}"), v, q, var)
                for v in args.executorch for q in qnns for var in variants]
     out = args.out
+    unusable = unusable_out_dir(out, empty=False)  # a later matrix writes over its files
+    if unusable:
+        print(f"matrix: {unusable}", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     for column in columns:
         print(f"matrix: {column.label} ...", flush=True)

@@ -43,6 +43,7 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.runtime.mutants import Mutant, load_mutants
 from harness.runtime.variants import VARIANTS
+from harness.storage import unusable_out_dir
 
 DEFAULT_SUITES = ["tests/hil"]
 STAGES = (("tests/hil/test_isolation.py",),
@@ -221,6 +222,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=Path("reports/mutate"))
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
     args, pytest_args = parser.parse_known_args(argv)
+    # --list writes nothing; a later run writes over the files of an earlier one.
+    unusable = "" if args.list else unusable_out_dir(args.out, empty=False)
+    if unusable:
+        print(f"mutate: {unusable}", file=sys.stderr)
+        return 2
     try:
         mutants = load_mutants()
     except HarnessError as exc:
@@ -238,9 +244,6 @@ def main(argv: list[str]) -> int:
             return 2
         mutants = [known[n] for n in args.mutant]
     mutants = sample(mutants, args.sample, args.rotate or time.strftime("%Y-%m-%d"))
-    if args.out.exists() and not args.out.is_dir():
-        print(f"mutate: --out {args.out} exists and is not a directory", file=sys.stderr)
-        return 2
     suites = pytest_args or DEFAULT_SUITES
     started = time.monotonic()
     try:

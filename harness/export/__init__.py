@@ -10,20 +10,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.storage import unusable_out_dir
 
 FORMATS = ("cpp", "python", "bundle")
 
 
-def export(run_target: Path, fmt: str, out: Path, max_program_mb: float = 8.0) -> Path:
+def export(run_target: Path, fmt: str, out: Path, max_program_mb: float = 8.0,
+           allow: Sequence[Path] = ()) -> Path:
     """Export the run at `run_target` in `fmt` into `out`; the path written (the bundle's
-    .tar.gz for `bundle`)."""
+    .tar.gz for `bundle`). Every format copies the run's files, so the run is read confined
+    (harness.replay.load_run): only regular files of the run directory, the harness cache
+    and the `allow` directories, no symbolic links, or an UnsafeFileError before anything is
+    written."""
     from harness.export.plan import build_plan
     from harness.replay import load_run
 
-    run = load_run(run_target)
+    run = load_run(run_target, confine=allow)
     plan = build_plan(run)
     if fmt == "cpp":
         from harness.export.cpp import export_cpp
@@ -49,17 +55,27 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-program-mb", type=float, default=8.0, metavar="MB",
                         help="bundle: programs larger than this are referenced by sha256 "
                              "instead of included (default 8)")
+    parser.add_argument("--allow-dir", action="append", default=[], type=Path, metavar="DIR",
+                        help="also copy files from DIR (repeatable): a program of your own "
+                             "(--pte) and the inputs its session made lie outside the run "
+                             "directory and the harness cache, the only places copied from "
+                             "otherwise")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if args.out.exists() and any(args.out.iterdir()):
-        print(f"error: --out {args.out} exists and is not empty", file=sys.stderr)
+    unusable = unusable_out_dir(args.out)
+    if unusable:
+        print(f"error: {unusable}", file=sys.stderr)
         return 2
     try:
-        written = export(args.run, args.format, args.out, args.max_program_mb)
+        written = export(args.run, args.format, args.out, args.max_program_mb,
+                         args.allow_dir)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --out was usable when checked: a full disk, a directory removed
+        print(f"error: cannot write the export to --out {args.out}: {exc}", file=sys.stderr)
         return 2
     print(f"exported scenario to {written}")
     if args.format != "bundle":

@@ -29,6 +29,7 @@ FILE_KIND = {
     "test_crash_site.py": "unit",
     "test_bug_report.py": "simulator",
     "test_bad_input.py": "unit",  # python -m pytest / python -m harness processes
+    "test_export_safety.py": "unit",  # python -m harness processes, run directories by hand
     "test_output_limit.py": "simulator",
     "test_memory.py": "unit",
     "test_ordering_generation.py": "unit",

@@ -116,3 +116,54 @@ def test_validate_configs_refuses_a_path_that_is_not_a_file_and_exits_1_for_bad_
     for extra in ([], ["--kind", "farm"]):  # the same exit with its kind named or told
         proc = run(["-m", "harness", "validate-configs", *extra, str(malformed)], tmp_path)
         assert_usage_error(proc, "malformed YAML", code=1)
+
+
+NESTED = "collections nested more than 64 levels deep"
+
+
+def deeply_nested(tmp_path: Path, name: str = "deep.yaml") -> Path:
+    """20000 nested `[`: PyYAML's composer recursed once per level, a RecursionError."""
+    path = tmp_path / name
+    path.write_text("[" * 20000 + "\n")
+    return path
+
+
+@pytest.mark.parametrize("option", ["--known-issues", "--device-config", "--farm"])
+def test_a_config_nested_too_deeply_is_one_start_up_error(tmp_path, option):
+    """Was `INTERNALERROR> RecursionError`; now one usage error naming the file and the limit."""
+    path = deeply_nested(tmp_path)
+    proc = run(pytest_args(tmp_path, f"{option}={path}"), tmp_path)
+    assert_usage_error(proc, f"{path}: line 1, column 65: malformed YAML: {NESTED}")
+    assert (proc.stdout + proc.stderr).count(NESTED) == 1, proc.stdout + proc.stderr
+
+
+def test_validate_configs_of_a_config_nested_too_deeply_is_one_error(tmp_path):
+    """Was a RecursionError traceback; exit 1 as for any malformed YAML, told by place (a
+    known-issues file), by --kind, and for block nesting (indentation) as for flow."""
+    by_name = deeply_nested(tmp_path, "known_issues_deep.yaml")
+    flow = deeply_nested(tmp_path)
+    block = tmp_path / "block.yaml"
+    block.write_text("".join("  " * i + "- \n" for i in range(3000)))
+    for args, path, line in (([str(by_name)], by_name, 1),
+                             (["--kind", "known-issues", str(flow)], flow, 1),
+                             (["--kind", "soc", str(block)], block, 65)):
+        proc = run(["-m", "harness", "validate-configs", *args], tmp_path)
+        assert_usage_error(proc, f"{path}: line {line}", code=1)
+        assert NESTED in proc.stderr, proc.stderr
+
+
+def test_yaml_nesting_up_to_the_limit_loads(tmp_path):
+    from harness.config.schema import MAX_YAML_DEPTH, load_yaml_node
+    from harness.errors import ConfigError
+
+    at_limit = tmp_path / "ok.yaml"
+    at_limit.write_text("[" * MAX_YAML_DEPTH + "]" * MAX_YAML_DEPTH + "\n")
+    data, _ = load_yaml_node(at_limit)
+    for _ in range(MAX_YAML_DEPTH - 1):
+        data = data[0] if data else data
+    assert data == []
+    beyond = tmp_path / "beyond.yaml"
+    beyond.write_text("[" * (MAX_YAML_DEPTH + 1) + "]" * (MAX_YAML_DEPTH + 1) + "\n")
+    with pytest.raises(ConfigError, match=f"{beyond}: line 1, column {MAX_YAML_DEPTH + 1}: "
+                                          f"malformed YAML: {NESTED}"):
+        load_yaml_node(beyond)

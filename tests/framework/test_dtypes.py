@@ -156,9 +156,15 @@ def test_a_bfloat16_run_exports_as_a_standalone_python_test(pytester, programs, 
     assert '"bfloat16"' in scenario
     out = tmp_path / "export"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    proc = subprocess.run([sys.executable, "-m", "harness", "export", str(run_dir), "--format",
-                           "python", "--out", str(out)], env=env, capture_output=True, text=True,
+    # The program is the user's and its inputs the session's: outside the run directory and
+    # the cache, so export copies them only from directories named with --allow-dir.
+    export = [sys.executable, "-m", "harness", "export", str(run_dir), "--format", "python"]
+    proc = subprocess.run([*export, "--out", str(out)], env=env, capture_output=True, text=True,
                           timeout=600)
+    assert proc.returncode == 2 and "--allow-dir DIR" in proc.stderr, proc.stdout + proc.stderr
+    proc = subprocess.run([*export, "--out", str(out), "--allow-dir", str(pytester.path),
+                           "--allow-dir", str(artifacts)], env=env, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = subprocess.run(["bash", str(out / "run.sh")], env=env, capture_output=True, text=True,
                           timeout=600)
