@@ -68,7 +68,7 @@ class Outcome:
     excused it."""
 
     mutant: Mutant
-    verdict: str = "survived"  # killed, masked, survived, not reached
+    verdict: str = "survived"  # killed, masked, survived, not reached, equivalent
     killed_by: list[str] = dataclasses.field(default_factory=list)
     masked_by: list[str] = dataclasses.field(default_factory=list)  # "nodeid (issue)"
     tests_run: int = 0
@@ -187,7 +187,9 @@ def table(outcomes: list[Outcome]) -> str:
 
 
 def score(outcomes: list[Outcome]) -> float:
-    return sum(o.verdict == "killed" for o in outcomes) / len(outcomes) if outcomes else 0.0
+    """Killed over every mutant but the equivalent ones (which no test can kill)."""
+    scored = [o for o in outcomes if o.verdict != "equivalent"]
+    return sum(o.verdict == "killed" for o in scored) / len(scored) if scored else 1.0
 
 
 def write_html(path: Path, doc: dict) -> None:
@@ -253,6 +255,11 @@ def main(argv: list[str]) -> int:
               f"{seconds:.0f} s", flush=True)
         outcomes = []
         for m in mutants:
+            if m.equivalent_on(args.variant):
+                outcomes.append(Outcome(m, verdict="equivalent"))
+                print(f"{m.name}: equivalent on {args.variant}, not run: "
+                      f"{m.equivalent_on(args.variant)}", flush=True)
+                continue
             tests = reachable(baseline, m)
             if not tests:
                 outcomes.append(Outcome(m, verdict="not reached"))
@@ -268,7 +275,7 @@ def main(argv: list[str]) -> int:
                     break
             outcome.seconds, outcome.exit_status, outcome.tests_run = spent, status, ran
             outcomes.append(outcome)
-            print(f"{m.name}: {outcome.verdict} ({outcome.tests_run} tests, {seconds:.0f} s)",
+            print(f"{m.name}: {outcome.verdict} ({outcome.tests_run} tests, {spent:.0f} s)",
                   flush=True)
     except (HarnessError, subprocess.TimeoutExpired) as exc:
         print(f"mutate: {exc}", file=sys.stderr)
@@ -278,11 +285,13 @@ def main(argv: list[str]) -> int:
            "score": score(outcomes),
            **{k: sum(o.verdict == k for o in outcomes) for k in ("killed", "masked", "survived")},
            "not_reached": sum(o.verdict == "not reached" for o in outcomes),
+           "equivalent": sum(o.verdict == "equivalent" for o in outcomes),
            "mutants": [o.entry() for o in outcomes]}
     (args.out / "mutate.json").write_text(json.dumps(doc, indent=2) + "\n")
     write_html(args.out / "mutate.html", doc)
     print(table(outcomes))
     print(f"score {doc['score']:.0%}: {doc['killed']} killed, {doc['masked']} masked, "
-          f"{doc['survived']} survived, {doc['not_reached']} not reached, of {len(outcomes)} "
+          f"{doc['survived']} survived, {doc['not_reached']} not reached, "
+          f"{doc['equivalent']} equivalent, of {len(outcomes)} "
           f"mutants on {args.variant} in {total:.0f} s; {args.out / 'mutate.json'}")
     return 0 if doc["score"] >= args.floor and not doc["masked"] else 1

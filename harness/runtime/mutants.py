@@ -34,6 +34,13 @@ class Mutant:
     kind: str  # the class of defect (the catalogue's `class`)
     spec: str
     description: str
+    # variant -> why the mutant changes nothing observable there (an equivalent mutant: the
+    # runtime itself makes the injected call harmless); not run and not scored on that variant
+    equivalent: tuple[tuple[str, str], ...] = ()
+
+    def equivalent_on(self, variant: str) -> str:
+        """Why the mutant is equivalent on `variant`, or "" when it is a real defect there."""
+        return dict(self.equivalent).get(variant, "")
 
     @property
     def backend(self) -> str:
@@ -58,11 +65,20 @@ def load_mutants(path: Path = CATALOGUE) -> list[Mutant]:
     out: list[Mutant] = []
     for i, entry in enumerate(raw):
         where = f"{path}: mutant {i + 1}"
-        if not isinstance(entry, dict) or set(entry) != {"name", "boundary", "class", "spec",
-                                                          "description"}:
-            raise ConfigError(f"{where}: needs exactly name, boundary, class, spec, description")
+        keys = {"name", "boundary", "class", "spec", "description"}
+        if not isinstance(entry, dict) or not keys <= set(entry) <= keys | {"equivalent"}:
+            raise ConfigError(f"{where}: needs exactly name, boundary, class, spec, description "
+                              "(and optionally equivalent)")
+        equivalent = entry.pop("equivalent", {})
         if not all(isinstance(v, str) and v for v in entry.values()):
             raise ConfigError(f"{where}: every field is a non-empty string")
+        from harness.runtime.variants import VARIANTS
+
+        if not isinstance(equivalent, dict) or not all(
+                k in VARIANTS[1:] and isinstance(v, str) and len(v) > 20
+                for k, v in equivalent.items()):
+            raise ConfigError(f"{where}: equivalent maps a variant ({', '.join(VARIANTS[1:])}) "
+                              "to the evidence that the mutant changes nothing there")
         name, boundary, spec = entry["name"], entry["boundary"], entry["spec"]
         if not _NAME.match(name):
             raise ConfigError(f"{where}: name {name!r} is not lower-case words joined by '-'")
@@ -75,7 +91,8 @@ def load_mutants(path: Path = CATALOGUE) -> list[Mutant]:
                                   f"({', '.join(OPERATORS)})")
         else:
             check_rules([r.strip() for r in spec.split(";")])
-        out.append(Mutant(name, boundary, entry["class"], spec, entry["description"]))
+        out.append(Mutant(name, boundary, entry["class"], spec, entry["description"],
+                          tuple(sorted(equivalent.items()))))
     names = [m.name for m in out]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:

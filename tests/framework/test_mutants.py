@@ -107,3 +107,25 @@ def test_the_sample_rotates_with_its_key_and_covers_the_catalogue():
         seen |= {m.name for m in sample(mutants, 6, f"c{key}")}
     assert seen == {m.name for m in mutants}
     assert a != b or len(mutants) <= 6
+
+
+def test_an_equivalent_mutant_needs_its_evidence_and_is_not_scored(tmp_path):
+    from harness.commands.mutate import Outcome, score
+    from harness.errors import ConfigError
+    from harness.runtime.mutants import load_mutants
+
+    path = tmp_path / "m.yaml"
+    base = ("- name: destroy-twice\n  boundary: backend\n  class: c\n  spec: destroy_twice\n"
+            "  description: d\n")
+    path.write_text(base + "  equivalent: {stock: short}\n")
+    with pytest.raises(ConfigError, match="evidence"):
+        load_mutants(path)
+    path.write_text(base + "  equivalent: {fixed: the runtime makes the second call harmless}\n")
+    with pytest.raises(ConfigError, match="equivalent maps a variant"):
+        load_mutants(path)
+    path.write_text(base + "  equivalent: {stock: the runtime makes the second call harmless}\n")
+    (m,) = load_mutants(path)
+    assert m.equivalent_on("stock") and not m.equivalent_on("fix-model")
+    killed = Outcome(m, verdict="killed")
+    assert score([killed, Outcome(m, verdict="equivalent")]) == 1.0
+    assert score([killed, Outcome(m, verdict="survived")]) == 0.5
