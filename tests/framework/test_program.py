@@ -23,11 +23,14 @@ from pathlib import Path
 import pytest
 
 from harness.programs import pte as hp
+from harness.programs import pte_cache
+from harness.programs import pte_reader as pr
 from harness.programs.compile import CompiledModel, compile_model
 from harness.errors import ModelError
 from harness.programs.models import get_model, registry
 from harness.programs.pte import (FILE_IDENTIFIER, ProgramInfo, QnnDelegate, TensorSpec, check_file,
-                             inspect_program, read_program)
+                             inspect_program)
+from harness.programs.pte_reader import read_program
 from harness.qnn.sdk import discover
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,8 +100,8 @@ def inspected(compiled, program_cache) -> dict[str, ProgramInfo]:
 @pytest.fixture
 def no_child(monkeypatch):
     """Fail the test if read_program would start its (slow) child process."""
-    monkeypatch.setattr(hp, "_inspect_in_child",
-                        lambda path: pytest.fail(f"read_program started a child for {path}"))
+    monkeypatch.setattr(pr, "_run_child", lambda paths, timeout:
+                        pytest.fail(f"read_program started a child for {paths}"))
 
 
 def _real_pte(compiled) -> bytes:
@@ -288,17 +291,17 @@ def test_read_program_matches_inspect_and_caches(compiled, inspected, tmp_path, 
     monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path / "cache"))
     first = read_program(pte)  # a cache miss: inspect_program in a child process
     assert first == inspected[key]
-    entry = hp._cache_file(first.sha256)
+    entry = pte_cache.entry_path(first.sha256)
     assert json.loads(entry.read_text())["sha256"] == first.sha256
     assert not list(entry.parent.glob("*.tmp"))
 
-    monkeypatch.setattr(hp, "_inspect_in_child", lambda path: pytest.fail("not cached"))
+    monkeypatch.setattr(pr, "_run_child", lambda paths, timeout: pytest.fail("not cached"))
     assert read_program(pte) == first
     copy = tmp_path / "renamed.pte"
     copy.write_bytes(pte.read_bytes())
     assert read_program(copy).path == copy  # same bytes, same entry, the caller's path
     entry.write_text("{half a file")  # a broken entry is a miss, not an error
-    monkeypatch.setattr(hp, "_inspect_in_child", lambda path: inspected[key])
+    monkeypatch.setattr(pr, "_read_in_children", lambda paths: [inspected[key]])
     assert read_program(pte) == first and json.loads(entry.read_text())["format"] == hp.JSON_FORMAT
 
 
