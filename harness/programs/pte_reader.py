@@ -59,7 +59,7 @@ def read_programs(paths: Sequence[Path], in_process: bool = False) -> list[Answe
     that names its file: the cached ones from the cache, all the others (each content once) in
     ONE child process, so a bad program costs its own answer and not the others'."""
     paths = [Path(p) for p in paths]
-    answers: list[Answer | None] = [None] * len(paths)
+    answers: dict[int, Answer] = {}
     contents: dict[int, str] = {}  # index -> sha256 of what is still to read
     first: dict[str, Path] = {}  # sha256 -> the path it is read from
     for i, path in enumerate(paths):
@@ -98,7 +98,7 @@ def read_programs(paths: Sequence[Path], in_process: bool = False) -> list[Answe
             else:
                 answers[i] = ModelError(f"{paths[i]}: the same bytes as {first[sha256]}, "
                                         f"which cannot be read: {answer}")
-    return [a for a in answers if a is not None]
+    return [answers[i] for i in range(len(paths))]
 
 
 def _read_here(paths: list[Path]) -> list[Answer]:
