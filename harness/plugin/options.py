@@ -15,7 +15,7 @@ import pytest
 from harness.config import load_farm
 from harness.devices.kinds import (chosen_devices, kind_for, kinds, session_kinds,
                                    session_targets)
-from harness.errors import HarnessError, ModelError
+from harness.errors import HarnessError
 from harness.plugin.keys import ISSUES, PREFIX_ENV, SESSION_ID_ENV, VARIANT_ENV
 from harness.results.known_issues import load_all
 from harness.config.options import Options
@@ -323,19 +323,12 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
     for pte in opts.ptes:
         check_file(pte)  # a wrong path or a file that is not a program: now, not per test
     if opts.ptes:
-        from harness.programs.pte import ProgramInfo
-        from harness.programs.pte_reader import read_programs
+        from harness.programs.pte_reader import all_or_error, read_programs
         from harness.programs.user import check_outputs, check_soc, input_arrays
 
-        # All at once: the programs not cached yet are read by one child process, not one each;
-        # each bad one is named, in one error.
-        infos = read_programs(opts.ptes)
-        errors = [str(e) for e in infos if isinstance(e, ModelError)]
-        if errors:
-            raise ModelError(errors[0] if len(errors) == 1 else
-                             f"{len(errors)} of the --pte programs cannot be read:\n" +
-                             "\n".join(errors))
-        for info in (i for i in infos if isinstance(i, ProgramInfo)):
+        # All at once: the programs not cached yet are read by one child process, not one
+        # each; every bad one is named, in one error.
+        for info in all_or_error(read_programs(opts.ptes)):
             input_arrays(info)  # an input the runners cannot feed, a bad .npy: once, now
             check_outputs(info)  # an output the runners cannot describe: once, now
             for soc, kind in known_socs.items():

@@ -101,6 +101,18 @@ def read_programs(paths: Sequence[Path], in_process: bool = False) -> list[Answe
     return [answers[i] for i in range(len(paths))]
 
 
+def all_or_error(answers: Sequence[Answer]) -> list[ProgramInfo]:
+    """The programs of `answers` when every one was read, else one ModelError naming each
+    that was not (a session's start-up: every bad program at once, not one per run)."""
+    errors = [str(a) for a in answers if isinstance(a, ModelError)]
+    if len(errors) == 1:
+        raise ModelError(errors[0])
+    if errors:
+        raise ModelError(f"{len(errors)} of the {len(answers)} programs cannot be read:\n" +
+                         "\n".join(errors))
+    return [a for a in answers if isinstance(a, ProgramInfo)]
+
+
 def _read_here(paths: list[Path]) -> list[Answer]:
     out: list[Answer] = []
     for path in paths:

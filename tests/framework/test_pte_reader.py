@@ -234,3 +234,19 @@ def test_in_process_reading_starts_no_child(launches, tmp_path):
     assert not launches.batches
     assert isinstance(answers[2], ModelError) and len(_entries(tmp_path)) == 2
     assert pr.read_programs(paths) == answers[:2] and not launches.batches
+
+
+def test_start_up_names_every_program_that_cannot_be_read(launches, tmp_path):
+    good = _program(tmp_path / "good.pte", "forward")
+    bad = _program(tmp_path / "bad.pte", "bad")
+    missing = tmp_path / "missing.pte"
+    [info] = pr.all_or_error(pr.read_programs([good]))
+    assert info.path == good
+    with pytest.raises(ModelError) as one:
+        pr.all_or_error(pr.read_programs([good, bad]))
+    assert str(one.value).startswith(f"{bad}: damaged or truncated")
+    with pytest.raises(ModelError) as two:
+        pr.all_or_error(pr.read_programs([bad, good, missing]))
+    lines = str(two.value).splitlines()
+    assert lines[0] == "2 of the 3 programs cannot be read:"
+    assert lines[1].startswith(f"{bad}: damaged") and lines[2] == f"{missing}: no such file"
