@@ -95,7 +95,8 @@ def inspect(args: list[str]) -> int:
     import tempfile
 
     from harness.programs.llm import decode_loop_plan, is_llm_export, llm_layout
-    from harness.programs.pte import ProgramInfo, read_program
+    from harness.programs.pte import ProgramInfo
+    from harness.programs.pte_reader import read_program
     from harness.programs.user import describe_inputs
 
     as_json = "--json" in args

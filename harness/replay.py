@@ -246,7 +246,7 @@ def _flat(raws: list, steps) -> list:
 
 
 def _backend_of(pte: Path) -> str:
-    from harness.programs.pte import read_program
+    from harness.programs.pte_reader import read_program
 
     backends = [BACKEND_WORDS.get(b, b.lower()) for b in read_program(pte).backends]
     return "+".join(backends) or "portable"

@@ -267,7 +267,7 @@ class HilSession:
         from harness.results.failures import run_failures
         from harness.programs.etrecord import describe as etrecord_describe
         from harness.programs.etrecord import etrecord_for, etrecord_references
-        from harness.programs.pte import read_program
+        from harness.programs.pte_reader import read_program
         from harness.drive.llm_loop import with_decode_loop
         from harness.drive.solo import solo_failure_text, solo_scenario, with_reference
         from harness.programs.user import constant_references, program_model

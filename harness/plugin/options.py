@@ -320,11 +320,12 @@ def check_start_up(config: pytest.Config, session: HilSession) -> None:
     for pte in opts.ptes:
         check_file(pte)  # a wrong path or a file that is not a program: now, not per test
     if opts.ptes:
-        from harness.programs.pte import read_program
+        from harness.programs.pte_reader import all_or_error, read_programs
         from harness.programs.user import check_outputs, check_soc, input_arrays
 
-        for pte in opts.ptes:
-            info = read_program(pte)
+        # All at once: the programs not cached yet are read by one child process, not one
+        # each; every bad one is named, in one error.
+        for info in all_or_error(read_programs(opts.ptes)):
             input_arrays(info)  # an input the runners cannot feed, a bad .npy: once, now
             check_outputs(info)  # an output the runners cannot describe: once, now
             for soc, kind in known_socs.items():

@@ -8,12 +8,10 @@ program built for SM8750 fails to initialize on an SM8650 phone, so knowing this
 is reserved turns a confusing runtime failure into a clear skip or error.
 
 Reading the program needs executorch's Python serializer, whose imports (torch, exir) take
-seconds; `read_program` therefore runs `inspect_program` in a child process, so the pytest
-process never imports torch, and caches the answer by the file's sha256. Bad files are reported
-as `ModelError`s naming the file, checked cheaply (size, file identifier, extended header) before
-anything imports executorch.
-
-    python -m harness.programs.pte PROGRAM.pte    # prints the ProgramInfo JSON (exit 3 + {"error"})
+seconds; `harness.programs.pte_reader.read_program` therefore runs `inspect_program` in a child
+process, so the pytest process never imports torch, and keeps the answer in the program cache
+(`harness.programs.pte_cache`). Bad files are reported as `ModelError`s naming the file,
+checked cheaply (size, file identifier, extended header) before anything imports executorch.
 """
 
 from __future__ import annotations
@@ -26,13 +24,10 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.cache import cache_root, file_sha256
 from harness.errors import ModelError
-from harness.config.paths import PACKAGE_PARENT
 
 # Flatbuffer file identifier of ExecuTorch programs (bytes 4..8), from `file_identifier` in
 # executorch's exir/_serialize/program.fbs; "ET12" for every executorch 1.x program.
@@ -43,8 +38,6 @@ EXTENDED_HEADER_MAGIC = b"eh00"
 MIN_PROGRAM_BYTES = 8  # root table offset + file identifier
 # Version of the JSON written by to_json(); cached answers of another version are re-read.
 JSON_FORMAT = 5
-CHILD_TIMEOUT_S = 300
-CHILD_ERROR_EXIT = 3
 
 # ExecuTorch ScalarType enum names -> torch-style dtype names (executorch/exir/scalar_type.py).
 SCALAR_TYPES = {
@@ -547,95 +540,3 @@ def inspect_program(path: Path) -> ProgramInfo:
                          f"deserialize ({_one_line(exc)})") from exc
     return ProgramInfo(path, size, hashlib.sha256(data).hexdigest(), methods, tuple(delegates),
                        metadata, tuple(buffers), constants)
-
-
-# --- the cached, out-of-process reader ---------------------------------------------------------
-
-def _cache_file(sha256: str) -> Path:
-    # v2: a constant method's bool outputs are of kind "boolean" (the value kind)
-    return cache_root() / "programs" / f"{sha256}.v2.json"
-
-
-def _load_cached(path: Path, sha256: str) -> ProgramInfo | None:
-    try:
-        info = ProgramInfo.from_json(json.loads(_cache_file(sha256).read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent, half-written by an old version, or another format: read again
-    if info.sha256 != sha256:
-        return None
-    return dataclasses.replace(info, path=path)  # the same bytes may live under many names
-
-
-def _store(info: ProgramInfo) -> None:
-    """Write the cache entry atomically (temp file + rename), so concurrent pytest-xdist
-    workers never read a half-written file."""
-    target = _cache_file(info.sha256)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(info.to_json(), handle, indent=1)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _inspect_in_child(path: Path) -> ProgramInfo:
-    from harness.process import run_process
-
-    env = dict(os.environ)
-    root = str(PACKAGE_PARENT)
-    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    out = run_process([sys.executable, "-m", "harness.programs.pte", str(path)], env, CHILD_TIMEOUT_S)
-    if out.timed_out:
-        raise ModelError(f"{path}: reading the program timed out after {CHILD_TIMEOUT_S} s")
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    answer: dict[str, Any] | None = None
-    if lines:
-        try:
-            answer = json.loads(lines[-1])
-        except ValueError:
-            answer = None
-    if out.returncode == CHILD_ERROR_EXIT and answer and "error" in answer:
-        raise ModelError(answer["error"])
-    if out.returncode != 0 or answer is None:
-        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
-        raise ModelError(f"{path}: reading the program failed (exit {out.returncode}):\n{tail}")
-    return ProgramInfo.from_json(answer)
-
-
-def read_program(path: Path, in_process: bool = False) -> ProgramInfo:
-    """What a `.pte` was compiled for, from the cache when these exact bytes were read before.
-
-    A miss runs `inspect_program` in a child process (the caller never imports torch), unless
-    `in_process` is set by a caller that has paid for the executorch imports anyway."""
-    path = Path(path)
-    check_file(path)
-    sha256 = file_sha256(path)
-    cached = _load_cached(path, sha256)
-    if cached is not None:
-        return cached
-    info = inspect_program(path) if in_process else _inspect_in_child(path)
-    if info.sha256 != sha256:
-        raise ModelError(f"{path}: the file changed while it was being read")
-    _store(info)
-    return dataclasses.replace(info, path=path)
-
-
-def main(argv: list[str]) -> int:
-    """Child entry: print the ProgramInfo JSON on one line, or {"error": ...} and exit 3."""
-    if len(argv) != 1:
-        print("usage: python -m harness.programs.pte PROGRAM.pte", file=sys.stderr)
-        return 2
-    try:
-        info = inspect_program(Path(argv[0]))
-    except ModelError as exc:
-        print(json.dumps({"error": str(exc)}), flush=True)
-        return CHILD_ERROR_EXIT
-    print(json.dumps(info.to_json()), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

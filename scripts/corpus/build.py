@@ -66,7 +66,7 @@ def _given_inputs(pte: Path, methods: dict) -> None:
 
 def build_one(name: str, precision: str, kind: str, methods: dict, lower, out: Path,
               soc: str, given: bool) -> dict:
-    from harness.programs.pte import read_program
+    from harness.programs.pte_reader import read_program
     from harness.programs.user import input_arrays
 
     started = time.monotonic()

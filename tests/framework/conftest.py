@@ -74,6 +74,7 @@ FILE_KIND = {
     "test_unplanned_io_runners.py": "simulator",
     "test_corpus.py": "unit",
     "test_program_inputs.py": "unit",
+    "test_pte_reader.py": "unit",  # the child is stood in for: no executorch
     "test_wheel.py": "simulator",
     "test_replay_export.py": "simulator",  # and cmake (the C++ export builds)
     "test_report.py": "simulator",

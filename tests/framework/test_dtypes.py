@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from harness.drive.driver import ScenarioDriver
-from harness.programs.pte import read_program
+from harness.programs.pte_reader import read_program
 from harness.runner.select import choose_runner
 from harness.scenario import Scenario
 from harness.protocol.tensors import TensorFile, load_array, write_array

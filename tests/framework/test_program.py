@@ -5,8 +5,9 @@ each of its precisions, the QNN ones also with the S7 options and linear_relu al
 and the program read back must report exactly what the compile asked for. Reading a program
 imports executorch (about 5 s), so however warm the caches, three child processes of this file
 pay for it: one `inspect --json` over every build with an empty program cache (it inspects each
-program in-process), one `read_program` of a good program and one of a damaged program. The other
-CLI runs are answered from the program cache that first one filled, without executorch.
+program in-process), one `read_program` of a good program and one `read_programs` of two good
+programs and a damaged one. The other CLI runs are answered from the program cache that first
+one filled, without executorch.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ from pathlib import Path
 import pytest
 
 from harness.programs import pte as hp
+from harness.programs import pte_cache
+from harness.programs import pte_reader as pr
 from harness.programs.compile import CompiledModel, compile_model
 from harness.errors import ModelError
 from harness.programs.models import get_model, registry
 from harness.programs.pte import (FILE_IDENTIFIER, ProgramInfo, QnnDelegate, TensorSpec, check_file,
-                             inspect_program, read_program)
+                             inspect_program)
+from harness.programs.pte_reader import read_program
 from harness.qnn.sdk import discover
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,8 +101,8 @@ def inspected(compiled, program_cache) -> dict[str, ProgramInfo]:
 @pytest.fixture
 def no_child(monkeypatch):
     """Fail the test if read_program would start its (slow) child process."""
-    monkeypatch.setattr(hp, "_inspect_in_child",
-                        lambda path: pytest.fail(f"read_program started a child for {path}"))
+    monkeypatch.setattr(pr, "_run_child", lambda paths, timeout:
+                        pytest.fail(f"read_program started a child for {paths}"))
 
 
 def _real_pte(compiled) -> bytes:
@@ -171,17 +175,27 @@ def _damaged(compiled, tmp_path) -> Path:
     return path
 
 
-def test_damaged_program_fails_in_the_child_with_a_clean_message(compiled, tmp_path,
+def test_damaged_program_fails_in_the_child_with_a_clean_message(compiled, inspected, tmp_path,
                                                                  monkeypatch):
+    """Read in a batch with two good programs: ONE child reads all three, the damaged one is
+    its own clean error and the others are read as `inspect` read them."""
     monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path / "cache"))
     path = _damaged(compiled, tmp_path)
-    with pytest.raises(ModelError) as info:
-        read_program(path)
-    message = str(info.value)
+    good = ["linear_relu-SM8650-fp16", "mixed_qnn_xnnpack-SM8650-fp16"]
+    launched = []
+    child = pr._run_child
+    monkeypatch.setattr(pr, "_run_child",
+                        lambda paths, timeout: launched.append(paths) or child(paths, timeout))
+    first, damaged, second = pr.read_programs([compiled[good[0]].pte, path,
+                                               compiled[good[1]].pte])
+    assert len(launched) == 1
+    assert [first, second] == [inspected[k] for k in good]
+    assert isinstance(damaged, ModelError)
+    message = str(damaged)
     assert message.startswith(f"{path}: damaged or truncated ExecuTorch program, it does not "
                               f"deserialize (struct.error: "), message
     assert "Traceback" not in message and "\n" not in message
-    assert not list((tmp_path / "cache").glob("programs/*.json")), "an error was cached"
+    assert len(list((tmp_path / "cache").glob("programs/*.json"))) == 2, "an error was cached"
 
 
 def test_cli_reports_bad_files_and_still_prints_the_good_ones(compiled, inspected, tmp_path,
@@ -288,17 +302,17 @@ def test_read_program_matches_inspect_and_caches(compiled, inspected, tmp_path, 
     monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path / "cache"))
     first = read_program(pte)  # a cache miss: inspect_program in a child process
     assert first == inspected[key]
-    entry = hp._cache_file(first.sha256)
+    entry = pte_cache.entry_path(first.sha256)
     assert json.loads(entry.read_text())["sha256"] == first.sha256
     assert not list(entry.parent.glob("*.tmp"))
 
-    monkeypatch.setattr(hp, "_inspect_in_child", lambda path: pytest.fail("not cached"))
+    monkeypatch.setattr(pr, "_run_child", lambda paths, timeout: pytest.fail("not cached"))
     assert read_program(pte) == first
     copy = tmp_path / "renamed.pte"
     copy.write_bytes(pte.read_bytes())
     assert read_program(copy).path == copy  # same bytes, same entry, the caller's path
     entry.write_text("{half a file")  # a broken entry is a miss, not an error
-    monkeypatch.setattr(hp, "_inspect_in_child", lambda path: inspected[key])
+    monkeypatch.setattr(pr, "_read_in_children", lambda paths: [inspected[key]])
     assert read_program(pte) == first and json.loads(entry.read_text())["format"] == hp.JSON_FORMAT
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.programs.pte import read_program
+from harness.programs.pte_reader import read_program
 from harness.drive.solo import solo_scenario, with_reference
 from harness.programs.user import program_model
 from harness.runner.select import choose_runner
