@@ -108,12 +108,16 @@ def run_pass(out: Path, variant: str, args: list[str], env: dict[str, str],
 
 def reachable(baseline: dict, mutant: Mutant) -> list[str]:
     """The tests whose unmutated runs loaded a program of the mutant's backend, in the
-    unmutated run's order (the cheap suites first is the caller's choice of arguments)."""
+    unmutated run's order (the cheap suites first is the caller's choice of arguments),
+    but for those that failed unmutated: a failure there cannot be the mutant's (on a fix
+    model the seed's XPASS(strict) fail by design), and under `-x` it would end the pass
+    before any test that can kill it ran."""
     ran: dict[str, bool] = {}
     for run in baseline.get("runs", []):
         backends = {m.get("backend") for m in run.get("modules", {}).values()}
         ran[run["nodeid"]] = ran.get(run["nodeid"], False) or mutant.backend in backends
-    return [t["nodeid"] for t in baseline["tests"] if ran.get(t["nodeid"])]
+    return [t["nodeid"] for t in baseline["tests"]
+            if ran.get(t["nodeid"]) and t["outcome"] not in ("failed", "error")]
 
 
 def _failure_shapes(doc: dict) -> dict[str, set]:

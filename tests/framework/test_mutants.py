@@ -129,3 +129,18 @@ def test_an_equivalent_mutant_needs_its_evidence_and_is_not_scored(tmp_path):
     killed = Outcome(m, verdict="killed")
     assert score([killed, Outcome(m, verdict="equivalent")]) == 1.0
     assert score([killed, Outcome(m, verdict="survived")]) == 0.5
+
+
+def test_a_pass_leaves_out_tests_that_failed_unmutated():
+    """On a fix model the seed's XPASS(strict) fail by design: under -x the first of them
+    would end every mutant's pass before a test that can kill it ran."""
+    from harness.commands.mutate import reachable
+
+    (m,) = [m for m in load_mutants() if m.name == "init-leaks-16k"]
+    qnn = {"A": {"backend": "qnn"}}
+    baseline = {"runs": [{"nodeid": n, "modules": qnn} for n in ("s1", "soak", "xnn")],
+                "tests": [{"nodeid": "s1", "outcome": "failed"},
+                          {"nodeid": "soak", "outcome": "xfailed"},
+                          {"nodeid": "xnn", "outcome": "passed"}]}
+    baseline["runs"][2]["modules"] = {"A": {"backend": "xnnpack"}}
+    assert reachable(baseline, m) == ["soak"]
