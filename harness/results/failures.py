@@ -186,8 +186,10 @@ def _values(result: ScenarioResult, step: Step, ordinal: int | None, event: dict
 
 
 def _same_bytes_as_another(step: StepResult, sub: Step, event: dict[str, Any]) -> str:
-    """A wrong output that is byte for byte another module's output of the same parallel step
-    (one sha256): the signature of two executes sharing one set of output buffers."""
+    """A wrong output that is byte for byte another module's *correct* output of the same
+    parallel step (one sha256, and that execute matched its own reference): the signature of
+    two executes sharing one set of output buffers. Two modules returning the same wrong bytes
+    (both mismatches) are a wrong output, not this pattern."""
     digests = [o.get("sha256") for o in event.get("outputs") or []]
     if not digests or None in digests:
         return ""
@@ -195,7 +197,7 @@ def _same_bytes_as_another(step: StepResult, sub: Step, event: dict[str, Any]) -
     for other, ev in zip(subs, (step.event or {}).get("substeps") or []):
         if other is sub or other.module == sub.module or other.op != "execute":
             continue
-        if [o.get("sha256") for o in ev.get("outputs") or []] == digests:
+        if ev.get("status") == "ok" and [o.get("sha256") for o in ev.get("outputs") or []] == digests:
             return (f"the outputs are byte-identical to module {other.module}'s execute of "
                     f"{other.method} in the same parallel step (sha256 {digests[0][:12]}...), "
                     "on other inputs")

@@ -41,8 +41,17 @@ OWN = {
         Failure("mismatch", MISMATCH, scenario="x1_3_corrupted"),
         Failure("check", "a damaged XNNPACK packed-weight cache was used as it is (outputs "
                          "wrong with it, right without a cache)")],
-    "qnn-init-failure-leaks-handles": [Failure("check", "QNN still holds handles: backend#1, "
-                                                        "device#1, context#2")],
+    "qnn-init-failure-leaks-handles": [
+        Failure("check", "scenario s6_bad_context: after the failed init of X, QNN still holds "
+                "handles: after step 2 snapshot: LiveCounts(backend=1, context=1, device=1); after "
+                "step 4 snapshot: LiveCounts(backend=1, context=1, device=1); after step 8 "
+                "snapshot: LiveCounts(backend=1, context=1, device=1)\nQNN objects created by the "
+                "failed init (none freed since):\n    seq 2 log_create rc=0"),
+        Failure("check", "QNN still holds handles once every module is destroyed (live "
+                "{'backend': 1, 'context': 0, 'device': 1}) after QnnContext_createFromBinary #1 "
+                "failed in step 0 load(A)"),
+        Failure("check", "QNN still holds handles once every module is destroyed (live "
+                "{'backend': 1, 'context': 12, 'device': 1}) after QnnGraph_retrieve #1 failed")],
     "qnn-concurrent-first-context-create-crash": [Failure("crash", (
         "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: "
         "#0 libQnnHtp.so+0xf7e339 <- #3 libQnnHtp.so+0xf25e71 hexagon_nn_deserialize_graph+0x621"
@@ -171,6 +180,18 @@ MUTANT_FAILURES = {
         Failure("check", "memory grows per load/destroy cycle: malloc in use grows +190.2 B/cycle",
                 scenario="soak_one_module_File"),
     ],
+    "qnn-init-failure-leaks-handles": [
+        # a good module's own context left live beside the failed init's handles
+        Failure("check", "scenario s6_bad_context: after the failed init of X, QNN still holds "
+                "handles: after step 2 snapshot: LiveCounts(backend=1, context=1, device=1); after "
+                "step 8 snapshot: LiveCounts(backend=1, context=2, device=1)\nQNN objects created"),
+        Failure("check", "QNN still holds handles once every module is destroyed (live "
+                "{'backend': 1, 'context': 2, 'device': 1}) after QnnGraph_retrieve #1 failed"),
+        # qnn-device-free-fails: a device never freed, a second bundle's
+        Failure("check", "QNN still holds handles once every module is destroyed (live "
+                "{'backend': 1, 'context': 0, 'device': 2}) after QnnContext_createFromBinary #1 "
+                "failed"),
+    ],
 }
 
 
@@ -186,3 +207,24 @@ def test_a_sized_entry_covers_the_sizes_it_was_measured_at():
     for rate in ("1833.1", "1846.9", "2455.1", "3856.0"):  # one module, two, prefill_decode
         assert entry.covers(Failure("check", "memory grows per load/destroy cycle: malloc in "
                                     f"use grows +{rate} B/cycle")), rate
+
+
+def test_byte_identical_outputs_are_the_cache_pattern_only_when_the_other_was_right():
+    """Two modules of one parallel step returning the same bytes is the shared-buffer
+    signature of qnn-delegate-cache-concurrent-execute only when the other module's execute
+    was right for its own inputs; both wrong with the same bytes (a zeroed or perturbed
+    output, harness mutate's output-zeroed) is a wrong output the entry must not excuse."""
+    from types import SimpleNamespace as NS
+
+    from harness.results.failures import _same_bytes_as_another
+
+    a, b = (NS(module=m, op="execute", method="forward") for m in "AB")
+    same = [{"sha256": "3f2a" * 16}]
+    for other_status, pattern in (("ok", True), ("mismatch", False)):
+        step = NS(step=NS(substeps=[a, b]),
+                  event={"substeps": [{"status": other_status, "outputs": same},
+                                      {"status": "mismatch", "outputs": same}]})
+        words = _same_bytes_as_another(step, b, {"outputs": same})
+        assert bool(words) is pattern, (other_status, words)
+        failure = Failure("mismatch", MISMATCH + (f"; pattern: {words}" if words else ""))
+        assert ENTRIES["qnn-delegate-cache-concurrent-execute"].covers(failure) is pattern

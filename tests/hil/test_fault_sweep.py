@@ -176,8 +176,9 @@ def heap_per_cycle(result) -> float:
     return float(steps[len(steps) // 2])
 
 
-@pytest.mark.parametrize("api", ["QnnContext_createFromBinary", "QnnGraph_retrieve",
-                                 "QnnGraph_execute"])
+@pytest.mark.parametrize("api", ["QnnInterface_getProviders", "QnnBackend_create",
+                                 "QnnDevice_create", "QnnContext_createFromBinary",
+                                 "QnnGraph_retrieve", "QnnGraph_execute"])
 def test_repeated_injected_failures_neither_leak_nor_grow(compiled_model, scenario_driver, api):
     """The same load (execute) destroy cycle 12 times with every call of `api` failing: the
     heap grows no faster than the same cycles with nothing injected, and nothing is left."""
