@@ -121,8 +121,8 @@ class IssueEntry(StrictModel):
     where: Where  # where the defect lives; only executorch and qnn count as bugs found
     reproduce: NonEmpty | None = None  # the standalone reproduction (python -m harness bug-report)
     # [low, high]: the bug's own size, the number `match` captures as (?P<size>...) must lie
-    # within (a leak's rate per cycle): a failure with the entry's words at another size is
-    # another defect, never excused by this one
+    # within wherever it captures one (a leak's rate per cycle): a failure with the entry's
+    # words at another size is another defect, never excused by this one
     size: list[float] | None = Field(default=None, min_length=2, max_length=2)
 
     @model_validator(mode="after")
@@ -220,10 +220,13 @@ class KnownIssue:
         words = f"scenario {failure.scenario}: {failure.message}" if failure.scenario else failure.message
         if failure.kind not in self.kinds:
             return False
-        found = re.search(self.match, words)
-        if found is None or self.size is None:
-            return found is not None
-        return self.size_fits(found.group("size"))
+        if self.size is None:
+            return re.search(self.match, words) is not None
+        # The size is judged where the match captures one (an alternative without the group
+        # is a signature of its own); every place the signature occurs must fit.
+        found = list(re.finditer(self.match, words))
+        return bool(found) and all(m.group("size") is None or self.size_fits(m.group("size"))
+                                   for m in found)
 
     def size_fits(self, said: str | None) -> bool:
         """Whether a failure's size (the words' number) is this bug's: within `size`."""

@@ -51,7 +51,10 @@ OWN = {
                 "{'backend': 1, 'context': 0, 'device': 1}) after QnnContext_createFromBinary #1 "
                 "failed in step 0 load(A)"),
         Failure("check", "QNN still holds handles once every module is destroyed (live "
-                "{'backend': 1, 'context': 12, 'device': 1}) after QnnGraph_retrieve #1 failed")],
+                "{'backend': 1, 'context': 12, 'device': 1}) after QnnGraph_retrieve #1 failed"),
+        Failure("check", "heap grows 688 B per cycle with every QnnBackend_create failing, a "
+                "failed load must leave nothing (1808 B per cycle with nothing injected: the "
+                "destroy leak of a load that succeeded)", scenario="cycles_qnnbackend_create")],
     "qnn-concurrent-first-context-create-crash": [Failure("crash", (
         "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: "
         "#0 libQnnHtp.so+0xf7e339 <- #3 libQnnHtp.so+0xf25e71 hexagon_nn_deserialize_graph+0x621"
@@ -187,6 +190,10 @@ MUTANT_FAILURES = {
                 "step 8 snapshot: LiveCounts(backend=1, context=2, device=1)\nQNN objects created"),
         Failure("check", "QNN still holds handles once every module is destroyed (live "
                 "{'backend': 1, 'context': 2, 'device': 1}) after QnnGraph_retrieve #1 failed"),
+        # a failed create's path keeping 16 kB per failed load, 25 times the manager's
+        Failure("check", "heap grows 16960 B per cycle with every QnnDevice_create failing, a "
+                "failed load must leave nothing (1824 B per cycle with nothing injected: the "
+                "destroy leak of a load that succeeded)", scenario="cycles_qnndevice_create"),
         # qnn-device-free-fails: a device never freed, a second bundle's
         Failure("check", "QNN still holds handles once every module is destroyed (live "
                 "{'backend': 1, 'context': 0, 'device': 2}) after QnnContext_createFromBinary #1 "

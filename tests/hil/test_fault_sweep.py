@@ -180,8 +180,12 @@ def heap_per_cycle(result) -> float:
                                  "QnnDevice_create", "QnnContext_createFromBinary",
                                  "QnnGraph_retrieve", "QnnGraph_execute"])
 def test_repeated_injected_failures_neither_leak_nor_grow(compiled_model, scenario_driver, api):
-    """The same load (execute) destroy cycle 12 times with every call of `api` failing: the
-    heap grows no faster than the same cycles with nothing injected, and nothing is left."""
+    """The same load (execute) destroy cycle 12 times with every call of `api` failing, and
+    nothing is left. The heap is judged against a baseline that does not itself grow: a load
+    that fails must leave nothing, so a failed create's cycles against zero (the same cycles
+    with nothing injected grow by the runtime's destroy leak, qnn-destroy-leaks-qnn-manager,
+    which would hide a smaller leak of the failure path); a failed execute's cycles load and
+    destroy as the control does, so against the control."""
     model = compiled_model("linear_relu")
     execute = api == "QnnGraph_execute"  # the other two fail the load: nothing to execute
     control = scenario_driver.run(failing_cycles(model, None, f"cycles_{api.lower()}_control",
@@ -189,11 +193,14 @@ def test_repeated_injected_failures_neither_leak_nor_grow(compiled_model, scenar
     control.scenario.allowed_errors.clear()  # nothing injected: every step must be ok
     assert_steps_ok(control)
     failing = scenario_driver.run(failing_cycles(model, api, f"cycles_{api.lower()}", execute))
-    base, grown = heap_per_cycle(control), heap_per_cycle(failing)
+    control_growth, grown = heap_per_cycle(control), heap_per_cycle(failing)
+    base = control_growth if execute else 0.0
     problems = []
     if grown > base + GROWTH_SLACK_BYTES:
-        problems.append(f"heap grows {grown:.0f} B per cycle with every {api} failing, "
-                        f"{base:.0f} B per cycle with nothing injected")
+        against = (f"{base:.0f} B per cycle with nothing injected" if execute else
+                   f"a failed load must leave nothing ({control_growth:.0f} B per cycle with "
+                   "nothing injected: the destroy leak of a load that succeeded)")
+        problems.append(f"heap grows {grown:.0f} B per cycle with every {api} failing, {against}")
     if not failing.last.live.released:
         problems.append(f"QNN still holds handles once every module is destroyed (live "
                         f"{dict(failing.last.live)}) after {GROWTH_CYCLES} failed cycles")
