@@ -277,6 +277,17 @@ def make(repro_id: str, out: Path, run: bool = True, qnn_root: Path | None = Non
     return result
 
 
+def resolve_reproduction(name: str, issues: list) -> str | None:
+    """The reproduction of a known issue's id, or of a defect's root (its entries' first
+    shipped reproduction), or None when `name` is neither."""
+    by_id = {i.id: i for i in issues}
+    if name in by_id:
+        return by_id[name].reproduce
+    shipped = sorted({i.reproduce for i in issues if i.root == name and i.reproduce},
+                     key=lambda r: (r not in REPRODUCTIONS, r))
+    return shipped[0] if shipped else None
+
+
 def _unknown(repro_id: str) -> str:
     issues = load_known_issues()
     named = sorted({i.reproduce for i in issues if i.reproduce})
@@ -293,7 +304,8 @@ def main(argv: list[str]) -> int:
         prog="python -m harness bug-report",
         description="Write a standalone reproduction of a known runtime defect (executorch "
                     "alone: no harness runner, no interposer) into a folder.")
-    parser.add_argument("id", nargs="?", help="the reproduction id (a known issue's reproduce:)")
+    parser.add_argument("id", nargs="?", help="the reproduction id (a known issue's reproduce:), "
+                        "a known issue's id or a defect's root (resolved to its reproduction)")
     parser.add_argument("--out", type=Path, help="the folder to write (empty or absent)")
     parser.add_argument("--list", action="store_true", help="list the reproductions")
     parser.add_argument("--all", action="store_true",
@@ -306,10 +318,17 @@ def main(argv: list[str]) -> int:
     issues = load_known_issues()
     if args.list:
         for repro_id in sorted({i.reproduce for i in issues if i.reproduce} | set(REPRODUCTIONS)):
-            names = ", ".join(i.id for i in entries_for(repro_id, issues))
+            entries = entries_for(repro_id, issues)
+            names = ", ".join(i.id for i in entries)
+            roots = sorted({i.defect for i in entries})
             state = "" if repro_id in REPRODUCTIONS else "  (none ships yet)"
-            print(f"{repro_id}: {names}{state}")
+            print(f"{repro_id} (defect {', '.join(roots) or '-'}): {names}{state}")
         return 0
+    if args.id and args.id not in REPRODUCTIONS:
+        resolved = resolve_reproduction(args.id, issues)
+        if resolved is not None:
+            print(f"bug-report: {args.id} -> reproduction {resolved}", file=sys.stderr)
+            args.id = resolved
     if args.out is None or (not args.all and not args.id):
         parser.error("give an ID and --out DIR (or --all --out DIR, or --list)")
     unusable = unusable_out_dir(args.out)

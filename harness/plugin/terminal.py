@@ -13,7 +13,7 @@ import pytest
 from harness.devices.kinds import kind_for, session_targets
 from harness.plugin.keys import ISSUES, MET, SESSION
 from harness.plugin.known_issues import unmatched_issues
-from harness.results.known_issues import BUG_CLASSES, WHERE_WORDS, grouped_by_where
+from harness.results.known_issues import BUG_CLASSES, WHERE_WORDS, defects, grouped_by_where
 from harness.runtime import executorch_version
 
 
@@ -72,9 +72,13 @@ def met_lines(met: dict[str, list], issues: list) -> list[str]:
     library defects are counted as bugs found."""
     groups = grouped_by_where(list(met), issues)
     bugs = [i for key in BUG_CLASSES for i in groups.get(key, [])]
-    lines = [f"known issues met: {len(bugs)} bug(s) found in the runtime under test "
-             f"(executorch, qnn); {len(met) - len(bugs)} other(s)"]
+    roots = defects(bugs, issues)
+    lines = [f"known issues met: {len(roots)} defect(s) found in the runtime under test "
+             f"(executorch, qnn), {len(bugs)} entries; {len(met) - len(bugs)} other(s)"]
     for key, ids in groups.items():
         lines.append(f"  {WHERE_WORDS.get(key, key)}: " + ", ".join(
             f"{i} ({len(met[i])} tests)" for i in ids))
+    for root, ids in roots.items():
+        if len(ids) > 1:
+            lines.append(f"  defect {root}: {len(ids)} entries ({', '.join(ids)})")
     return lines

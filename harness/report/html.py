@@ -275,12 +275,14 @@ def known_issues_section(met: dict[str, dict], unmatched: list[dict]) -> str:
             outcomes = ", ".join(f"{n} {o}" for o, n in sorted(info.get("outcomes", {}).items()))
             bad = any(o not in ("xfailed",) for o in info.get("outcomes", {}))
             where = info.get("where", "")
-            counted = "bug" if info.get("bug") else "not counted"
+            counted = f"bug, defect {info.get('root') or issue_id}" if info.get("bug") else "not counted"
             rows.append(_row([issue_id, f"{where} ({counted})", outcomes,
                               _clip(info.get("reason", ""), 300)], failing=bad))
         bugs = sum(1 for info in met.values() if info.get("bug"))
-        parts.append(f"<h4>met in this run: {bugs} bug(s) in the runtime under test (executorch, "
-                     f"qnn), {len(met) - bugs} other(s)</h4><table><tr><th>id</th><th>where</th>"
+        roots = {info.get("root") or issue_id for issue_id, info in met.items() if info.get("bug")}
+        parts.append(f"<h4>met in this run: {len(roots)} defect(s) in the runtime under test "
+                     f"(executorch, qnn), {bugs} entries; {len(met) - bugs} other(s)</h4>"
+                     "<table><tr><th>id</th><th>where</th>"
                      "<th>tests</th><th>reason</th></tr>" + "".join(rows) + "</table>")
     else:
         parts.append("<p>No known issue applied to a test of this run.</p>")

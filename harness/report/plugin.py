@@ -233,7 +233,8 @@ class HilReport:
             data["issue"] = {"id": issue.id, "reason": issue.reason, "kinds": list(issue.kinds),
                              "match": issue.match, "source": str(issue.source),
                              "tests": list(issue.tests), "where": issue.where,
-                             "bug": issue.is_bug, "reproduce": issue.reproduce}
+                             "bug": issue.is_bug, "reproduce": issue.reproduce,
+                             "root": issue.root if issue.is_bug else None}
         if call.when != "call":
             return data
         driver = item.stash.get(DRIVER, None)
@@ -421,6 +422,8 @@ class HilReport:
             "known_issues": {"met": met, "unmatched": list(self.unmatched.values()),
                              # only runtime and QNN library defects count as bugs found
                              "bugs_found": sorted(k for k, v in met.items() if v.get("bug")),
+                             # the distinct defects among them: root -> its entries
+                             "defects": _by_root(met),
                              "by_where": _by_where(met)},
             "totals": totals,
             "tests": tests,
@@ -553,6 +556,15 @@ def _safe_unmatched(config: pytest.Config) -> list:
 def _issue_json(issue) -> dict:
     return {"id": issue.id, "source": str(issue.source), "tests": list(issue.tests),
             "reason": issue.reason, "where": issue.where}
+
+
+def _by_root(met: dict[str, dict]) -> dict[str, list[str]]:
+    """The met bugs by the distinct defect each rests on (its `root`, else its own id)."""
+    out: dict[str, list[str]] = {}
+    for issue_id, entry in sorted(met.items()):
+        if entry.get("bug"):
+            out.setdefault(entry.get("root") or issue_id, []).append(issue_id)
+    return dict(sorted(out.items()))
 
 
 def _by_where(met: dict[str, dict]) -> dict[str, list[str]]:

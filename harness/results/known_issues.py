@@ -120,6 +120,9 @@ class IssueEntry(StrictModel):
     intermittent: bool = False  # met in some runs only: a pass is not a fixed runtime
     where: Where  # where the defect lives; only executorch and qnn count as bugs found
     reproduce: NonEmpty | None = None  # the standalone reproduction (python -m harness bug-report)
+    # the distinct defect it rests on: entries that are faces of one defect (a race's forced
+    # endings, the orderings of the same cache) share it, and bugs are counted by it
+    root: NonEmpty | None = None
     # [low, high]: the bug's own size, the number `match` captures as (?P<size>...) must lie
     # within wherever it captures one (a leak's rate per cycle): a failure with the entry's
     # words at another size is another defect, never excused by this one
@@ -142,6 +145,9 @@ class IssueEntry(StrictModel):
         if self.where in BUG_CLASSES and not self.reproduce:
             raise ValueError(f"a {self.where} defect needs `reproduce:`, the id of its "
                              "standalone reproduction (python -m harness bug-report --list)")
+        if self.where in BUG_CLASSES and not self.root:
+            raise ValueError(f"a {self.where} defect needs `root:`, the id of the distinct "
+                             "defect it rests on (shared by every entry of that defect)")
         return self
 
     @field_validator("executorch")
@@ -186,6 +192,12 @@ class KnownIssue:
     where: str = "executorch"  # WHERE_WORDS' keys
     reproduce: str | None = None  # harness.bugreport's id for it
     size: tuple[float, float] | None = None  # the captured size's range (IssueEntry.size)
+    root: str | None = None  # the distinct defect (IssueEntry.root); None: not a bug
+
+    @property
+    def defect(self) -> str:
+        """What it is counted as: its root, or its own id where it names none."""
+        return self.root or self.id
 
     @property
     def is_bug(self) -> bool:
@@ -254,7 +266,7 @@ def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> li
     issues = [KnownIssue(e.id, tuple(_specifiers(e.executorch)), tuple(e.tests),
                          " ".join(e.reason.split()), e.match, tuple(e.kind), path, base,
                          e.intermittent, e.qnn, e.where, e.reproduce,
-                         (e.size[0], e.size[1]) if e.size else None)
+                         (e.size[0], e.size[1]) if e.size else None, e.root)
               for e in entries]
     _check_unique(issues)
     return issues
@@ -308,3 +320,15 @@ def grouped_by_where(ids: list[str], issues: list[KnownIssue]) -> dict[str, list
         if members:
             groups[key] = members
     return groups
+
+
+def defects(ids: list[str], issues: list[KnownIssue]) -> dict[str, list[str]]:
+    """The bugs among `ids` (runtime and QNN library defects) by root: root -> its entries.
+    The number of distinct defects is its length, not the number of entries."""
+    by_id = {i.id: i for i in issues}
+    out: dict[str, list[str]] = {}
+    for issue_id in sorted(ids):
+        issue = by_id.get(issue_id)
+        if issue is not None and issue.is_bug:
+            out.setdefault(issue.defect, []).append(issue_id)
+    return dict(sorted(out.items()))

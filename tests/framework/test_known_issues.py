@@ -303,3 +303,28 @@ def test_the_destroy_during_execute_entry_covers_each_way_the_race_ends_and_noth
     other = Failure("error", "execute(forward) failed: Error::Internal (0x1)\n[ERROR] [Qnn "
                              "ExecuTorch]: qnn_graph_execute failed. Error 1002")
     assert uncovered(entry, [*seen, other]) == [other]
+
+
+def test_bugs_are_counted_by_root_and_an_entry_id_resolves_to_its_reproduction():
+    from harness.commands.bug_report import resolve_reproduction
+    from harness.results.known_issues import defects
+
+    issues = load_known_issues()
+    bugs = [i for i in issues if i.is_bug]
+    assert all(i.root for i in bugs)
+    roots = defects([i.id for i in issues], issues)
+    # the delegate cache's faces are one defect, not eleven
+    assert len(roots["qnn-delegate-cache"]) >= 11 and len(roots) == len({i.root for i in bugs})
+    assert sum(map(len, roots.values())) == len(bugs) > len(roots)
+    assert resolve_reproduction("qnn-delegate-cache-forced-warm-hit", issues) == \
+        "delegate-cache-module-lifetime"
+    assert resolve_reproduction("qnn-init-failure-leaks-manager", issues) == \
+        "init-failure-leaks-handles"
+    assert resolve_reproduction("no-such-thing", issues) is None
+
+
+def test_a_bug_entry_without_a_root_is_refused(tmp_path):
+    path = tmp_path / "k.yaml"
+    path.write_text(ENTRY.replace("where: design", "where: executorch\n  reproduce: r"))
+    with pytest.raises(ConfigError, match="needs `root:`"):
+        load_known_issues(path)

@@ -74,7 +74,7 @@ def test_an_intermittent_known_issue_passes_unmet_and_xfails_met(pytester, hil_s
                                 "-rxX")
     result.assert_outcomes(xpassed=1, xfailed=1)
     result.stdout.fnmatch_lines(["*XFAIL*test_other_failure*known intermittent issue pretend-bug*"])
-    result.stdout.fnmatch_lines(["*known issues met: 0 bug(s) found*",
+    result.stdout.fnmatch_lines(["*known issues met: 0 defect(s) found*",
                                  "*design limits*: pretend-bug (1 tests)*"])
 
 
