@@ -7,7 +7,8 @@ Runs the pytest args (default: the simulator HIL suites, `tests/hil`) once on th
 unmutated, then once per mutant of the catalogue (harness/runtime/mutants.yaml) with that defect
 injected, and compares each test's verdict with the unmutated run's:
 
-- **killed**: some test that did not fail unmutated fails now, with no known issue excusing it;
+- **killed**: some test that did not fail unmutated fails now, with no known issue excusing it,
+  or (on a fix model) a test the fix turned XPASS(strict) is no longer one: the bug is back;
 - **masked**: a test's failure was excused by a known issue although the defect is the mutant's
   (a test that passed unmutated is an XFAIL now, or an XFAIL whose runs failed in new ways is
   still one): a defect of the known-issue matcher, never a kill;
@@ -16,7 +17,8 @@ injected, and compares each test's verdict with the unmutated run's:
 Each mutant's pass runs only the tests that can reach it, by what the unmutated run shows (a
 test none of whose runs loaded a program of the mutant's backend is left out), in stages
 (STAGES: the isolation suite first), each stopping at the first kill (`-x`), the next stage only
-while the mutant survives: the unmutated run's full verdicts are the reference, a mutant needs
+while the mutant survives, and last the tests a fix model turned XPASS(strict) (without `-x`:
+they fail by design): the unmutated run's full verdicts are the reference, a mutant needs
 one killing test. A latency regression is killed by `harness compare`'s step times. The
 runtime reads the mutant when its runner starts, so no build happens per mutant, and fork
 servers start once per pass.
@@ -120,6 +122,16 @@ def reachable(baseline: dict, mutant: Mutant) -> list[str]:
             if ran.get(t["nodeid"]) and t["outcome"] not in ("failed", "error")]
 
 
+def fixed(baseline: dict, mutant: Mutant) -> list[str]:
+    """The reachable tests that were XPASS(strict) unmutated: on a fix model, the cells the fix
+    turned; a mutant that brings their bug back changes them. They fail by design, so they run
+    in a last stage of their own, without -x."""
+    ran = {r["nodeid"] for r in baseline.get("runs", [])
+           if mutant.backend in {m.get("backend") for m in r.get("modules", {}).values()}}
+    return [t["nodeid"] for t in baseline["tests"]
+            if t["nodeid"] in ran and t.get("xpass_strict")]
+
+
 def _failure_shapes(doc: dict) -> dict[str, set]:
     """Per test, the (scenario, failure kind, step) of every failure of its runs."""
     out: dict[str, set] = {}
@@ -157,7 +169,10 @@ def judge(mutant: Mutant, baseline: dict, mutated: dict) -> Outcome:
     for test in mutated["tests"]:
         nodeid, now = test["nodeid"], test["outcome"]
         was = before.get(nodeid, {}).get("outcome")
-        if now in FAILED and not test.get("xpass_strict") and was not in FAILED:
+        if before.get(nodeid, {}).get("xpass_strict") and not test.get("xpass_strict"):
+            # fixed unmutated (a fix model's XPASS(strict)): the bug is back, or worse
+            outcome.killed_by.append(f"{nodeid} (fixed unmutated, {now} now)")
+        elif now in FAILED and not test.get("xpass_strict") and was not in FAILED:
             outcome.killed_by.append(nodeid)
         elif now == "xfailed" and (was == "passed" or (
                 was == "xfailed" and shapes_after.get(nodeid, set()) - shapes_before.get(nodeid, set()))):
@@ -265,14 +280,17 @@ def main(argv: list[str]) -> int:
                       f"{m.equivalent_on(args.variant)}", flush=True)
                 continue
             tests = reachable(baseline, m)
-            if not tests:
+            if not tests and not fixed(baseline, m):
                 outcomes.append(Outcome(m, verdict="not reached"))
                 continue
             spent, ran = 0.0, 0
-            for k, stage in enumerate(stages(tests)):
+            plan = [(stage, True) for stage in stages(tests)]
+            if fixed(baseline, m):
+                plan.append((fixed(baseline, m), False))
+            for k, (stage, stop_at_first) in enumerate(plan):
                 doc, status, seconds = run_pass(args.out / m.name / f"stage{k + 1}",
                                                 args.variant, stage, m.environment(),
-                                                stop_at_first=True)
+                                                stop_at_first=stop_at_first)
                 outcome = judge(m, baseline, doc)
                 spent, ran = spent + seconds, ran + outcome.tests_run
                 if outcome.verdict != "survived":

@@ -144,3 +144,21 @@ def test_a_pass_leaves_out_tests_that_failed_unmutated():
                           {"nodeid": "xnn", "outcome": "passed"}]}
     baseline["runs"][2]["modules"] = {"A": {"backend": "xnnpack"}}
     assert reachable(baseline, m) == ["soak"]
+
+
+def test_on_a_fix_model_a_mutant_that_brings_the_bug_back_is_killed():
+    from harness.commands.mutate import fixed
+
+    (m,) = [m for m in load_mutants() if m.name == "users-off-by-one"]
+    qnn = {"A": {"backend": "qnn"}}
+    baseline = {"runs": [{"nodeid": n, "modules": qnn, "scenario": n, "occurrence": 0,
+                          "steps": []} for n in ("s3", "s4")],
+                "tests": [{"nodeid": "s3", "outcome": "failed", "xpass_strict": True},
+                          {"nodeid": "s4", "outcome": "passed"}]}
+    assert fixed(baseline, m) == ["s3"]
+    mutated = {"tests": [{"nodeid": "s3", "outcome": "xfailed", "known_issue": "cache"}],
+               "runs": []}
+    outcome = judge(m, baseline, mutated)
+    assert outcome.verdict == "killed" and "fixed unmutated, xfailed now" in outcome.killed_by[0]
+    still = {"tests": [{"nodeid": "s3", "outcome": "failed", "xpass_strict": True}], "runs": []}
+    assert judge(m, baseline, still).verdict == "survived"
