@@ -38,7 +38,16 @@ def test_every_runtime_defect_names_a_reproduction_that_ships():
 def test_list_names_each_reproduction_and_its_entries(capsys):
     assert main(["--list"]) == 0
     out = capsys.readouterr().out
-    assert "delegate-cache-module-lifetime: qnn-delegate-cache-module-lifetime" in out
+    assert ("delegate-cache-module-lifetime (defect qnn-delegate-cache): "
+            "qnn-delegate-cache-module-lifetime") in out
+    assert "init-failure-leaks-handles (defect qnn-init-failure-leaks-manager)" in out
+
+
+def test_an_entry_id_or_a_root_resolves_to_its_reproduction(tmp_path, capsys):
+    assert main(["qnn-delegate-cache-forced-warm-hit", "--out", str(tmp_path / "a"),
+                 "--no-run"]) == 0
+    assert "-> reproduction delegate-cache-module-lifetime" in capsys.readouterr().err
+    assert (tmp_path / "a" / "README.md").is_file()
 
 
 def test_the_delegate_cache_folder_reproduces_without_the_framework(tmp_path):

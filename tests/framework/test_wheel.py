@@ -130,8 +130,13 @@ def users_program(venv, tmp_path_factory) -> Path:
 
 
 def test_shipped_suites_on_a_users_program(venv, users_program):
-    proc = _run([venv / "bin" / "python", "-m", "pytest", "-q", "-rxs", "-p", "no:cacheprovider",
-                 "--pyargs", "harness._data.tests.hil", "--pte", "gated_mlp_SM8650.pte"],
+    """Two shipped suites, collected from the installed package by --pyargs, on a user's
+    program: what the wheel can break is the packaging (suites, known issues, configs found
+    in harness/_data), which these reach; every suite on --pte programs runs from the
+    checkout in test_user_program.py and CI's corpus step."""
+    proc = _run([venv / "bin" / "python", "-m", "pytest", "-v", "-rxs", "-p", "no:cacheprovider",
+                 "--pyargs", "harness._data.tests.hil", "-k", "test_isolation or test_multi_context",
+                 "--pte", "gated_mlp_SM8650.pte"],
                 cwd=users_program, timeout=1200)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -140,14 +145,11 @@ def test_shipped_suites_on_a_users_program(venv, users_program):
     assert "known issue qnn-delegate-cache-module-lifetime" in out
     summary = out.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary.replace("xfailed", ""), summary
-    # the suites that need two methods or a multi-context build are skipped with that reason
+    # the tests that need two methods or a multi-context build are skipped with that reason
     assert "lacks two methods with QNN delegates" in out
     assert "a build with use_multi_contexts" in out
-    # and S4 ran on it and passed (the only program-parametrized test that passes here)
-    proc = _run([venv / "bin" / "python", "-m", "pytest", "-p", "no:cacheprovider", "-v",
-                 "--pyargs", "harness._data.tests.hil", "--pte", "gated_mlp_SM8650.pte",
-                 "-k", "s4_cleanup"], cwd=users_program, timeout=600)
-    assert "test_s4_cleanup_and_reload[gated_mlp_SM8650] PASSED" in proc.stdout, proc.stdout
+    # and S4 ran on it and passed
+    assert "test_s4_cleanup_and_reload[gated_mlp_SM8650] PASSED" in out, out
 
 
 def test_a_program_for_another_soc_is_refused(venv, users_program):
