@@ -21,6 +21,7 @@ from harness.devices.base import Device
 from harness.errors import ModelError
 from harness.log import disk_full_tolerated, notice
 from harness.programs.pte import check_file
+from harness.protocol.nemesis import check_hold_timeouts
 from harness.qnn.trace import parse_trace
 from harness.results.run import ScenarioResult
 from harness.scenario import Scenario
@@ -105,6 +106,8 @@ class ScenarioDriver:
 
     def _execute(self, scenario: Scenario, timeout: float | None = None) -> ScenarioResult:
         self._check_files(scenario)
+        if scenario.qnn_nemesis:
+            check_hold_timeouts(scenario.qnn_nemesis, timeout or self.timeout)
         out_dir = self.artifacts / scenario.name
         output = self.device.run(scenario, out_dir, timeout or self.timeout)
         result = ScenarioResult.build(scenario, output, parse_trace(output.trace_text), out_dir)

@@ -5,10 +5,16 @@ carry no OS names). The rule grammar: test_nemesis_rules.py.
 """
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from harness.protocol.nemesis import fail_at, hold, nemesis_events
+from harness.drive.driver import ScenarioDriver
+from harness.protocol.nemesis import NemesisError, fail_at, hold, nemesis_events
 from harness.results.failures import HilFailure
 from harness.scenario import Scenario
 
@@ -39,6 +45,66 @@ def test_a_rendezvous_that_cannot_happen_ends_with_a_clear_error(
     events = nemesis_events(scenario_driver.results[-1].trace)
     assert [e.kind for e in events] == ["rules", "hold", "timeout"]
     assert int(events[-1].fields["waited_ms"]) >= 300
+
+
+def _replay(run_dir, tmp_path, *args):
+    """`python -m harness replay` of this checkout (PYTHONPATH), in its own process."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.run([sys.executable, "-m", "harness", "replay", str(run_dir), "--simulator",
+                           "--artifacts-dir", str(tmp_path / "replayed"), *args], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_replay_of_a_rendezvous_that_cannot_happen_is_the_same_clear_error(
+        native_only, compiled_model, scenario_driver, tmp_path):
+    """`harness replay` of that run says what the test said (the rule, the thread that waited,
+    where and for what) and exits 1, instead of a traceback out of the driver."""
+    model = compiled_model("linear_relu")
+    sc = load_and_execute(model, "nemesis_timeout").destroy_module("A")
+    sc.nemesis(hold("enter", "A:QnnContext_createFromBinary#1", "enter", "Z:QnnGraph_execute#1",
+                    timeout_ms=300))
+    driver = ScenarioDriver(scenario_driver.device, tmp_path / "run", scenario_driver.timeout)
+    with pytest.raises(HilFailure) as info:
+        driver.run(sc)
+    waited = ("thread 'A' waited at enter A:QnnContext_createFromBinary#1 for enter "
+              "Z:QnnGraph_execute#1, which no thread reached")
+    assert waited in str(info.value)
+    proc = _replay(tmp_path / "run" / "nemesis_timeout", tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "Traceback" not in out
+    assert re.search(r"^FAILED nemesis: the run did not follow its nemesis rules: rendezvous "
+                     r"timed out after [0-9]+ ms: rule 0 'hold enter "
+                     r"A:QnnContext_createFromBinary#1 until enter Z:QnnGraph_execute#1 "
+                     r"timeout_ms=300': " + re.escape(waited), proc.stdout, re.M), out
+
+
+def test_a_hold_longer_than_the_runner_timeout_is_refused_before_it_runs(
+        native_only, compiled_model, scenario_driver, tmp_path):
+    """A hold the runner timeout would cut short ends only as "runner hung": the driver, and
+    so a test and `harness replay`, refuse it before the runner starts, naming the rule."""
+    model = compiled_model("linear_relu")
+    sc = load_and_execute(model, "nemesis_long").destroy_module("A")
+    sc.nemesis(hold("enter", "A:QnnContext_createFromBinary#1", "enter", "Z:QnnGraph_execute#1",
+                    timeout_ms=10**9))
+    with pytest.raises(NemesisError, match=r"rule 0 .*timeout_ms=1000000000 is not under the "
+                                           r"runner timeout \(60 s\)"):
+        ScenarioDriver(scenario_driver.device, tmp_path / "refused", 60).run(sc)
+    assert not (tmp_path / "refused").exists()  # nothing ran
+    # A run with a default hold (10 s; its point was reached before, so it waits not at all),
+    # replayed with a runner timeout under it: refused, as bad input (exit 2).
+    sc = load_and_execute(model, "nemesis_ok").destroy_module("A")
+    sc.nemesis(hold("enter", "QnnGraph_execute#1", "leave", "QnnContext_createFromBinary#1"))
+    ScenarioDriver(scenario_driver.device, tmp_path / "run", scenario_driver.timeout).run(sc)
+    proc = _replay(tmp_path / "run" / "nemesis_ok", tmp_path, "--runner-timeout", "5")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out
+    assert re.search(r"^error: nemesis rule 0 'hold enter QnnGraph_execute#1 until leave "
+                     r"QnnContext_createFromBinary#1': timeout_ms=10000 is not under the runner "
+                     r"timeout \(5 s\)", proc.stderr, re.M), out
 
 
 def test_a_rule_that_never_takes_effect_fails_the_run(native_only, compiled_model,
