@@ -90,8 +90,9 @@ def test_a_point_never_reached_stays_a_failed_rule():
 
 
 def test_a_hold_the_run_cannot_outlive_is_refused_naming_the_rule():
-    """A hold past the runner timeout would end as "runner hung", never as its own timeout;
-    so would holds that together wait that long (each fires once, so the sum bounds them)."""
+    """A hold past the runner timeout would end as "runner hung", never as its own timeout.
+    Holds are bounded one by one: many short holds may add up to more (they release at once
+    when their rendezvous happens)."""
     from harness.protocol.nemesis import check_hold_timeouts
 
     long = hold("enter", "A:QnnGraph_execute#1", "enter", "B:QnnGraph_execute#1",
@@ -101,8 +102,8 @@ def test_a_hold_the_run_cannot_outlive_is_refused_naming_the_rule():
                        r".*--runner-timeout"):
         check_hold_timeouts([fail_at("QnnGraph_execute", 1), long], 300)
     default = hold("enter", "A:QnnGraph_execute#1", "enter", "B:QnnGraph_execute#1")
-    with pytest.raises(NemesisError, match=r"rules 0 \(10000 ms\), 1 \(10000 ms\): their holds "
-                       r"can wait 20000 ms together, not under the runner timeout \(15 s\)"):
-        check_hold_timeouts([default, default], 15)
-    check_hold_timeouts([default, default], 21)
+    with pytest.raises(NemesisError, match=r"rule 0 .*timeout_ms=10000 is not under the runner "
+                       r"timeout \(10 s\)"):
+        check_hold_timeouts([default], 10)
+    check_hold_timeouts([default] * 20, 120)  # 200 s together, each under 120 s
     check_hold_timeouts([fail_at("QnnGraph_execute", 1)], 0.5)  # fail rules never wait
