@@ -21,8 +21,9 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 
 from harness.programs.compile import CompiledModel, MethodReference, uses_qnn
-from harness.drive.driver import RUN_RECORD
+from harness.drive.driver import RUN_RECORD, ScenarioDriver
 from harness.errors import HarnessError
+from harness.results.assertions import unreachable
 from harness.results.failures import HilFailure, run_failures
 from harness.protocol.scenario_check import check_scenario, load_scenario
 from harness.results.run import ScenarioResult
@@ -270,16 +271,35 @@ RECORDED_REFERENCE = "the expected outputs the recorded scenario carries"
 def checks_for(scenario: Scenario) -> list[tuple[str, Callable[[ScenarioResult], None]]]:
     """The checks a HIL test makes of every run (steps, outputs, and for QNN programs the
     trace-based isolation and live counts), by name."""
-    from harness.results.assertions import (assert_isolation, assert_live_counts,
+    from harness.results.assertions import (assert_isolation, assert_live_counts, assert_nemesis,
                                     assert_outputs_consistent, assert_separate_states,
                                     assert_steps_ok)
 
     checks = [("steps", assert_steps_ok), ("outputs", assert_outputs_consistent)]
+    if scenario.qnn_nemesis:
+        checks.insert(0, (NEMESIS_CHECK, assert_nemesis))
     if any(m.stateful for m in scenario.models.values()):
         checks.append(("separate states", assert_separate_states))
     if any(uses_qnn(m.backend) for m in scenario.models.values()):
         checks += [("isolation", assert_isolation), ("live counts", assert_live_counts)]
     return checks
+
+
+NEMESIS_CHECK = "nemesis"
+"""The check that the run followed its nemesis rules (`assert_nemesis`): not one a test
+makes of a run but the driver's own, before any, so always judged."""
+
+
+def run_once(driver: ScenarioDriver, scenario: Scenario) -> ScenarioResult:
+    """One run of `scenario`, whatever it did: the driver raises when a run did not follow
+    its nemesis rules (the test's verdict would be about another run), which for replay is a
+    failed check (`check`: "nemesis", exit 1) like any other, not an error."""
+    try:
+        return driver.run(scenario, allow_crash=True)
+    except HilFailure as exc:
+        if exc.failure.kind != "nemesis" or not driver.results:
+            raise
+        return driver.results[-1]
 
 
 def check(result: ScenarioResult) -> list[tuple[str, str]]:
@@ -291,7 +311,11 @@ def check(result: ScenarioResult) -> list[tuple[str, str]]:
         try:
             assertion(result)
         except AssertionError as exc:
-            failed.append((name, _first_line(exc)))
+            if name == NEMESIS_CHECK:  # every rule not followed, in the test's words
+                failed.append((name, "the run did not follow its nemesis rules: " + "; ".join(
+                    f.message for f in run_failures(result) if f.kind == "nemesis")))
+            else:
+                failed.append((name, _first_line(exc)))
     return failed
 
 
@@ -385,8 +409,6 @@ def open_session(args: argparse.Namespace, soc: str | None, artifacts: Path):
 
 
 def main(argv: list[str]) -> int:
-    from harness.drive.driver import ScenarioDriver
-
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -426,9 +448,10 @@ def main(argv: list[str]) -> int:
         print(f"target: {device.info.header()}; runner {device.runner_description()}")
         for n in range(1, args.runs + 1):
             where = artifacts / f"run-{n}" if args.runs > 1 else artifacts
-            result = ScenarioDriver(device, where, session.timeout).run(sc, allow_crash=True)
+            result = run_once(ScenarioDriver(device, where, session.timeout), sc)
             failed = check(result)
-            judged = [(name, line) for name, line in failed if made is None or name in made]
+            judged = [(name, line) for name, line in failed
+                      if made is None or name in made or name == NEMESIS_CHECK]
             failed_runs += bool(judged)
             print(f"\n== run {n} of {args.runs}: {result.artifacts}")
             print(step_table(result))
@@ -444,6 +467,9 @@ def main(argv: list[str]) -> int:
             if failure and first is not None:
                 same = "the same step as" if first.step == failure[0] else "another step than"
                 print(f"first failing step: {first.step} {first.where}, {same} recorded")
+            for text in unreachable(result):
+                print(f"forced interleaving unreachable on this runtime, judged on the run "
+                      f"that happened: {text}")
             if not failed:
                 print("every check holds: " + ", ".join(n for n, _ in checks_for(sc)))
     except HarnessError as exc:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import stat
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Iterable, Iterator
@@ -21,6 +22,7 @@ from harness.devices.base import Device
 from harness.errors import ModelError
 from harness.log import disk_full_tolerated, notice
 from harness.programs.pte import check_file
+from harness.protocol.nemesis import check_hold_timeouts
 from harness.qnn.trace import parse_trace
 from harness.results.run import ScenarioResult
 from harness.scenario import Scenario
@@ -33,6 +35,10 @@ RUN_RECORD = "replay.json"
 host paths, each module's model (backend, SoC, precision: the scenario file names only the
 program), the steps allowed to fail, the device and runtime the run had, and once the test
 has ended the checks it made of the run (harness/replay.py reads it)."""
+
+LAUNCH_SUFFIX = ".launch-"
+"""Between a scenario's name and its launch number in the artifacts directory of its second
+and later launches (`ScenarioDriver.run_dir`)."""
 
 RETAIN_PASSED = 100
 """Checked-and-passed runs a driver keeps for the report (`release`); --hil-report-max-runs's
@@ -55,6 +61,8 @@ class ScenarioDriver:
         self._released = 0
         self._unwritten: list[ScenarioResult] = []
         self._programs_checked: dict[Path, tuple[int, int]] = {}  # path -> (mtime_ns, size)
+        self._launches: dict[str, int] = {}  # scenario name -> launches so far (`run_dir`)
+        self._launch_lock = threading.Lock()  # run_batch's threads name their runs too
 
     def run(self, scenario: Scenario, allow_crash: bool = False,
             timeout: float | None = None) -> ScenarioResult:
@@ -105,7 +113,9 @@ class ScenarioDriver:
 
     def _execute(self, scenario: Scenario, timeout: float | None = None) -> ScenarioResult:
         self._check_files(scenario)
-        out_dir = self.artifacts / scenario.name
+        if scenario.qnn_nemesis:
+            check_hold_timeouts(scenario.qnn_nemesis, timeout or self.timeout)
+        out_dir = self.run_dir(scenario)
         output = self.device.run(scenario, out_dir, timeout or self.timeout)
         result = ScenarioResult.build(scenario, output, parse_trace(output.trace_text), out_dir)
         if self.defer_artifacts and output.returncode == 0 and not output.timed_out:
@@ -113,6 +123,16 @@ class ScenarioDriver:
         else:
             self._keep(result, out_dir, self.device)
         return result
+
+    def run_dir(self, scenario: Scenario) -> Path:
+        """The artifacts directory of this launch of `scenario`: `<artifacts>/<name>` for its
+        first launch, `<name>.launch-N` for its N-th. A test that launches one scenario until it
+        fails (S5 cold: up to 200 launches) keeps each launch's own evidence: in one directory,
+        the passing launches written at the test's end (`write_artifacts`) replaced the crash
+        its failure message and `replay:` line name."""
+        with self._launch_lock:
+            n = self._launches[scenario.name] = self._launches.get(scenario.name, 0) + 1
+        return self.artifacts / (scenario.name if n == 1 else f"{scenario.name}{LAUNCH_SUFFIX}{n}")
 
     def release(self, result: ScenarioResult) -> None:
         """The caller checked `result` and found nothing wrong. The first `RETAIN_PASSED` such

@@ -81,7 +81,7 @@ def export_bundle(run: RunRecord, plan: Plan, out: Path, max_program_bytes: int)
         try:
             export_python(plan, root / "python", data="../data", copy_data=False)
             python = 'bash "$here/python/run.sh" "$data" || status=$?\n'
-        except ExportError as exc:  # a load mode the pybindings cannot do: C++ only
+        except ExportError as exc:  # a load mode or a forced rule it cannot carry: C++ only
             (root / "python").mkdir()
             (root / "python" / "README.md").write_text(f"No Python test: {exc}\n")
             python = ""

@@ -56,7 +56,7 @@ foreach(_component backend_qnn backend_xnnpack kernels_optimized)
   endif()
 endforeach()
 list(REMOVE_DUPLICATES _libs)
-target_link_libraries(test_{scenario} PRIVATE ${{_libs}} Threads::Threads)
+target_link_libraries(test_{scenario} PRIVATE ${{_libs}} Threads::Threads ${{CMAKE_DL_LIBS}})
 if(EXECUTORCH_RUNTIME_LIBRARY_DIR)
   get_filename_component(_lib_dir "${{EXECUTORCH_RUNTIME_LIBRARY_DIR}}" REALPATH)
   set_target_properties(test_{scenario} PROPERTIES BUILD_WITH_INSTALL_RPATH ON
@@ -101,7 +101,9 @@ def render(plan: Plan) -> str:
     lang = Language("//", ";", "  ", _literal, var.__getitem__, _parallel)
     declarations = "\n".join(f"  Live {var[m]}{{{_literal(m)}, {{}}, nullptr, {{}}}};"
                              for m in plan.modules)
-    return fill(TEMPLATE, plan, "C++", lang, DECLARATIONS=declarations)
+    # The rules ride in the program (the interposer's grammar has no quotes or backslashes).
+    nemesis = "{" + ", ".join(_literal(rule) for rule in plan.nemesis) + "}"
+    return fill(TEMPLATE, plan, "C++", lang, DECLARATIONS=declarations, NEMESIS=nemesis)
 
 
 def export_cpp(plan: Plan, out: Path, data: str = "data", copy_data: bool = True) -> Path:

@@ -62,9 +62,23 @@ class Plan:
     steps: list[PlanStep]
     files: dict[str, Path]  # data-directory name -> the file it is a copy of
     modules: list[str]  # in order of first load
-    # The scenario's QNN nemesis rules (QNN calls of any thread only): run.sh hands them to
-    # the interposer as the runner would (HARNESS_QNN_NEMESIS).
+    # The scenario's QNN nemesis rules: run.sh hands them to the interposer as the runner
+    # would (HARNESS_QNN_NEMESIS); the C++ test also carries them itself, with the thread names
+    # and step points rules on actors and steps need (`forced_rules`).
     nemesis: tuple[str, ...] = ()
+
+    @property
+    def forced_rules(self) -> list[tuple[int, str]]:
+        """(index, text) of each rule that names a thread (an actor) or a runner step: only a
+        program that names its threads after modules and marks its steps for the interposer,
+        as the native runner and the C++ export do, makes them take effect."""
+        out = []
+        for i, text in enumerate(self.nemesis):
+            rule = parse_rule(text)
+            calls = (rule.call,) if isinstance(rule, Fail) else (rule.at, rule.until)
+            if any(c.actor or c.api not in QNN_APIS for c in calls):
+                out.append((i, text))
+        return out
 
     @property
     def ordering(self) -> str:
@@ -96,15 +110,6 @@ def identifier(name: str, taken: set[str]) -> str:
 def build_plan(run: RunRecord) -> Plan:
     """The plan of a recorded run; ExportError for a step the exports do not express."""
     sc = run.scenario
-    for rule in sc.qnn_nemesis:
-        parsed = parse_rule(rule)
-        calls = (parsed.call,) if isinstance(parsed, Fail) else (parsed.at, parsed.until)
-        if any(c.actor or c.api not in QNN_APIS for c in calls):
-            raise ExportError(
-                f"scenario {sc.name}: nemesis rule '{rule}' names a thread or a runner step, "
-                "which only the harness's runner marks (it names its threads after modules "
-                "and reports its steps to the interposer); the standalone exports carry rules "
-                "on QNN calls of any thread only (`python -m harness replay` runs any scenario)")
     files: dict[str, Path] = {}
     names: dict[Path, str] = {}
 

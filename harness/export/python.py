@@ -44,6 +44,17 @@ def export_python(plan: Plan, out: Path, data: str = "data", copy_data: bool = T
             f"scenario {plan.scenario}: step {other[0].index} loads with load_mode "
             f"{other[0].load_mode}; the Python export runs on the pybindings, which read a "
             f"program file only as {DEFAULT_LOAD_MODE}: export it as cpp")
+    forced = plan.forced_rules
+    if forced:
+        raise ExportError(
+            f"scenario {plan.scenario}: nemesis rule(s) "
+            + ", ".join(f"{i} '{text}'" for i, text in forced)
+            + " name a thread or a runner step, which the Python export cannot carry: its "
+            "threads have no names the interposer could match to a module (as the framework's "
+            "Python runner), and the pybindings hold the GIL through load_method and execute, "
+            "so a thread held inside one keeps the others from reaching the point it waits "
+            "for; export it as cpp, which names its threads after modules and marks its steps "
+            "as the native runner does (`python -m harness replay` runs it too)")
     out.mkdir(parents=True, exist_ok=True)
     script = f"test_{plan.scenario}.py"
     (out / script).write_text(render(plan))

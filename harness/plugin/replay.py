@@ -34,7 +34,9 @@ def _add_replay_command(report: pytest.TestReport, command: str) -> None:
 
 def _replay_command(item: pytest.Item, exc: BaseException) -> str:
     """`python -m harness replay ...` for the run a failed HIL test failed on: the run its
-    failure names, else its last run with a failure, else its last run ("" without runs)."""
+    failure names (of several launches of that scenario, the last one with a failure, each
+    with its own directory), else its last run with a failure, else its last run ("" without
+    runs)."""
     from harness.results import command_line
 
     driver = item.stash.get(DRIVER, None)
@@ -43,7 +45,8 @@ def _replay_command(item: pytest.Item, exc: BaseException) -> str:
     kept = [(r, r.artifacts) for r in driver.results if r.artifacts is not None]
     if not kept:
         return ""
-    named = failure_of(exc).scenario
-    chosen = ([k for k in kept if k[0].scenario.name == named] or
-              [k for k in kept if run_failures(k[0])] or kept)[-1]
+    named = [k for k in kept if k[0].scenario.name == failure_of(exc).scenario]
+    failed = [k for k in kept if run_failures(k[0])]
+    chosen = ([k for k in named if any(k[0] is f[0] for f in failed)] or named or failed
+              or kept)[-1]
     return command_line(chosen[1], driver.device.replay_args())

@@ -11,6 +11,7 @@ left to the machine's load, and `harness replay` runs the same one. Two kinds:
         the thread reaching the first point (entering the call, or leaving it once the real
         function returned) waits until a thread has reached the second, at most T ms (default
         10000); past that it goes on and the run fails ("rendezvous timed out"), never hangs.
+        Each hold's timeout must be under the runner timeout (`check_hold_timeouts`).
 
 API is a QNN function (`QNN_APIS`) or a runner step point (`step.load_method`, ...: the native
 runner marks entering and leaving each step). An actor is a module's name: the native runner
@@ -174,6 +175,27 @@ def check_rules(raw: Any) -> tuple[str, ...]:
     return tuple(str(parse_rule(r)) for r in raw)
 
 
+def check_hold_timeouts(rules: Sequence[str], runner_timeout_s: float) -> None:
+    """Refuse a hold whose timeout the run cannot outlive: NemesisError naming the rule.
+
+    A hold that waits past the runner timeout never reports itself: the runner is killed
+    first and the run ends as "runner hung", not as the rendezvous that timed out. Each hold
+    is bounded on its own, not their sum: the holds of one run mostly release in milliseconds
+    (the forced concurrent executes hold 20 times, 200 s of timeouts together, over a phone's
+    120 s runner timeout). Refused rather than clamped: a clamped hold would give up earlier
+    than its scenario (and its replay and export, which carry the rule's text) says, turning a
+    rendezvous met late into a timeout."""
+    limit_ms = runner_timeout_s * 1000
+    for i, text in enumerate(rules):
+        rule = parse_rule(text)
+        if isinstance(rule, Hold) and rule.timeout_ms >= limit_ms:
+            raise NemesisError(
+                f"nemesis rule {i} '{text}': timeout_ms={rule.timeout_ms} is not under the "
+                f"runner timeout ({runner_timeout_s:g} s), so a rendezvous that never happens "
+                "would end as a hung runner instead of this rule timing out; lower the rule's "
+                f"timeout_ms (default {DEFAULT_TIMEOUT_MS}) or raise --runner-timeout")
+
+
 def fail_at(api: str, n: int, rc: int | str = "QNN_COMMON_ERROR_GENERAL",
             actor: str | None = None, from_on: bool = False) -> str:
     """The text of a fail rule."""
@@ -218,12 +240,13 @@ def nemesis_problems(rules: Sequence[str], events: Sequence[NemesisEvent],
         return []
     problems = []
     late = {e.rule for e in events if e.kind == "late"}
+    held = {e.rule: e for e in events if e.kind == "hold"}
     for e in events:
         if e.kind == "timeout" and e.rule is not None and e.rule < len(rules) \
                 and e.rule not in late:
             problems.append(f"rendezvous timed out after {e.fields.get('waited_ms')} ms: "
-                            f"rule {e.rule} '{rules[e.rule]}' waited for a point no thread "
-                            "reached")
+                            f"rule {e.rule} '{rules[e.rule]}': "
+                            f"{_waiting(rules[e.rule], held.get(e.rule))}")
         elif e.kind == "bad":
             problems.append(f"the QNN interposer could not read nemesis rule {e.fields}")
     if not any(e.kind == "rules" for e in events):
@@ -236,6 +259,18 @@ def nemesis_problems(rules: Sequence[str], events: Sequence[NemesisEvent],
         problems += [f"nemesis rule {i} '{r}' never took effect: the runtime did not reach "
                      f"that point in this run" for i, r in enumerate(rules) if i not in took]
     return problems
+
+
+def _waiting(text: str, hold_event: NemesisEvent | None) -> str:
+    """Who waited where, and for what, in a timed-out hold: the thread the interposer held
+    (its `nemesis_hold` line) and the point no thread reached."""
+    rule = parse_rule(text)
+    if not isinstance(rule, Hold):
+        return "waited for a point no thread reached"
+    actor = hold_event.fields.get("actor") if hold_event is not None else None
+    who = f"thread {actor!r}" if actor else "the held thread"
+    return (f"{who} waited at {rule.phase} {rule.at} for {rule.until_phase} {rule.until}, "
+            "which no thread reached")
 
 
 def unreachable_rendezvous(rules: Sequence[str], events: Sequence[NemesisEvent]) -> list[str]:

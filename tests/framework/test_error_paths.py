@@ -5,6 +5,8 @@ hang cases replace only the runner *command* with a process that really crashes 
 the harness's process handling, event parsing and reporting are the code under test.
 """
 
+import json
+import shlex
 import shutil
 import sys
 import textwrap
@@ -171,3 +173,53 @@ def test_a_short_input_file_is_refused_before_any_step(compiled_model, hil_devic
     assert result.refused and result.failure_kind == "refused", result.crash_report()
     assert all(s.event is None for s in result.steps)
     assert "short.bin has 6 bytes, shape and dtype need" in out.stderr, out.stderr
+
+
+def test_each_launch_of_a_repeated_scenario_keeps_its_own_artifacts(compiled_model, hil_session,
+                                                                    simulator_device, tmp_path):
+    """A scenario launched until it crashes (S5 cold) keeps each launch's artifacts: the
+    crash's directory, which its replay command and results.json name, holds the crash, and
+    the passing launches (written at the test's end, as the `scenario_driver` fixture does for
+    a failed test) have directories of their own instead of being written over it. Launch 2 of
+    3 crashes: its runner is a stand-in that dies of SIGSEGV after its first step; the others
+    are the session's real runner."""
+    from harness.plugin.keys import DRIVER
+    from harness.plugin.replay import _replay_command
+    from harness.results import run_entry
+    from harness.results.failures import HilFailure, run_failures
+
+    real = choose_runner("auto")
+    crash = shlex.join([sys.executable, "-c", textwrap.dedent(
+        EMIT_FIRST_STEP + "os.kill(os.getpid(), signal.SIGSEGV)\n")])
+    count = tmp_path / "launches"
+    script = (f'n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}\n'
+              f'if [ "$n" = 2 ]; then exec {crash}; fi\n'
+              f'exec {shlex.join(real.command("")[:-1])} "$@"\n')
+    device = simulator_device(RunnerChoice(real.kind, real.binary,
+                                           argv=("bash", "-c", script, "runner")))
+    artifacts = tmp_path / "test"
+    driver = ScenarioDriver(device, artifacts, timeout=120, defer_artifacts=True)
+    sc = one_step_scenario(compiled_model("linear_relu"), "repeated")
+    results = [driver.run(sc, allow_crash=True) for _ in range(3)]
+    assert [r.crashed for r in results] == [False, True, False], [r.summary() for r in results]
+    driver.write_artifacts()  # the passing launches, held back until the test failed
+
+    dirs = [artifacts / "repeated", artifacts / "repeated.launch-2", artifacts / "repeated.launch-3"]
+    assert [r.artifacts for r in results] == dirs
+    crashed = json.loads((dirs[1] / "result.json").read_text())
+    assert crashed["returncode"] == -11, crashed  # SIGSEGV
+    assert "about to run execute" in (dirs[1] / "runner.stderr").read_text()
+    for passed in (dirs[0], dirs[2]):
+        assert json.loads((passed / "result.json").read_text())["returncode"] == 0
+        assert (passed / "scenario.json").is_file() and (passed / "replay.json").is_file()
+
+    # The failure's replay line and the run's results.json entry name the crash's directory.
+    stash = pytest.Stash()
+    stash[DRIVER] = driver
+    item = type("Item", (), {"stash": stash})()
+    failure = run_failures(results[1])
+    exc = HilFailure("crashed in launch 2 after 1 passing launch", failure[0])
+    assert _replay_command(item, exc) == f"python -m harness replay {dirs[1]} --simulator"
+    entry = run_entry(results[1], failure, nodeid="t", index=1, occurrence=1, device=None)
+    assert entry["artifacts"] == str(dirs[1])
+    assert entry["replay"] == f"python -m harness replay {dirs[1]} --simulator"

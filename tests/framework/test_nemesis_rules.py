@@ -78,8 +78,32 @@ def test_a_point_never_reached_stays_a_failed_rule():
     from harness.protocol.nemesis import nemesis_problems, unreachable_rendezvous
 
     events = _events(("rules", {"count": "1"}),
-                     ("hold", {"rule": "0", "point": "enter", "api": "QnnGraph_execute"}),
+                     ("hold", {"rule": "0", "point": "enter", "api": "QnnGraph_execute",
+                               "actor": "A"}),
                      ("timeout", {"rule": "0", "waited_ms": "10000"}))
     assert unreachable_rendezvous(RULES, events) == []
     (problem,) = nemesis_problems(RULES, events, finished=True)
     assert "rendezvous timed out after 10000 ms" in problem
+    # Who waited, where, and for what: the words `harness replay` prints too.
+    assert ("thread 'A' waited at enter A:QnnGraph_execute#2 for leave "
+            "B:step.destroy_module#1, which no thread reached") in problem
+
+
+def test_a_hold_the_run_cannot_outlive_is_refused_naming_the_rule():
+    """A hold past the runner timeout would end as "runner hung", never as its own timeout.
+    Holds are bounded one by one: many short holds may add up to more (they release at once
+    when their rendezvous happens)."""
+    from harness.protocol.nemesis import check_hold_timeouts
+
+    long = hold("enter", "A:QnnGraph_execute#1", "enter", "B:QnnGraph_execute#1",
+                timeout_ms=10**12)
+    with pytest.raises(NemesisError, match=r"rule 1 '.*timeout_ms=1000000000000': "
+                       r"timeout_ms=1000000000000 is not under the runner timeout \(300 s\)"
+                       r".*--runner-timeout"):
+        check_hold_timeouts([fail_at("QnnGraph_execute", 1), long], 300)
+    default = hold("enter", "A:QnnGraph_execute#1", "enter", "B:QnnGraph_execute#1")
+    with pytest.raises(NemesisError, match=r"rule 0 .*timeout_ms=10000 is not under the runner "
+                       r"timeout \(10 s\)"):
+        check_hold_timeouts([default], 10)
+    check_hold_timeouts([default] * 20, 120)  # 200 s together, each under 120 s
+    check_hold_timeouts([fail_at("QnnGraph_execute", 1)], 0.5)  # fail rules never wait

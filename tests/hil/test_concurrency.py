@@ -199,8 +199,9 @@ def test_s5_warm_forced(compiled_model, scenario_driver, ending):
 
 def cold_loads(scenario_driver, models: dict[str, CompiledModel], program: str) -> None:
     for n in range(REPEATS):
-        # One name for every launch: the artifacts keep the last (failing) launch, and a
-        # device workspace holds one scenario file whatever the number of launches.
+        # One name for every launch: a device workspace holds one scenario file whatever the
+        # number of launches, and the artifacts keep each launch apart (<name>.launch-N), the
+        # failing one with its own evidence.
         result = scenario_driver.run(s5_parallel_load(models, f"s5_{program}_cold"),
                                      allow_crash=True)
         try:

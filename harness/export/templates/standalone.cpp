@@ -14,12 +14,20 @@
 //  - with the QNN call trace interposer preloaded (HARNESS_QNN_TRACE names its trace file),
 //    the live QNN contexts after each step are one per live module with a loaded method of a
 //    QNN program (the reference model's count: modules never share a context).
+//  - with nemesis rules (the scenario's forced interleavings and injected QNN failures, made
+//    by the QNN interposer: harness/protocol/nemesis.py), the run followed them: each rule took
+//    effect and no held thread gave up waiting. As the framework's native runner does, the test
+//    hands the rules to the interposer, names each thread after the module of the step it runs
+//    (a rule's actor) and marks entering and leaving each step (its step.* points).
 // A failing step does not stop the run (as in the framework's runner): every step runs, each
 // failure is printed, and the exit status is 1 when any check failed, 0 when all held.
 //
 // Usage: <binary> [DATA_DIR]   (DATA_DIR holds the programs and tensors; default ./data)
 // Its lines go to stdout, flushed at once, and the runtime's log to stderr: run it with 2>&1
 // and each step's runtime lines follow the step's own line.
+
+#include <dlfcn.h>
+#include <pthread.h>
 
 #include <cmath>
 #include <condition_variable>
@@ -71,6 +79,59 @@ void fail(const std::string& what) {
               t_sub.empty() ? "" : (" / " + t_sub).c_str(), what.c_str());
   std::fflush(stdout);
 }
+
+// The scenario's nemesis rules, in the interposer's grammar (harness/protocol/nemesis.py).
+const std::vector<std::string> kNemesis = @@NEMESIS@@;
+using StepPointFn = void (*)(const char*, int);
+StepPointFn g_step_point = nullptr;  // the interposer's harness_qnn_step
+
+// Hands the rules to the interposer (it reads HARNESS_QNN_NEMESIS at the first QNN call of the
+// process) and finds its step points, before any step, as the native runner does.
+void start_nemesis() {
+  if (kNemesis.empty()) {
+    return;
+  }
+  std::string joined;
+  for (const auto& rule : kNemesis) {
+    joined += (joined.empty() ? "" : ";") + rule;
+  }
+  ::setenv("HARNESS_QNN_NEMESIS", joined.c_str(), 1);
+  void* lib = ::dlopen("libQnnHtp.so", RTLD_NOW | RTLD_LOCAL);
+  if (lib != nullptr) {
+    g_step_point = reinterpret_cast<StepPointFn>(::dlsym(lib, "harness_qnn_step"));
+  }
+  if (g_step_point == nullptr) {
+    std::printf("nemesis: the QNN interposer's step points are not reachable (%s): rules on "
+                "step.* points will not take effect\n",
+                lib == nullptr ? "libQnnHtp.so does not load" : "no harness_qnn_step");
+  }
+}
+
+// Around one step (or a parallel step's sub-step): with rules, names the calling thread after
+// the step's module (15 bytes at most: a rule's actor) and marks entering and leaving the step
+// for the interposer (step.<op>), as the native runner does.
+class Point {
+ public:
+  Point(const char* module, const char* op) : op_(op) {
+    if (kNemesis.empty()) {
+      return;
+    }
+    ::pthread_setname_np(::pthread_self(), std::string(module).substr(0, 15).c_str());
+    if (g_step_point != nullptr) {
+      g_step_point(op_, 0);
+    }
+  }
+  ~Point() {
+    if (!kNemesis.empty() && g_step_point != nullptr) {
+      g_step_point(op_, 1);
+    }
+  }
+  Point(const Point&) = delete;
+  Point& operator=(const Point&) = delete;
+
+ private:
+  const char* op_;
+};
 
 // The step functions below are [[maybe_unused]]: a scenario calls the ones its ops need.
 // A parallel step: one thread per sub-step, released together once every thread has
@@ -185,6 +246,92 @@ int live_contexts(const char* trace) {
   return traced ? live : -1;
 }
 
+// The nemesis lines of the interposer's trace, judged as the framework judges a run
+// (harness.protocol.nemesis.nemesis_problems): the interposer read the rules, each took effect,
+// and no hold timed out. A hold whose awaited point came only after it gave up (nemesis_late)
+// is an interleaving the runtime itself makes impossible: said, and judged on what ran.
+void check_nemesis() {
+  if (kNemesis.empty()) {
+    return;
+  }
+  const char* trace = std::getenv("HARNESS_QNN_TRACE");
+  if (trace == nullptr) {
+    std::printf("nemesis rules: not checked (HARNESS_QNN_TRACE does not name the trace)\n");
+    return;
+  }
+  const size_t n = kNemesis.size();
+  std::vector<bool> took(n, false), late(n, false);
+  std::vector<std::string> timed_out(n), held_thread(n);
+  std::vector<std::string> problems;
+  bool read = false;
+  std::ifstream in(trace);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string seq, kind, field;
+    words >> seq >> kind;
+    if (kind.rfind("nemesis_", 0) != 0) {
+      continue;
+    }
+    long rule = -1;
+    std::string waited = "?", actor;
+    while (words >> field) {
+      if (field.rfind("rule=", 0) == 0) {
+        rule = std::strtol(field.c_str() + 5, nullptr, 10);
+      } else if (field.rfind("waited_ms=", 0) == 0) {
+        waited = field.substr(10);
+      } else if (field.rfind("actor=", 0) == 0) {
+        actor = field.substr(6);
+      }
+    }
+    if (kind == "nemesis_rules") {
+      read = true;
+    } else if (kind == "nemesis_bad") {
+      problems.push_back("the QNN interposer could not read a rule: " + line);
+    }
+    if (rule < 0 || static_cast<size_t>(rule) >= n) {
+      continue;
+    }
+    if (kind == "nemesis_hold" || kind == "nemesis_fail") {
+      took[rule] = true;
+      if (kind == "nemesis_hold") {
+        held_thread[rule] = actor;
+      }
+    } else if (kind == "nemesis_timeout") {
+      timed_out[rule] = waited;
+    } else if (kind == "nemesis_late") {
+      late[rule] = true;
+    }
+  }
+  if (!read) {
+    problems.push_back("the QNN interposer never read the nemesis rules (it is not in front of "
+                       "the QNN libraries, or no QNN call was made): run.sh puts it there");
+  }
+  for (size_t i = 0; read && i < n; ++i) {
+    std::string rule = "rule " + std::to_string(i) + " '" + kNemesis[i] + "'";
+    if (!timed_out[i].empty() && late[i]) {
+      std::printf("nemesis %s: the point it waited for came only after it gave up: the runtime "
+                  "orders these calls itself, so this interleaving cannot happen on it (judged "
+                  "on the run that happened)\n", rule.c_str());
+    } else if (!timed_out[i].empty()) {
+      std::string who = held_thread[i].empty() ? std::string("the held thread")
+                                                : "thread '" + held_thread[i] + "'";
+      problems.push_back("rendezvous timed out after " + timed_out[i] + " ms: " + rule + ": " +
+                         who + " waited for a point no thread reached");
+    } else if (!took[i]) {
+      problems.push_back(rule + " never took effect: the runtime did not reach that point");
+    }
+  }
+  for (const auto& problem : problems) {
+    ++g_failures;
+    std::printf("FAILED nemesis: %s\n", problem.c_str());
+  }
+  if (problems.empty()) {
+    std::printf("nemesis: every rule took effect\n");
+  }
+  std::fflush(stdout);
+}
+
 void end(int expected_contexts) {
   const char* trace = std::getenv("HARNESS_QNN_TRACE");
   if (trace == nullptr || expected_contexts < 0) {
@@ -290,6 +437,7 @@ Module::LoadMode load_mode(const std::string& name) {
 }
 
 [[maybe_unused]] void load_module(Live& m, const char* pte, const char* mode, bool allowed) {
+  Point point(m.name, "load_module");
   if (m.module) {
     refuse(std::string("module ") + m.name + " is already live", allowed);
     return;
@@ -305,6 +453,7 @@ Module::LoadMode load_mode(const std::string& name) {
 }
 
 [[maybe_unused]] void load_method(Live& m, const char* method, bool allowed) {
+  Point point(m.name, "load_method");
   if (!live(m, allowed)) {
     return;
   }
@@ -321,6 +470,7 @@ Module::LoadMode load_mode(const std::string& name) {
 }
 
 [[maybe_unused]] void unload_method(Live& m, const char* method, bool allowed) {
+  Point point(m.name, "unload_method");
   if (!live(m, allowed)) {
     return;
   }
@@ -343,6 +493,7 @@ Module::LoadMode load_mode(const std::string& name) {
 // Every method in load order, then the Module itself (its program, data loader and
 // allocators), as the framework's runner destroys a module.
 [[maybe_unused]] void destroy_module(Live& m, bool allowed) {
+  Point point(m.name, "destroy_module");
   if (!live(m, allowed)) {
     return;
   }
@@ -356,6 +507,7 @@ Module::LoadMode load_mode(const std::string& name) {
 
 [[maybe_unused]] void execute(Live& m, const char* program, const char* method, const std::vector<Spec>& inputs,
              const std::vector<Spec>& expected, double atol, double rtol, bool allowed) {
+  Point point(m.name, "execute");
   if (!live(m, allowed)) {
     return;
   }
@@ -444,8 +596,10 @@ int main(int argc, char** argv) {
     g_data = argv[1];
   }
   std::printf("scenario @@SCENARIO@@\n");
+  start_nemesis();
 @@DECLARATIONS@@
 @@STEPS@@
+  check_nemesis();
   if (g_failures > 0) {
     std::printf("scenario @@SCENARIO@@: %d check(s) FAILED\n", g_failures);
     return 1;
