@@ -7,6 +7,11 @@ Android):
 - a workspace is an absolute, normalised path strictly below the scratch area (so `/sdcard`,
   `/`, `tmp/x`, `/data/local/tmp/../../sdcard` and the scratch area itself are refused at
   start-up, before the device is touched) and not the device lease's directory;
+- its names use only `WORKSPACE_CHARS` (letters, digits and `._-+@=,`): the path is quoted in
+  every shell command, but it is also an entry of the runner's `LD_LIBRARY_PATH` (split at `:`)
+  and of the DSP's `ADSP_LIBRARY_PATH` (split at `;`), where no quoting helps, so a `;` or `:`
+  made the libraries unreachable and every QNN test an ERROR; whitespace and other shell
+  metacharacters are refused with them, as a usage error;
 - on set-up the directory is taken when it does not exist (created, marker `created=1`), when it
   is empty (adopted, marker `created=0`: the directory is the user's, its contents ours), or when
   it holds the marker (a kept workspace of an earlier session); a directory holding anything else
@@ -18,6 +23,7 @@ Android):
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import PurePosixPath
 from collections.abc import Iterable
@@ -29,6 +35,21 @@ ANDROID_SCRATCH = PurePosixPath("/data/local/tmp")
 # Directories every session writes in its workspace, besides what it pushes at the top.
 OWN_DIRS = ("files", "runs", "scratch")
 q = shlex.quote
+# What a workspace's names may hold (see the module docstring: `:` and `;` split library paths).
+WORKSPACE_CHARS = "A-Za-z0-9._+@=,-"
+_BAD_CHAR = re.compile(f"[^/{WORKSPACE_CHARS}]")
+
+
+def check_characters(value: str) -> None:
+    """Refuse a `--device-workspace` holding a character outside `WORKSPACE_CHARS` (a
+    ConfigError naming them): every device kind checks this before the device is touched."""
+    bad = sorted(set(_BAD_CHAR.findall(value)))
+    if bad:
+        raise ConfigError(
+            f"--device-workspace {value!r}: {', '.join(repr(c) for c in bad)} cannot be in a "
+            "device workspace (it is an entry of the runner's library paths, which ':' and ';' "
+            "split, and of shell commands): use letters, digits and '._-+@=,' only "
+            "(e.g. /data/local/tmp/executorch-hil-mine)")
 
 
 def check_workspace(value: str, scratch: PurePosixPath = ANDROID_SCRATCH,
@@ -36,6 +57,7 @@ def check_workspace(value: str, scratch: PurePosixPath = ANDROID_SCRATCH,
     """`value` as a workspace path, or a ConfigError that says why it is refused. `reserved`
     are top-level names under `scratch` the harness keeps for itself (the lease)."""
     where = f"--device-workspace {value!r}"
+    check_characters(value)
     if not value.startswith("/"):
         raise ConfigError(f"{where}: a device workspace must be an absolute path below "
                           f"{scratch}/ (e.g. {scratch}/executorch-hil-mine)")

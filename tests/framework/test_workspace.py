@@ -1,8 +1,9 @@
 """A session deletes only what it created on the device (harness/devices/workspace.py), against
 the loopback device through the real adb server.
 
-`--device-workspace=/sdcard` (or `/`, a relative path, a path that climbs out with `..`) is a
-usage error before the device is touched, and every file on the phone stays where it was; a
+`--device-workspace=/sdcard` (or `/`, a relative path, a path that climbs out with `..`, a
+name with `;`, `:`, whitespace or a shell metacharacter) is a usage error before the device is
+touched, and every file on the phone stays where it was; a
 workspace directory holding the user's files is refused at set-up and left as it was; an empty
 directory of the user's is used and kept; a created workspace is removed, but only the
 harness's entries when the user put files in it meanwhile.
@@ -59,13 +60,44 @@ def test_a_workspace_outside_the_scratch_area_is_refused(workspace):
         check_workspace(workspace, reserved=[".executorch-hil-lease"])
 
 
+@pytest.mark.parametrize("workspace", ["/data/local/tmp/a;b", "/data/local/tmp/a:b",
+                                       "/data/local/tmp/a b", "/data/local/tmp/a\tb",
+                                       "/data/local/tmp/a\nb", "/data/local/tmp/$(id)",
+                                       "/data/local/tmp/`id`", "/data/local/tmp/a|b",
+                                       "/data/local/tmp/a&b", "/data/local/tmp/a'b",
+                                       '/data/local/tmp/a"b', "/data/local/tmp/a\\b",
+                                       "/data/local/tmp/a*", "/data/local/tmp/a>b",
+                                       "/data/local/tmp/caf\u00e9"])
+def test_a_workspace_with_a_separator_or_shell_metacharacter_is_refused(workspace):
+    """`;` and `:` split the runner's library paths (ADSP_LIBRARY_PATH, LD_LIBRARY_PATH), so a
+    workspace holding one made every QNN test an ERROR; whitespace and shell metacharacters
+    are refused with them."""
+    with pytest.raises(ConfigError, match="cannot be in a device workspace"):
+        check_workspace(workspace)
+
+
+def test_an_ssh_workspace_with_a_separator_is_a_usage_error_at_start_up(tmp_path):
+    from harness.devices.kinds import OpenContext
+    from harness.devices.ssh import SshKind
+
+    for workspace in ("/home/u/.executorch-hil/a;b", "/home/u/.executorch-hil/a:b",
+                      "/home/u/.executorch-hil/a b"):
+        options = adb_options(tmp_path, "ssh://board", device_workspace=workspace)
+        context = OpenContext(options, notice=print, sdk=None, simulator_runner=None)
+        with pytest.raises(ConfigError, match="cannot be in a device workspace"):
+            SshKind.check_start_up(["ssh://board"], context)
+
+
 def test_a_workspace_below_the_scratch_area_is_accepted():
     assert str(check_workspace("/data/local/tmp/executorch-hil-ci")) == \
         "/data/local/tmp/executorch-hil-ci"
+    assert str(check_workspace("/data/local/tmp/hil_1.5+qnn@2,a=b")) == \
+        "/data/local/tmp/hil_1.5+qnn@2,a=b"
     assert str(check_workspace("/data/local/tmp/a/b/")) == "/data/local/tmp/a/b"
 
 
-@pytest.mark.parametrize("workspace", ["/sdcard", "/", "sdcard"])
+@pytest.mark.parametrize("workspace", ["/sdcard", "/", "sdcard", "/data/local/tmp/a;b",
+                                       "/data/local/tmp/a:b"])
 def test_pytest_with_a_workspace_outside_the_scratch_area_is_a_usage_error_and_deletes_nothing(
         phone, tmp_path, workspace):
     files = user_files(phone)
@@ -76,7 +108,8 @@ def test_pytest_with_a_workspace_outside_the_scratch_area_is_a_usage_error_and_d
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "outside the device's scratch area" in proc.stderr or \
-        "absolute path" in proc.stderr, proc.stderr
+        "absolute path" in proc.stderr or \
+        "cannot be in a device workspace" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert_untouched(files)
 
