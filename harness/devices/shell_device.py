@@ -172,6 +172,9 @@ class ShellDevice(Device):
     # What a kept workspace's notice adds after the entries it holds.
     kept_tail = ""
     remove_timeout_s = 30.0  # for the workspace's removal at the end
+    # Where workspaces may be (the workspace rules' scratch area): parents of a nested workspace
+    # that the harness creates below it are removed with it, never the area itself.
+    scratch: PurePosixPath = ws_rules.ANDROID_SCRATCH
 
     def __init__(self, serial: str, soc_config: SocConfig, workspace: PurePosixPath, *,
                  artifacts_dir: Path, keep_workspace: bool, reacquire_s: float,
@@ -271,7 +274,8 @@ class ShellDevice(Device):
         self._scratch_made = False
         ws = self.workspace
         dirs = " ".join(q(str(ws / d)) for d in ("files", "runs"))
-        code, out = self.sh(f"{first}{{ {ws_rules.take_script(ws)}; }} && mkdir -p {dirs} && "
+        take = ws_rules.take_script(ws, self.scratch)
+        code, out = self.sh(f"{first}{{ {take}; }} && mkdir -p {dirs} && "
                             f"{{ {self._leftover_script()}; }}")
         refused = ws_rules.refusal(ws, out)
         if refused:
@@ -599,7 +603,8 @@ class ShellDevice(Device):
         """Remove what this harness wrote in the workspace (`harness.devices.workspace`: only
         with its marker there, the directory itself only if it created it and it is empty)."""
         entries = ws_rules.top_entries(self.workspace, [self.runner_path, *self._pushed()])
-        out = self.sh(ws_rules.remove_script(self.workspace, entries | {RUNNER_NAME}),
+        out = self.sh(ws_rules.remove_script(self.workspace, entries | {RUNNER_NAME},
+                                             self.scratch),
                       timeout=self.remove_timeout_s)[1]
         for line in out.splitlines():
             if line.startswith("HARNESS_WS kept"):

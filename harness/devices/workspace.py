@@ -15,10 +15,14 @@ Android):
 - on set-up the directory is taken when it does not exist (created, marker `created=1`), when it
   is empty (adopted, marker `created=0`: the directory is the user's, its contents ours), or when
   it holds the marker (a kept workspace of an earlier session); a directory holding anything else
-  is refused and left as it was;
+  is refused and left as it was. Creating a nested workspace (`.../a/b/ws` where `a` did not
+  exist) creates its missing parents too; the marker counts them (`parents=2`: `a/b` and `a`),
+  found missing one by one from the workspace up to the first that exists, so a directory that
+  was there before is never counted;
 - on close only the entries the harness writes (the run and file directories, the runner, the
   libraries it pushed, the marker) are removed, and the directory itself only when the marker
-  says the harness created it and nothing else is left in it; otherwise it stays, with a notice.
+  says the harness created it and nothing else is left in it, then the parents it counted, each
+  only while empty (`rmdir`), from the nearest up; otherwise it stays, with a notice.
 """
 
 from __future__ import annotations
@@ -80,18 +84,39 @@ def check_workspace(value: str, scratch: PurePosixPath = ANDROID_SCRATCH,
     return path
 
 
-def take_script(workspace: PurePosixPath) -> str:
+def parents_below(workspace: PurePosixPath, scratch: PurePosixPath) -> list[PurePosixPath]:
+    """The directories between `scratch` and `workspace` (both excluded), nearest first: the
+    ones creating the workspace may create, and so the only ones its removal may remove."""
+    if scratch not in workspace.parents:
+        return []
+    return [p for p in workspace.parents if scratch in p.parents]
+
+
+def _count_missing(parents: list[PurePosixPath]) -> str:
+    """Shell code that sets `n` to how many of `parents` (nearest first) are missing, up to
+    the first that exists: the ones `mkdir -p` is about to create."""
+    if not parents:
+        return "n=0"
+    return (f"n=0; for d in {' '.join(q(str(p)) for p in parents)}; do "
+            "[ -d \"$d\" ] && break; n=$((n + 1)); done")
+
+
+def take_script(workspace: PurePosixPath, scratch: PurePosixPath = ANDROID_SCRATCH) -> str:
     """Shell code that takes `workspace` as the rules say and prints `HARNESS_WS <how>`
     (created, adopted, reused) or, refusing, `HARNESS_WS foreign` / `HARNESS_WS notdir` and
-    exits 3 without changing anything."""
+    exits 3 without changing anything. A created workspace's marker counts the parents below
+    `scratch` that were created with it (`parents=N`, when there are any)."""
     ws, marker = q(str(workspace)), q(str(workspace / MARKER))
+    count = _count_missing(parents_below(workspace, scratch))
     return (f"if [ -d {ws} ]; then "
             f"  if [ -f {marker} ]; then echo HARNESS_WS reused; "
             f"  elif [ -z \"$(ls -A {ws} 2>/dev/null)\" ]; then "
             f"    echo created=0 > {marker} && echo HARNESS_WS adopted; "
             f"  else echo HARNESS_WS foreign; ls -A {ws} 2>/dev/null | head -5; exit 3; fi; "
             f"elif [ -e {ws} ] || [ -L {ws} ]; then echo HARNESS_WS notdir; exit 3; "
-            f"else mkdir -p {ws} && echo created=1 > {marker} && echo HARNESS_WS created; fi")
+            f"else {count}; mkdir -p {ws} && {{ echo created=1; "
+            "if [ \"$n\" -gt 0 ]; then echo parents=$n; fi; "
+            f"}} > {marker} && echo HARNESS_WS created; fi")
 
 
 def refusal(workspace: PurePosixPath, output: str) -> str | None:
@@ -110,18 +135,26 @@ def refusal(workspace: PurePosixPath, output: str) -> str | None:
     return None
 
 
-def remove_script(workspace: PurePosixPath, entries: Iterable[str]) -> str:
+def remove_script(workspace: PurePosixPath, entries: Iterable[str],
+                  scratch: PurePosixPath = ANDROID_SCRATCH) -> str:
     """Shell code that removes the harness's `entries` (top-level names) of `workspace` and the
-    marker, then the directory when the harness created it; only when the marker is there.
-    Prints `HARNESS_WS removed`, `HARNESS_WS kept <entries left>` or `HARNESS_WS nomarker`."""
+    marker, then the directory when the harness created it, then the parents the marker counts
+    (each only while empty, nearest first); only when the marker is there. Prints
+    `HARNESS_WS removed`, `HARNESS_WS kept <entries left>` or `HARNESS_WS nomarker`."""
     names = sorted({*OWN_DIRS, *entries} - {"", ".", ".."})
     ws, marker = q(str(workspace)), q(MARKER)
+    parents = parents_below(workspace, scratch)
+    up = (f"i=0; for d in {' '.join(q(str(p)) for p in parents)}; do "
+          "[ \"$i\" -lt \"$p\" ] && rmdir \"$d\" 2>/dev/null || break; i=$((i + 1)); done; "
+          if parents else "")
     return (f"cd {ws} 2>/dev/null || exit 0; "
             f"if [ ! -f {marker} ]; then echo HARNESS_WS nomarker; exit 0; fi; "
             f"rm -rf -- {' '.join(q(n) for n in names)}; "
-            f"c=$(cat {marker}); rm -f {marker}; cd /; "
-            f"if [ \"$c\" = created=1 ] && rmdir {ws} 2>/dev/null; then echo HARNESS_WS removed; "
-            f"elif [ \"$c\" = created=1 ]; then echo HARNESS_WS kept $(ls -A {ws} | head -5); "
+            f"c=$(sed -n 's/^created=//p' {marker}); p=$(sed -n 's/^parents=//p' {marker}); "
+            "case \"$p\" in ''|*[!0-9]*) p=0;; esac; "
+            f"rm -f {marker}; cd /; "
+            f"if [ \"$c\" = 1 ] && rmdir {ws} 2>/dev/null; then {up}echo HARNESS_WS removed; "
+            f"elif [ \"$c\" = 1 ]; then echo HARNESS_WS kept $(ls -A {ws} | head -5); "
             "else echo HARNESS_WS adopted; fi")
 
 

@@ -131,6 +131,21 @@ def test_workspace_rules_never_delete_a_users_files(board, tmp_path, device):
     device.sh(f"rm -rf {mine} {empty}")
 
 
+def test_a_nested_workspace_removes_the_parents_it_created_and_no_others(board, tmp_path,
+                                                                          device):
+    """A workspace `<root>/users-dir/a/b/ws` where only users-dir existed: a and b go with it,
+    users-dir (the user's) stays."""
+    users = device.root / "users-parent"
+    device.sh(f"mkdir -p {users} && echo precious > {users}/notes.txt")
+    nested = open_(board, tmp_path, device_workspace=str(users / "a" / "b" / "ws"))
+    _, marker = device.sh(f"cat {users}/a/b/ws/.executorch-hil-workspace")
+    assert marker.split() == ["created=1", "parents=2"], marker
+    nested.close()
+    _, out = device.sh(f"ls -A {users}")
+    assert out.split() == ["notes.txt"], out
+    device.sh(f"rm -rf {users}")
+
+
 # Runs -----------------------------------------------------------------------------------------
 
 def test_scenarios_run_as_forks_over_the_session_connection(device, compiled_model, tmp_path):

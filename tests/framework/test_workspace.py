@@ -144,7 +144,39 @@ def test_a_created_workspace_is_removed_but_what_the_user_added_stays(phone, tmp
 
     again = session(tmp_path, phone, "/data/local/tmp/hil-created/deeper")
     again.device.close()
-    assert not (root / "deeper").exists() and list(root.iterdir()) == []
+    assert not root.exists(), "the parent the harness created was left behind"
+
+
+def test_the_parents_a_nested_workspace_created_are_removed_and_no_others(phone, tmp_path):
+    """`--device-workspace /data/local/tmp/users-dir/a/b/ws` where only users-dir existed: the
+    harness creates a, b and ws and removes exactly those at the end; the user's users-dir
+    (and its file) stays. A parent the user put a file in meanwhile stays too, with the file."""
+    files = user_files(phone)
+    users = on_phone(phone, "/data/local/tmp/mine")
+    s = session(tmp_path, phone, "/data/local/tmp/mine/a/b/ws")
+    device = s.device
+    marker = (users / "a/b/ws" / MARKER).read_text().split()
+    assert marker == ["created=1", "parents=2"], marker
+    device.close()
+    assert not (users / "a").exists(), list(users.rglob("*"))
+    assert sorted(p.name for p in users.iterdir()) == ["keep.bin"]
+    assert_untouched(files)
+
+    s = session(tmp_path, phone, "/data/local/tmp/mine/a/b/ws")
+    device = s.device
+    (users / "a" / "theirs.txt").write_text("put there during the session")
+    device.close()
+    assert sorted(p.name for p in (users / "a").iterdir()) == ["theirs.txt"]
+    assert_untouched(files)
+    shutil.rmtree(users / "a")
+
+    # A parent that existed before (here an empty one of the user's) is never removed.
+    (users / "empty-parent").mkdir()
+    s = session(tmp_path, phone, "/data/local/tmp/mine/empty-parent/ws")
+    device = s.device
+    assert (users / "empty-parent/ws" / MARKER).read_text().split() == ["created=1"]
+    device.close()
+    assert (users / "empty-parent").is_dir() and not list((users / "empty-parent").iterdir())
 
 
 def test_an_empty_directory_of_the_users_is_used_and_kept(phone, tmp_path):

@@ -98,6 +98,7 @@ class SshDevice(ShellDevice):
         self.transport = transport
         self.identity = identity
         self.root = root
+        self.scratch = root  # the workspace rules' scratch area on a board
         self.machine = machine or identity.machine
         self.device_lease = DeviceLease(f"ssh:{self.serial}", self.serial, self.transport.run,
                                         session=session_id, worker=worker, notice=self.notice,
