@@ -140,6 +140,14 @@ def _clean(value: object) -> str:
     return re.sub(r"[^A-Za-z0-9._:@+/-]", "_", str(value))[:200] or "-"
 
 
+def owner_fields(session: str, worker: str) -> dict[str, str]:
+    """Who this process is, as a lease's owner file and a workspace's marker name it (without
+    its token): host and boot id, pid and its start time, session and worker; values cleaned."""
+    return {k: _clean(v) for k, v in (
+        ("host", socket.gethostname()), ("hostboot", host_boot_id()), ("pid", os.getpid()),
+        ("pidstart", pid_start(os.getpid()) or "-"), ("session", session), ("worker", worker))}
+
+
 @dataclasses.dataclass(frozen=True)
 class Holder:
     """Who holds a lease, as its `owner` file says, with the age of its heartbeat."""
@@ -284,10 +292,8 @@ class DeviceLease:
     def _acquire_script(self, dead: str = "") -> str:
         """Take the lease: free, ours, stale, or (with `dead`) held by the token `dead`, a
         process of this host the caller found gone."""
-        owner = " ".join(q(f"{k}={_clean(v)}") for k, v in (
-            ("host", socket.gethostname()), ("hostboot", host_boot_id()), ("pid", os.getpid()),
-            ("pidstart", pid_start(os.getpid()) or "-"), ("session", self.session),
-            ("worker", self.worker)))
+        owner = " ".join(q(f"{k}={v}")
+                         for k, v in owner_fields(self.session, self.worker).items())
         stale, lock_stale = self.stale_s, TAKEOVER_LOCK_STALE_S
         # A holder of this host is never taken over for its heartbeat's age: the caller checks
         # its pid and names it in `dead` when that process is gone.
@@ -323,6 +329,10 @@ class DeviceLease:
                 "    rm -f \"$t/at\"; rmdir \"$t\"; "
                 "  else show LEASE_HOLDER; echo LEASE held; fi; "
                 "else show LEASE_HOLDER; echo LEASE held; fi")
+
+    def owner(self) -> dict[str, str]:
+        """This lease's holder as a workspace marker names it (token first)."""
+        return {"token": _clean(self.token), **owner_fields(self.session, self.worker)}
 
     def _heartbeat_script(self) -> str:
         return (self._prelude() + "if [ \"$(own)\" = \"$T\" ]; then beat && echo LEASE beat; "

@@ -274,7 +274,9 @@ class ShellDevice(Device):
         self._scratch_made = False
         ws = self.workspace
         dirs = " ".join(q(str(ws / d)) for d in ("files", "runs"))
-        take = ws_rules.take_script(ws, self.scratch)
+        entries = ws_rules.top_entries(ws, [self.runner_path, *self._pushed()]) | {RUNNER_NAME}
+        take = ws_rules.take_script(ws, self.scratch, owner=self.device_lease.owner(),
+                                    keep=self.keep_workspace, entries=entries)
         code, out = self.sh(f"{first}{{ {take}; }} && mkdir -p {dirs} && "
                             f"{{ {self._leftover_script()}; }}")
         refused = ws_rules.refusal(ws, out)

@@ -19,6 +19,12 @@ Android):
   exist) creates its missing parents too; the marker counts them (`parents=2`: `a/b` and `a`),
   found missing one by one from the workspace up to the first that exists, so a directory that
   was there before is never counted;
+- the marker also names its owner, the session that took it last (`token`, `host`,
+  `hostboot`, `pid`, `pidstart`, `session`, `worker`, as in the device lease's owner file),
+  `keep=1` when that session keeps it (`--keep-workspace`), and the top-level entries the
+  sessions pushed there (`entry=NAME`, one a line, kept across reuses), so that a workspace a
+  killed session left can be reclaimed without guessing what is the harness's
+  (`harness.devices.leftovers`);
 - on close only the entries the harness writes (the run and file directories, the runner, the
   libraries it pushed, the marker) are removed, and the directory itself only when the marker
   says the harness created it and nothing else is left in it, then the parents it counted, each
@@ -42,6 +48,16 @@ q = shlex.quote
 # What a workspace's names may hold (see the module docstring: `:` and `;` split library paths).
 WORKSPACE_CHARS = "A-Za-z0-9._+@=,-"
 _BAD_CHAR = re.compile(f"[^/{WORKSPACE_CHARS}]")
+_NAME = re.compile(f"[{WORKSPACE_CHARS}]+")
+# What an earlier harness version pushed at a workspace's top, for a marker that lists no
+# entries (reclaimed only when asked to: `harness workspaces --remove --all`).
+LEGACY_ENTRIES = ("lib*.so", "lib*.so.*", "qnn", "executorch_hil_runner")
+
+
+def entry_names(entries: Iterable[str]) -> list[str]:
+    """The `entries` a marker may name: plain top-level names of the workspace's characters
+    (anything else is never written, so never removed)."""
+    return sorted({e for e in entries if _NAME.fullmatch(e) and e not in (".", "..")})
 
 
 def check_characters(value: str) -> None:
@@ -101,22 +117,34 @@ def _count_missing(parents: list[PurePosixPath]) -> str:
             "[ -d \"$d\" ] && break; n=$((n + 1)); done")
 
 
-def take_script(workspace: PurePosixPath, scratch: PurePosixPath = ANDROID_SCRATCH) -> str:
+def take_script(workspace: PurePosixPath, scratch: PurePosixPath = ANDROID_SCRATCH,
+                owner: dict[str, str] | None = None, keep: bool = False,
+                entries: Iterable[str] = ()) -> str:
     """Shell code that takes `workspace` as the rules say and prints `HARNESS_WS <how>`
     (created, adopted, reused) or, refusing, `HARNESS_WS foreign` / `HARNESS_WS notdir` and
     exits 3 without changing anything. A created workspace's marker counts the parents below
-    `scratch` that were created with it (`parents=N`, when there are any)."""
+    `scratch` that were created with it (`parents=N`, when there are any). The marker names
+    `owner` (key=value fields), `keep=1` with `keep`, and `entries` (the top-level names the
+    session will push); a reused one keeps how it was made and the entries named before."""
     ws, marker = q(str(workspace)), q(str(workspace / MARKER))
     count = _count_missing(parents_below(workspace, scratch))
+    fields = [f"{k}={v}" for k, v in (owner or {}).items()] + (["keep=1"] if keep else [])
+    info = f"printf '%s\\n' {' '.join(q(f) for f in fields)}; " if fields else ""
+    names = entry_names(entries)
+    listed = (f"printf 'entry=%s\\n' {' '.join(q(n) for n in names)}" if names else "true")
+    new = q(str(workspace / f"{MARKER}.new"))
     return (f"if [ -d {ws} ]; then "
-            f"  if [ -f {marker} ]; then echo HARNESS_WS reused; "
+            f"  if [ -f {marker} ]; then {{ "
+            f"sed -n -e '/^created=/p' -e '/^parents=/p' {marker}; "
+            f"{{ sed -n '/^entry=/p' {marker}; {listed}; }} | sort -u; {info}"
+            f"}} > {new} && mv -f {new} {marker} && echo HARNESS_WS reused; "
             f"  elif [ -z \"$(ls -A {ws} 2>/dev/null)\" ]; then "
-            f"    echo created=0 > {marker} && echo HARNESS_WS adopted; "
+            f"    {{ echo created=0; {info}{listed}; }} > {marker} && echo HARNESS_WS adopted; "
             f"  else echo HARNESS_WS foreign; ls -A {ws} 2>/dev/null | head -5; exit 3; fi; "
             f"elif [ -e {ws} ] || [ -L {ws} ]; then echo HARNESS_WS notdir; exit 3; "
             f"else {count}; mkdir -p {ws} && {{ echo created=1; "
             "if [ \"$n\" -gt 0 ]; then echo parents=$n; fi; "
-            f"}} > {marker} && echo HARNESS_WS created; fi")
+            f"{info}{listed}; }} > {marker} && echo HARNESS_WS created; fi")
 
 
 def refusal(workspace: PurePosixPath, output: str) -> str | None:
@@ -136,11 +164,13 @@ def refusal(workspace: PurePosixPath, output: str) -> str | None:
 
 
 def remove_script(workspace: PurePosixPath, entries: Iterable[str],
-                  scratch: PurePosixPath = ANDROID_SCRATCH) -> str:
-    """Shell code that removes the harness's `entries` (top-level names) of `workspace` and the
-    marker, then the directory when the harness created it, then the parents the marker counts
-    (each only while empty, nearest first); only when the marker is there. Prints
-    `HARNESS_WS removed`, `HARNESS_WS kept <entries left>` or `HARNESS_WS nomarker`."""
+                  scratch: PurePosixPath = ANDROID_SCRATCH, legacy: bool = False) -> str:
+    """Shell code that removes the harness's `entries` (top-level names) of `workspace`, those
+    its marker names and the marker, then the directory when the harness created it, then the
+    parents the marker counts (each only while empty, nearest first); only when the marker is
+    there. With `legacy`, a marker that names no entries (an earlier version's) has
+    `LEGACY_ENTRIES` removed. Prints `HARNESS_WS removed`, `HARNESS_WS kept <entries left>`,
+    `HARNESS_WS adopted` or `HARNESS_WS nomarker`."""
     names = sorted({*OWN_DIRS, *entries} - {"", ".", ".."})
     ws, marker = q(str(workspace)), q(MARKER)
     parents = parents_below(workspace, scratch)
@@ -150,6 +180,12 @@ def remove_script(workspace: PurePosixPath, entries: Iterable[str],
     return (f"cd {ws} 2>/dev/null || exit 0; "
             f"if [ ! -f {marker} ]; then echo HARNESS_WS nomarker; exit 0; fi; "
             f"rm -rf -- {' '.join(q(n) for n in names)}; "
+            # The marker's own list: no globbing, and only plain names (a hand-edited `*` or
+            # `../x` removes nothing).
+            f"set -f; for e in $(sed -n 's/^entry=//p' {marker}); do case \"$e\" in "
+            f".|..|*[!{WORKSPACE_CHARS}]*) ;; *) rm -rf -- \"$e\";; esac; done; set +f; "
+            + (f"grep -q '^entry=' {marker} || rm -rf -- {' '.join(LEGACY_ENTRIES)}; "
+               if legacy else "") +
             f"c=$(sed -n 's/^created=//p' {marker}); p=$(sed -n 's/^parents=//p' {marker}); "
             "case \"$p\" in ''|*[!0-9]*) p=0;; esac; "
             f"rm -f {marker}; cd /; "

@@ -114,6 +114,13 @@ def test_pytest_with_a_workspace_outside_the_scratch_area_is_a_usage_error_and_d
     assert_untouched(files)
 
 
+def marker(directory: Path, *keys: str) -> list[str]:
+    """The marker's lines of `keys` (all `created`/`parents` lines by default)."""
+    keys = keys or ("created", "parents")
+    return [l for l in (directory / MARKER).read_text().splitlines()
+            if l.split("=", 1)[0] in keys]
+
+
 def session(tmp_path: Path, phone, workspace: str) -> HilSession:
     return HilSession(adb_options(tmp_path, phone.serial, device_workspace=workspace,
                                   session_id="ws-test"))
@@ -134,7 +141,7 @@ def test_a_created_workspace_is_removed_but_what_the_user_added_stays(phone, tmp
     s = session(tmp_path, phone, "/data/local/tmp/hil-created")
     device = s.device
     root = on_phone(phone, "/data/local/tmp/hil-created")
-    assert (root / MARKER).read_text().strip() == "created=1"
+    assert marker(root) == ["created=1"]
     assert (root / "runs").is_dir() and (root / "libQnnHtp.so").exists()
     (root / "theirs.txt").write_text("put there during the session")
     device.close()
@@ -155,8 +162,7 @@ def test_the_parents_a_nested_workspace_created_are_removed_and_no_others(phone,
     users = on_phone(phone, "/data/local/tmp/mine")
     s = session(tmp_path, phone, "/data/local/tmp/mine/a/b/ws")
     device = s.device
-    marker = (users / "a/b/ws" / MARKER).read_text().split()
-    assert marker == ["created=1", "parents=2"], marker
+    assert marker(users / "a/b/ws") == ["created=1", "parents=2"]
     device.close()
     assert not (users / "a").exists(), list(users.rglob("*"))
     assert sorted(p.name for p in users.iterdir()) == ["keep.bin"]
@@ -174,9 +180,34 @@ def test_the_parents_a_nested_workspace_created_are_removed_and_no_others(phone,
     (users / "empty-parent").mkdir()
     s = session(tmp_path, phone, "/data/local/tmp/mine/empty-parent/ws")
     device = s.device
-    assert (users / "empty-parent/ws" / MARKER).read_text().split() == ["created=1"]
+    assert marker(users / "empty-parent/ws") == ["created=1"]
     device.close()
     assert (users / "empty-parent").is_dir() and not list((users / "empty-parent").iterdir())
+
+
+def test_the_marker_names_its_owner_and_entries_and_a_hand_edit_removes_nothing_else(
+        phone, tmp_path):
+    """The marker names the session that took the workspace and what it pushes there (so a
+    leftover can be reclaimed without guessing); an entry edited into it by hand that is not a
+    plain name (`*`, `../x`) removes nothing."""
+    from harness.devices.lease import process_token
+
+    files = user_files(phone)
+    s = session(tmp_path, phone, "/data/local/tmp/hil-marked")
+    device = s.device
+    root = on_phone(phone, "/data/local/tmp/hil-marked")
+    fields = dict(l.split("=", 1) for l in (root / MARKER).read_text().splitlines())
+    assert fields["token"] == process_token() and fields["session"] == "ws-test"
+    assert fields["pid"].isdigit() and fields["pidstart"].isdigit() and "keep" not in fields
+    entries = marker(root, "entry")
+    assert "entry=executorch_hil_runner" in entries and "entry=libQnnHtp.so" in entries
+    with (root / MARKER).open("a") as f:
+        f.write("entry=*\nentry=../mine\nentry=..\n")
+    (root / "theirs.txt").write_text("the user's")
+    device.close()
+    assert sorted(p.name for p in root.iterdir()) == ["theirs.txt"]
+    assert_untouched(files)
+    shutil.rmtree(root)
 
 
 def test_an_empty_directory_of_the_users_is_used_and_kept(phone, tmp_path):
@@ -184,7 +215,7 @@ def test_an_empty_directory_of_the_users_is_used_and_kept(phone, tmp_path):
     root.mkdir(parents=True)
     s = session(tmp_path, phone, "/data/local/tmp/hil-empty")
     device = s.device
-    assert (root / MARKER).read_text().strip() == "created=0"
+    assert marker(root) == ["created=0"]
     device.close()
     assert root.is_dir() and list(root.iterdir()) == []
 
