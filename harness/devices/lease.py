@@ -120,7 +120,7 @@ def pid_start(pid: int | str) -> str:
     return fields[19] if len(fields) > 19 and fields[19].isdigit() else ""
 
 
-def _pid_alive(pid: str, start: str = "") -> bool:
+def pid_alive(pid: str, start: str = "") -> bool:
     """Whether process `pid` of this host runs (a pid this user may not signal runs); with
     `start` (its `pid_start`), a process of that pid started at another time is another."""
     if not pid.isdigit():
@@ -135,9 +135,12 @@ def _pid_alive(pid: str, start: str = "") -> bool:
     return not now or now == start
 
 
-def _clean(value: object) -> str:
+def clean(value: object) -> str:
     """A value safe on one `key=value` line (and readable in a message)."""
     return re.sub(r"[^A-Za-z0-9._:@+/-]", "_", str(value))[:200] or "-"
+
+
+_clean = clean
 
 
 def owner_fields(session: str, worker: str) -> dict[str, str]:
@@ -174,7 +177,7 @@ class Holder:
 
     def dead_here(self) -> bool:
         """The holder is a process of this host (same name and boot id) that no longer runs."""
-        return self.here() and not _pid_alive(self.get("pid"), self.get("pidstart"))
+        return self.here() and not pid_alive(self.get("pid"), self.get("pidstart"))
 
     def describe(self) -> str:
         if not self.get("token"):
@@ -329,6 +332,23 @@ class DeviceLease:
                 "    rm -f \"$t/at\"; rmdir \"$t\"; "
                 "  else show LEASE_HOLDER; echo LEASE held; fi; "
                 "else show LEASE_HOLDER; echo LEASE held; fi")
+
+    def peek(self) -> Holder | None:
+        """Who holds the lease now, with its heartbeat's age (None when nobody does), without
+        touching it. Raises DeviceError when the device cannot be asked."""
+        script = (self._prelude() + "if [ -e \"$L\" ]; then show LEASE_HOLDER; echo LEASE held; "
+                  "else echo LEASE free; fi")
+        try:
+            _, out = self.run(script, 30.0)
+        except Exception as exc:  # the transport's: AdbError, SshError (DeviceErrors)
+            raise DeviceError(f"{self.serial}: cannot read the device lease: {exc}") from exc
+        if "LEASE free" in out:
+            return None
+        if "LEASE held" not in out:
+            raise DeviceError(f"{self.serial}: cannot read the device lease {self.dir}: the "
+                              f"device answered {out.strip()[-300:]!r}")
+        return Holder(dict(l.split(" ", 1)[1].split("=", 1) for l in out.splitlines()
+                           if l.startswith("LEASE_HOLDER ") and "=" in l))
 
     def owner(self) -> dict[str, str]:
         """This lease's holder as a workspace marker names it (token first)."""

@@ -25,6 +25,7 @@ from typing import Any
 from harness import output_limit, storage
 from harness.cache import file_sha256
 from harness.config import SocConfig
+from harness.devices import leftovers
 from harness.devices import workspace as ws_rules
 from harness.devices.base import Device
 from harness.devices.lease import DeviceLease, LeaseBusy
@@ -267,6 +268,24 @@ class ShellDevice(Device):
         return text
 
     # Set-up ------------------------------------------------------------------------------
+    def _reclaim(self) -> None:
+        """Remove the workspaces that killed sessions left on the device, whose owner is
+        provably gone (`harness.devices.leftovers`), with a notice naming each: called once the
+        lease is held, so no other session uses the device. Best effort: a device that does not
+        answer fails the set-up's next call, not this one."""
+        try:
+            found = leftovers.find(self.sh, self.scratch,
+                                   leftovers.LeaseState.held_by_caller(self.device_lease.token),
+                                   skip=[self.workspace])
+            gone = [left for left in found if left.state == "gone"]
+            done = leftovers.remove(self.sh, gone, self.scratch)
+        except DeviceError as exc:
+            self.log.warning("could not look for workspaces earlier sessions left: %s", exc)
+            return
+        for left in gone:
+            self.notice(f"{self.serial}: reclaimed workspace {left.path} ({left.size()}) of "
+                        f"{left.owner()}: {left.reason}; {done[left.path]}")
+
     def _take_workspace(self, first: str = "") -> None:
         """One shell call (after `first`): take the workspace by its rules
         (harness.devices.workspace), make `files/` and `runs/`, and kill the runners an earlier

@@ -60,6 +60,11 @@ def entry_names(entries: Iterable[str]) -> list[str]:
     return sorted({e for e in entries if _NAME.fullmatch(e) and e not in (".", "..")})
 
 
+def plain(value: str) -> bool:
+    """Whether `value` (a path) holds only the characters a workspace may have."""
+    return not _BAD_CHAR.search(value)
+
+
 def check_characters(value: str) -> None:
     """Refuse a `--device-workspace` holding a character outside `WORKSPACE_CHARS` (a
     ConfigError naming them): every device kind checks this before the device is touched."""

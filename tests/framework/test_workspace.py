@@ -11,7 +11,9 @@ harness's entries when the user put files in it meanwhile.
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -362,3 +364,149 @@ def test_a_run_on_a_full_device_names_enospc(full_runs, isolation, tmp_path, com
         ScenarioDriver(full_runs, tmp_path / "a", 120).run(scenario, allow_crash=True)
     assert "is full (ENOSPC: 0 kB free of 64 kB)" in str(exc.value), exc.value
     assert "ENOSPC" in exc.value.output.notes[0]
+
+
+# Leftovers of killed sessions ---------------------------------------------------------------------
+
+KILLED_SESSION = '''
+import os, sys
+sys.path.insert(0, sys.argv[3])
+from adb_options import adb_options
+from pathlib import Path
+from harness.session import HilSession
+
+s = HilSession(adb_options(Path(sys.argv[2]), sys.argv[1], session_id="killed", worker="gw0"))
+print(s.device.workspace, flush=True)
+os.kill(os.getpid(), 9)
+'''
+
+
+def killed_session(phone, tmp_path: Path) -> str:
+    """A session that set its device up and was then killed (SIGKILL): its workspace."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", KILLED_SESSION, phone.serial,
+                           str(tmp_path / "killed"), str(Path(__file__).parent)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    workspace = proc.stdout.strip().splitlines()[-1]
+    assert on_phone(phone, workspace).is_dir()
+    return workspace
+
+
+def leftover(phone, path: str, **fields) -> Path:
+    """A workspace as a session of `fields` would have left it: the marker, a runner, a
+    library, a run directory."""
+    root = on_phone(phone, path)
+    (root / "runs" / "abc-s1").mkdir(parents=True)
+    (root / "executorch_hil_runner").write_bytes(b"runner")
+    (root / "libQnnHtp.so").write_bytes(b"lib")
+    lines = ["created=1", *(f"{k}={v}" for k, v in fields.items())]
+    if "token" in fields:
+        lines += ["entry=executorch_hil_runner", "entry=libQnnHtp.so"]
+    (root / MARKER).write_text("".join(f"{l}\n" for l in lines))
+    return root
+
+
+def this_host(pid: int, **fields: str) -> dict[str, str]:
+    """A marker's owner fields for process `pid` of this host."""
+    from harness.devices import lease
+
+    return {"token": f"t-{pid}-{fields.get('session', 'x')}",
+            "host": lease.clean(socket.gethostname()),
+            "hostboot": lease.clean(lease.host_boot_id()), "pid": str(pid),
+            "pidstart": lease.pid_start(pid) or "-", "session": "s", "worker": "gw1", **fields}
+
+
+def test_a_killed_sessions_workspace_is_reclaimed_with_a_notice_and_a_live_ones_kept(
+        phone, tmp_path):
+    """SIGKILL leaves a session's workspace (runner, libraries, runs); the next session on the
+    device reclaims it, naming it. A workspace whose owner still runs on this host, one kept on
+    request, one of an earlier version's marker and a directory of the user's all stay."""
+    files = user_files(phone)
+    killed = killed_session(phone, tmp_path)
+    alive = subprocess.Popen(["sleep", "300"])
+    try:
+        live = leftover(phone, "/data/local/tmp/executorch-hil-live0001-gw1",
+                        **this_host(alive.pid, session="live"))
+        kept = leftover(phone, "/data/local/tmp/executorch-hil-kept0001-gw0",
+                        **this_host(4194999, session="kept"), keep="1")
+        old = leftover(phone, "/data/local/tmp/executorch-hil-old00001-gw0")
+        s = session(tmp_path, phone, "/data/local/tmp/hil-reclaimer")
+        device = s.device
+        notes = [n for n in s.notices if "reclaimed workspace" in n]
+        assert len(notes) == 1, s.notices
+        for part in (killed, "session killed worker gw0", "pid ", "no longer runs", "removed",
+                     " MB)"):
+            assert part in notes[0], (part, notes[0])
+        assert not on_phone(phone, killed).exists()
+        for root in (live, kept, old):
+            assert (root / MARKER).is_file() and (root / "libQnnHtp.so").is_file(), root
+        device.close()
+    finally:
+        alive.kill()
+        alive.wait()
+    assert_untouched(files)
+    for root in (live, kept, old):
+        shutil.rmtree(root)
+
+
+def harness_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "harness", "workspaces", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_workspaces_command_lists_and_removes_leftovers(phone, tmp_path):
+    files = user_files(phone)
+    alive = subprocess.Popen(["sleep", "300"])
+    try:
+        gone = leftover(phone, "/data/local/tmp/executorch-hil-gone0001-gw0",
+                        **this_host(4194999, session="gone"))
+        nested = leftover(phone, "/data/local/tmp/mine/deeper/ws",
+                          **this_host(4194998, session="nested"))
+        live = leftover(phone, "/data/local/tmp/executorch-hil-live0001-gw1",
+                        **this_host(alive.pid, session="live"))
+        kept = leftover(phone, "/data/local/tmp/executorch-hil-kept0001-gw0",
+                        **this_host(4194997, session="kept"), keep="1")
+        old = leftover(phone, "/data/local/tmp/executorch-hil-old00001-gw0")
+        listed = harness_cli("--device", phone.serial)
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        lines = {l.split()[0]: l for l in listed.stdout.splitlines() if l.startswith("  /")}
+        assert sorted(lines) == sorted(str(p).removeprefix(str(phone.sandbox)) for p in
+                                       (gone, nested, live, kept, old)), listed.stdout
+        assert "gone: its process, pid 4194999 of this host, no longer runs" in \
+            lines["/data/local/tmp/executorch-hil-gone0001-gw0"]
+        assert f"live: its process, pid {alive.pid}, still runs" in \
+            lines["/data/local/tmp/executorch-hil-live0001-gw1"]
+        assert "kept: " in lines["/data/local/tmp/executorch-hil-kept0001-gw0"]
+        assert "unknown: its marker names no owner" in \
+            lines["/data/local/tmp/executorch-hil-old00001-gw0"]
+        assert "2 left by sessions that are gone" in listed.stdout, listed.stdout
+        assert "--remove --all" in listed.stdout
+        assert gone.is_dir() and nested.is_dir()  # listing removes nothing
+
+        removed = harness_cli("--device", phone.serial, "--remove")
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+        assert not gone.exists() and not nested.exists()
+        assert on_phone(phone, "/data/local/tmp/mine").is_dir()  # the user's parent stays
+        assert live.is_dir() and kept.is_dir() and old.is_dir()
+        assert "/data/local/tmp/executorch-hil-gone0001-gw0: removed" in removed.stdout
+
+        everything = harness_cli("--device", phone.serial, "--remove", "--all")
+        assert everything.returncode == 0, everything.stdout + everything.stderr
+        assert not kept.exists() and not old.exists()
+        assert live.is_dir() and (live / MARKER).is_file(), "a live owner's workspace went"
+    finally:
+        alive.kill()
+        alive.wait()
+    assert_untouched(files)
+    shutil.rmtree(live)
+    assert not on_phone(phone, "/data/local/tmp/.executorch-hil-lease").exists()
+
+
+def test_the_workspaces_command_refuses_what_it_cannot_do(tmp_path):
+    assert harness_cli("--device", "ssh://board").returncode == 2
+    assert harness_cli("--device", "SERIAL", "--all").returncode == 2
+    assert harness_cli("--device", "SERIAL", "--adb-server", "nohostport").returncode == 2
