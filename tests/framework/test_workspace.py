@@ -212,6 +212,27 @@ def test_the_marker_names_its_owner_and_entries_and_a_hand_edit_removes_nothing_
     shutil.rmtree(root)
 
 
+def test_a_reused_workspace_keeps_how_it_was_made_and_what_was_pushed(phone, tmp_path):
+    """A kept workspace taken again by a later session: its marker still says the harness
+    created it and its parent, and the entries named before stay named; the later session
+    (not keeping it) removes all of that."""
+    first = HilSession(adb_options(tmp_path, phone.serial, session_id="first", keep_workspace=True,
+                                   device_workspace="/data/local/tmp/reuse-a/ws"))
+    first.device.close()
+    root = on_phone(phone, "/data/local/tmp/reuse-a/ws")
+    assert marker(root, "keep") == ["keep=1"]
+    with (root / MARKER).open("a") as f:
+        f.write("entry=extra-lib.so\n")  # pushed by the first session's version, not this one's
+    (root / "extra-lib.so").write_bytes(b"lib")
+    again = session(tmp_path, phone, "/data/local/tmp/reuse-a/ws")
+    device = again.device
+    assert marker(root) == ["created=1", "parents=1"]
+    assert marker(root, "keep") == [] and marker(root, "session") == ["session=ws-test"]
+    assert "entry=extra-lib.so" in marker(root, "entry")
+    device.close()
+    assert not on_phone(phone, "/data/local/tmp/reuse-a").exists()
+
+
 def test_an_empty_directory_of_the_users_is_used_and_kept(phone, tmp_path):
     root = on_phone(phone, "/data/local/tmp/hil-empty")
     root.mkdir(parents=True)
