@@ -36,6 +36,10 @@
                      a known runtime defect as a folder upstream runs with executorch alone
                      (no harness runner, no interposer): `reproduce` exits 1 while the bug is
                      present, `control` 0 (harness/commands/bug_report.py)
+  workspaces --device SERIAL [--adb-server HOST:PORT] [--remove [--all]]
+                     the workspaces sessions left on a phone (size, owner, whether that owner is
+                     gone by the device lease's rules); --remove removes those whose owner is
+                     gone, --all also kept ones and an earlier version's (docs/phone.md)
   validate-configs [FILE...] [--kind soc|simulator|farm|labgrid|known-issues]
                      load every file under device_configs/ and report every error; with
                      FILEs, validate those (kind told by place and keys, or --kind), stopping
@@ -175,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.commands.matrix import main as matrix_main
 
         return matrix_main(rest)
+    if command == "workspaces":
+        from harness.commands.workspaces import main as workspaces_main
+
+        return workspaces_main(rest)
     if command == "validate-configs":
         from harness.commands.configs import main as validate_main
 

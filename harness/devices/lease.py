@@ -16,9 +16,12 @@ never the device's uptime: read so, a lease a millisecond old looked stale under
 racer took it over.
 
 Format: in that directory, `owner` holds `key=value` lines written once by the holder (`token`,
-`host`, `hostboot` (the holder host's boot id), `pid`, `session`, `worker`, `since`) and
-`heartbeat` holds `<uptime> <boot id>` of the device at the holder's last heartbeat; both are
-replaced by rename, so a reader never sees half a file.
+`host`, `hostboot` (the holder host's boot id), `pid`, `pidstart` (the process's start time in
+the host's clock ticks since boot, so a pid reused by another process is not taken for the
+holder), `session`, `worker`, `since`, and after a takeover `took` (the token taken over) and
+`tookage` (the heartbeat's age then, in seconds, or `gone` when its process was found gone))
+and `heartbeat` holds `<uptime> <boot id>` of the device at the holder's last heartbeat; both
+are replaced by rename, so a reader never sees half a file.
 
 Clocks: liveness never reads a wall clock, the device's or a host's. A phone's wall clock jumps
 (NTP or NITZ after a reboot, a user setting the date), and a lease read through it let a second
@@ -30,7 +33,11 @@ since a live holder beats again within `HEARTBEAT_S` of the boot. `since` (displ
 device's wall clock.
 
 Heartbeat: a daemon thread per held lease rewrites `heartbeat` every `HEARTBEAT_S` (10 s), only
-while `owner` still names this process. A thread rather than a refresh per run, because a live
+while `owner` still names this process. When it does not, the lease is lost, and the session is
+told how, from what the device holds: taken over (the new owner's `took` names this process,
+with the age it saw), removed by someone else (no lease directory or no owner), or rewritten by
+someone else (an owner that took nothing over from this process: a hand edit, or a removal
+followed by another session taking the free device). A thread rather than a refresh per run, because a live
 session can go minutes without a run (compiling models, a hung runner waiting for its timeout,
 the device's re-acquire window) and must not look stale meanwhile; and the hot path stays free
 of lease work. It costs one shell call every 10 s.
@@ -39,6 +46,9 @@ Staleness: a lease whose heartbeat is older than `STALE_S` (120 s, twelve missed
 taken over by the next session that asks, with a notice naming the old holder. A lease whose
 holder is a process of this very host (same host name and boot id) that no longer runs (killed
 by SIGKILL, the OOM killer, a SIGTERM it could not handle) is taken over at once, with a notice.
+A holder of this very host is judged by its pid alone, never by its heartbeat: while that
+process runs its lease is held however old (or unreadable: a heartbeat edited by hand read as
+old as the device's uptime, and a live session's lease was taken over at once) its heartbeat.
 The takeover runs under a second `mkdir` lock (`<lease>.takeover`), checks the condition again
 inside it and rewrites the files in place (the directory never disappears, so no `mkdir` can
 slip in), so of sessions finding the same stale lease exactly one takes it.
@@ -99,8 +109,20 @@ def host_boot_id() -> str:
         return ""
 
 
-def _pid_alive(pid: str) -> bool:
-    """Whether process `pid` of this host runs (a pid this user may not signal runs)."""
+def pid_start(pid: int | str) -> str:
+    """When process `pid` of this host started (clock ticks since boot, /proc/PID/stat field
+    22), or "" when unknown: with the pid it names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return ""
+    return fields[19] if len(fields) > 19 and fields[19].isdigit() else ""
+
+
+def pid_alive(pid: str, start: str = "") -> bool:
+    """Whether process `pid` of this host runs (a pid this user may not signal runs); with
+    `start` (its `pid_start`), a process of that pid started at another time is another."""
     if not pid.isdigit():
         return True  # unknown: never taken for dead
     try:
@@ -109,12 +131,24 @@ def _pid_alive(pid: str) -> bool:
         return False
     except OSError:
         return True
-    return True
+    now = pid_start(pid) if start.isdigit() else ""
+    return not now or now == start
 
 
-def _clean(value: object) -> str:
+def clean(value: object) -> str:
     """A value safe on one `key=value` line (and readable in a message)."""
     return re.sub(r"[^A-Za-z0-9._:@+/-]", "_", str(value))[:200] or "-"
+
+
+_clean = clean
+
+
+def owner_fields(session: str, worker: str) -> dict[str, str]:
+    """Who this process is, as a lease's owner file and a workspace's marker name it (without
+    its token): host and boot id, pid and its start time, session and worker; values cleaned."""
+    return {k: _clean(v) for k, v in (
+        ("host", socket.gethostname()), ("hostboot", host_boot_id()), ("pid", os.getpid()),
+        ("pidstart", pid_start(os.getpid()) or "-"), ("session", session), ("worker", worker))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,11 +170,14 @@ class Holder:
         """The heartbeat is of an earlier boot of the device: its age is a lower bound."""
         return self.get("agekind") == "boot"
 
+    def here(self) -> bool:
+        """The holder is a process of this host (same host name and boot id)."""
+        return (bool(self.get("token")) and self.get("host") == _clean(socket.gethostname())
+                and bool(self.get("hostboot")) and self.get("hostboot") == _clean(host_boot_id()))
+
     def dead_here(self) -> bool:
         """The holder is a process of this host (same name and boot id) that no longer runs."""
-        return (bool(self.get("token")) and self.get("host") == _clean(socket.gethostname())
-                and bool(self.get("hostboot")) and self.get("hostboot") == _clean(host_boot_id())
-                and not _pid_alive(self.get("pid")))
+        return self.here() and not pid_alive(self.get("pid"), self.get("pidstart"))
 
     def describe(self) -> str:
         if not self.get("token"):
@@ -213,8 +250,14 @@ class DeviceLease:
     def _prelude(self) -> str:
         """Shell functions of every lease script. `ago FILE` prints the age of a `<uptime>
         <boot id>` file in seconds of device uptime (for a file of an earlier boot, or of no
-        such format, the uptime itself, with `agekind=boot`); no wall clock is read for it."""
-        return (f"L={q(self.dir)}; T={q(self.token)}; now=$(date +%s); "
+        such format, the uptime itself, with `agekind=boot`); no wall clock is read for it.
+        `here` is true when the owner is a process of this host (its name and boot id)."""
+        hostboot = _clean(host_boot_id()) if host_boot_id() else ""
+        here = ("here() { [ \"$(sed -n 's/^host=//p' \"$L/owner\" 2>/dev/null)\" = "
+                f"{q(_clean(socket.gethostname()))} ] && "
+                "[ \"$(sed -n 's/^hostboot=//p' \"$L/owner\" 2>/dev/null)\" = "
+                f"{q(hostboot)} ]; }}; " if hostboot else "here() { false; }; ")
+        return (f"L={q(self.dir)}; T={q(self.token)}; now=$(date +%s); " + here +
                 "u=$(cat /proc/uptime 2>/dev/null); up=${u%%[. ]*}; "
                 "case \"$up\" in ''|*[!0-9]*) up=0;; esac; "
                 "boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); "
@@ -252,14 +295,19 @@ class DeviceLease:
     def _acquire_script(self, dead: str = "") -> str:
         """Take the lease: free, ours, stale, or (with `dead`) held by the token `dead`, a
         process of this host the caller found gone."""
-        owner = " ".join(q(f"{k}={_clean(v)}") for k, v in (
-            ("host", socket.gethostname()), ("hostboot", host_boot_id()), ("pid", os.getpid()),
-            ("session", self.session), ("worker", self.worker)))
+        owner = " ".join(q(f"{k}={v}")
+                         for k, v in owner_fields(self.session, self.worker).items())
         stale, lock_stale = self.stale_s, TAKEOVER_LOCK_STALE_S
-        gone = (f"[ \"$(age)\" -gt {stale} ] || [ \"$(own)\" = {q(dead)} ]" if dead
-                else f"[ \"$(age)\" -gt {stale} ]")
-        # The heartbeat first: whoever reads the new owner reads a fresh heartbeat with it.
-        take = (f"beat && printf '%s\\n' \"token=$T\" {owner} \"since=$now\" > "
+        # A holder of this host is never taken over for its heartbeat's age: the caller checks
+        # its pid and names it in `dead` when that process is gone.
+        gone = (f"{{ [ \"$(age)\" -gt {stale} ] && ! here; }} || [ \"$(own)\" = {q(dead)} ]"
+                if dead else f"[ \"$(age)\" -gt {stale} ] && ! here")
+        why = "gone" if dead else "$(age)"
+        # The heartbeat first: whoever reads the new owner reads a fresh heartbeat with it. The
+        # token taken over and why go in the owner file, so that holder learns it lost the lease
+        # to a takeover (and not to a hand edit).
+        take = (f"o=$(own); a={why}; beat && printf '%s\\n' \"token=$T\" {owner} \"since=$now\" "
+                "\"took=$o\" \"tookage=$a\" > "
                 "\"$L/owner.$$\" && mv -f \"$L/owner.$$\" \"$L/owner\"")
         # A free device: the whole lease (heartbeat and owner) is written in a directory of its
         # own and renamed into place, so no other session ever sees it half written. rename(2)
@@ -285,8 +333,30 @@ class DeviceLease:
                 "  else show LEASE_HOLDER; echo LEASE held; fi; "
                 "else show LEASE_HOLDER; echo LEASE held; fi")
 
+    def peek(self) -> Holder | None:
+        """Who holds the lease now, with its heartbeat's age (None when nobody does), without
+        touching it. Raises DeviceError when the device cannot be asked."""
+        script = (self._prelude() + "if [ -e \"$L\" ]; then show LEASE_HOLDER; echo LEASE held; "
+                  "else echo LEASE free; fi")
+        try:
+            _, out = self.run(script, 30.0)
+        except Exception as exc:  # the transport's: AdbError, SshError (DeviceErrors)
+            raise DeviceError(f"{self.serial}: cannot read the device lease: {exc}") from exc
+        if "LEASE free" in out:
+            return None
+        if "LEASE held" not in out:
+            raise DeviceError(f"{self.serial}: cannot read the device lease {self.dir}: the "
+                              f"device answered {out.strip()[-300:]!r}")
+        return Holder(dict(l.split(" ", 1)[1].split("=", 1) for l in out.splitlines()
+                           if l.startswith("LEASE_HOLDER ") and "=" in l))
+
+    def owner(self) -> dict[str, str]:
+        """This lease's holder as a workspace marker names it (token first)."""
+        return {"token": _clean(self.token), **owner_fields(self.session, self.worker)}
+
     def _heartbeat_script(self) -> str:
         return (self._prelude() + "if [ \"$(own)\" = \"$T\" ]; then beat && echo LEASE beat; "
+                "elif [ ! -e \"$L\" ]; then echo LEASE removed; "
                 "else show LEASE_HOLDER; echo LEASE lost; fi")
 
     def _release_script(self) -> str:
@@ -319,10 +389,13 @@ class DeviceLease:
                 how = (f"waited {waited:.0f} s (--lease-wait {wait_s:g}) without it being released"
                        if wait_s > 0 else "not waiting for it (--lease-wait 0, the default; "
                        "give --lease-wait SECONDS to wait)")
+                alive = (f" That process runs on this host, so its lease is kept whatever its "
+                         f"heartbeat says (end it, or remove {self.dir} on the device)."
+                         if holder.here() else "")
                 raise LeaseBusy(
                     f"device {self.serial} is in use by another session: {holder.describe()}; "
                     f"{how}. A lease whose heartbeat is older than {self.stale_s} s is taken "
-                    f"over; the lease is {self.dir} on the device.", holder)
+                    f"over; the lease is {self.dir} on the device.{alive}", holder)
             if not waiting_said:
                 waiting_said = True
                 self.notice(f"{self.serial}: waiting up to {wait_s:g} s for the lease held by "
@@ -381,14 +454,30 @@ class DeviceLease:
                 _, out = held.run(self._heartbeat_script(), 15.0)
             except Exception:  # noqa: BLE001 -- the device is away: the session's calls deal with that
                 continue
-            if "LEASE lost" in out:
+            if "LEASE lost" in out or "LEASE removed" in out:
                 fields = dict(l.split(" ", 1)[1].split("=", 1) for l in out.splitlines()
                               if l.startswith("LEASE_HOLDER ") and "=" in l)
-                held.lost = (f"{self.serial}: this session's device lease was taken over by "
-                             f"{Holder(fields).describe()} (its heartbeat had not reached the "
-                             f"device for more than {self.stale_s} s); the device is not used "
-                             "any more in this session")
+                held.lost = (f"{self.serial}: {self._how_lost(Holder(fields))}; the device is "
+                             "not used any more in this session")
                 return
+
+    def _how_lost(self, now: Holder) -> str:
+        """How this process lost its lease, from what the device holds now (`now`: its owner
+        file, empty when the lease directory or its owner is gone): only an owner whose `took`
+        names this process took it over; anything else is someone else's doing."""
+        lease = f"this session's device lease {self.dir}"
+        if not now.get("token"):
+            return (f"{lease} was removed by someone else (not by this session: its directory "
+                    "or owner file is gone from the device)")
+        if now.get("took") == self.token:
+            age = now.get("tookage")
+            why = ("this process was found gone on its own host" if age == "gone" else
+                   f"its heartbeat had not reached the device for {age} s" if age.isdigit()
+                   else "its heartbeat was stale")
+            return f"{lease} was taken over by {now.describe()} ({why})"
+        return (f"{lease} was rewritten by someone else: it now names {now.describe()}, which "
+                "did not take it over from this session (a hand edit, or the lease removed and "
+                "the free device then taken)")
 
     @property
     def lost(self) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 from harness import output_limit, storage
 from harness.cache import file_sha256
 from harness.config import SocConfig
+from harness.devices import leftovers
 from harness.devices import workspace as ws_rules
 from harness.devices.base import Device
 from harness.devices.lease import DeviceLease, LeaseBusy
@@ -172,6 +173,9 @@ class ShellDevice(Device):
     # What a kept workspace's notice adds after the entries it holds.
     kept_tail = ""
     remove_timeout_s = 30.0  # for the workspace's removal at the end
+    # Where workspaces may be (the workspace rules' scratch area): parents of a nested workspace
+    # that the harness creates below it are removed with it, never the area itself.
+    scratch: PurePosixPath = ws_rules.ANDROID_SCRATCH
 
     def __init__(self, serial: str, soc_config: SocConfig, workspace: PurePosixPath, *,
                  artifacts_dir: Path, keep_workspace: bool, reacquire_s: float,
@@ -264,6 +268,24 @@ class ShellDevice(Device):
         return text
 
     # Set-up ------------------------------------------------------------------------------
+    def _reclaim(self) -> None:
+        """Remove the workspaces that killed sessions left on the device, whose owner is
+        provably gone (`harness.devices.leftovers`), with a notice naming each: called once the
+        lease is held, so no other session uses the device. Best effort: a device that does not
+        answer fails the set-up's next call, not this one."""
+        try:
+            found = leftovers.find(self.sh, self.scratch,
+                                   leftovers.LeaseState.held_by_caller(self.device_lease.token),
+                                   skip=[self.workspace])
+            gone = [left for left in found if left.state == "gone"]
+            done = leftovers.remove(self.sh, gone, self.scratch)
+        except DeviceError as exc:
+            self.log.warning("could not look for workspaces earlier sessions left: %s", exc)
+            return
+        for left in gone:
+            self.notice(f"{self.serial}: reclaimed workspace {left.path} ({left.size()}) of "
+                        f"{left.owner()}: {left.reason}; {done[left.path]}")
+
     def _take_workspace(self, first: str = "") -> None:
         """One shell call (after `first`): take the workspace by its rules
         (harness.devices.workspace), make `files/` and `runs/`, and kill the runners an earlier
@@ -271,7 +293,10 @@ class ShellDevice(Device):
         self._scratch_made = False
         ws = self.workspace
         dirs = " ".join(q(str(ws / d)) for d in ("files", "runs"))
-        code, out = self.sh(f"{first}{{ {ws_rules.take_script(ws)}; }} && mkdir -p {dirs} && "
+        entries = ws_rules.top_entries(ws, [self.runner_path, *self._pushed()]) | {RUNNER_NAME}
+        take = ws_rules.take_script(ws, self.scratch, owner=self.device_lease.owner(),
+                                    keep=self.keep_workspace, entries=entries)
+        code, out = self.sh(f"{first}{{ {take}; }} && mkdir -p {dirs} && "
                             f"{{ {self._leftover_script()}; }}")
         refused = ws_rules.refusal(ws, out)
         if refused:
@@ -599,7 +624,8 @@ class ShellDevice(Device):
         """Remove what this harness wrote in the workspace (`harness.devices.workspace`: only
         with its marker there, the directory itself only if it created it and it is empty)."""
         entries = ws_rules.top_entries(self.workspace, [self.runner_path, *self._pushed()])
-        out = self.sh(ws_rules.remove_script(self.workspace, entries | {RUNNER_NAME}),
+        out = self.sh(ws_rules.remove_script(self.workspace, entries | {RUNNER_NAME},
+                                             self.scratch),
                       timeout=self.remove_timeout_s)[1]
         for line in out.splitlines():
             if line.startswith("HARNESS_WS kept"):

@@ -170,22 +170,81 @@ def test_waiting_for_a_lease_that_is_not_released_gives_up_after_lease_wait(phon
                for n in session.notices), session.notices
 
 
+def lost_after(device, change) -> str:
+    """`change()` the device's lease behind the session's back; why the session lost it."""
+    change()
+    deadline = time.monotonic() + 10
+    while not device.device_lease.lost:
+        assert time.monotonic() < deadline, "the heartbeat did not notice"
+        time.sleep(0.1)
+    with pytest.raises(DeviceError) as exc:
+        device.command(["true"])
+    return str(exc.value)
+
+
 def test_a_session_whose_lease_was_taken_over_stops_using_the_device(phone, tmp_path,
                                                                      monkeypatch):
     monkeypatch.setattr(lease_module, "HEARTBEAT_S", 0.2)
     session = HilSession(options(tmp_path, phone.serial))
     device = session.device
-    # Another session took it over (as it would after this one's heartbeats stopped).
-    (lease_dir(phone) / "owner").write_text(
-        "token=new-host-7-abc\nhost=new-host\npid=7\nsession=newer\nworker=master\nsince=1\n")
-    deadline = time.monotonic() + 10
-    while not device.device_lease.lost:
-        assert time.monotonic() < deadline, "the heartbeat did not notice"
-        time.sleep(0.1)
-    with pytest.raises(DeviceError, match="lease was taken over by host new-host pid 7"):
-        device.command(["true"])
+    # Another session took it over (as it would after this one's heartbeats stopped): its
+    # owner file names the token it took over and the heartbeat's age it saw.
+    text = lost_after(device, lambda: (lease_dir(phone) / "owner").write_text(
+        "token=new-host-7-abc\nhost=new-host\npid=7\nsession=newer\nworker=master\nsince=1\n"
+        f"took={process_token()}\ntookage=131\n"))
+    assert "lease /data/local/tmp/.executorch-hil-lease was taken over by host new-host pid 7" \
+        in text, text
+    assert "its heartbeat had not reached the device for 131 s" in text, text
     session.close()
     assert owner(phone)["host"] == "new-host"  # the new holder's lease is left alone
+
+
+def test_a_lease_rewritten_by_hand_is_said_as_that(phone, tmp_path, monkeypatch):
+    """An owner file edited by hand took nothing over from this session: the session says its
+    lease was rewritten, not that its heartbeat had not reached the device for 120 s."""
+    monkeypatch.setattr(lease_module, "HEARTBEAT_S", 0.2)
+    session = HilSession(options(tmp_path, phone.serial))
+    device = session.device
+    text = lost_after(device, lambda: (lease_dir(phone) / "owner").write_text(
+        "token=new-host-7-abc\nhost=new-host\npid=7\nsession=newer\nworker=master\nsince=1\n"))
+    assert "was rewritten by someone else: it now names host new-host pid 7" in text, text
+    assert "did not take it over from this session" in text and "120 s" not in text, text
+    session.close()
+    assert owner(phone)["host"] == "new-host"
+
+
+def test_a_lease_removed_by_hand_is_said_as_that(phone, tmp_path, monkeypatch):
+    monkeypatch.setattr(lease_module, "HEARTBEAT_S", 0.2)
+    session = HilSession(options(tmp_path, phone.serial))
+    device = session.device
+    text = lost_after(device, lambda: shutil.rmtree(lease_dir(phone)))
+    assert "device lease /data/local/tmp/.executorch-hil-lease was removed by someone else" \
+        in text, text
+    assert "taken over" not in text and "120 s" not in text, text
+    session.close()
+
+
+def test_a_real_takeover_names_the_heartbeat_age_it_saw(phone, monkeypatch):
+    """A session whose heartbeats stopped reaching the device is taken over by another, which
+    says so in the owner file; the first one's lease is then lost as a takeover."""
+    monkeypatch.setattr(lease_module, "HEARTBEAT_S", 3.5)
+    first = other_process(phone, "slow-holder")
+    assert of_another_host(first, monkeypatch) == "taken"
+    first._hold()
+    try:
+        time.sleep(2.2)
+        taker = other_process(phone, "taker", stale_s=1)
+        taker.acquire(0)
+        assert owner(phone)["took"] == "slow-holder" and owner(phone)["tookage"].isdigit()
+        deadline = time.monotonic() + 10
+        while not first.lost:
+            assert time.monotonic() < deadline, "the heartbeat did not notice"
+            time.sleep(0.1)
+        assert re.search(r"was taken over by host \S+ pid \d+ session taker.*its heartbeat had "
+                         r"not reached the device for [2-9] s", first.lost), first.lost
+        taker.release()
+    finally:
+        first.release()
 
 
 @pytest.mark.parametrize("stale", [False, True], ids=["free", "stale"])
@@ -245,6 +304,15 @@ def shell_of(phone):
 def other_process(phone, token: str, **kwargs) -> lease_module.DeviceLease:
     return lease_module.DeviceLease("clock", phone.serial, shell_of(phone), session=token,
                                     worker="w", token=token, **kwargs)
+
+
+def of_another_host(lease: lease_module.DeviceLease, monkeypatch) -> str:
+    """`lease._try()` as a process of another host would (its owner file names another boot of
+    this host): a holder of this host is judged by its pid, and these holders' pid (this
+    process) runs."""
+    with monkeypatch.context() as m:
+        m.setattr(lease_module, "host_boot_id", lambda: "another-boot")
+        return lease._try()[0]
 
 
 def racers(phone, n: int, tag: str) -> list[lease_module.DeviceLease]:
@@ -336,10 +404,10 @@ def test_a_forward_jump_of_the_device_clock_does_not_make_a_live_lease_stale(pho
         phone.set_clock_offset(0)
 
 
-def test_a_backward_jump_of_the_device_clock_does_not_keep_a_dead_lease_fresh(phone):
+def test_a_backward_jump_of_the_device_clock_does_not_keep_a_dead_lease_fresh(phone, monkeypatch):
     """The clock goes an hour back after the holder died: its lease goes stale after the stale
     time of device uptime all the same (a wall-clock age read -3598 s and blocked the phone)."""
-    assert other_process(phone, "dead-holder")._try()[0] == "taken"
+    assert of_another_host(other_process(phone, "dead-holder"), monkeypatch) == "taken"
     phone.set_clock_offset(-3600)
     try:
         time.sleep(3.2)
@@ -392,11 +460,54 @@ def test_a_lease_of_a_dead_process_of_this_host_is_taken_over_at_once(phone, tmp
     device.close()
 
 
+def here(**fields) -> dict[str, str]:
+    """Owner fields of a holder on this host (this process unless `fields` say otherwise)."""
+    return {"host": lease_module._clean(socket.gethostname()),
+            "hostboot": lease_module._clean(lease_module.host_boot_id()),
+            "pid": str(os.getpid()), "pidstart": lease_module.pid_start(os.getpid()), **fields}
+
+
 def test_a_lease_of_a_live_process_of_this_host_is_not_taken(phone, tmp_path):
-    write_lease(phone, age_s=3, host=lease_module._clean(socket.gethostname()),
-                hostboot=lease_module._clean(lease_module.host_boot_id()), pid=str(os.getpid()))
+    write_lease(phone, age_s=3, **here())
     with pytest.raises(LeaseBusy):
         _ = HilSession(options(tmp_path, phone.serial)).device
+
+
+@pytest.mark.parametrize("heartbeat", ["garbage\n", "", "old"], ids=["garbage", "empty", "stale"])
+def test_a_live_holder_of_this_host_is_kept_whatever_its_heartbeat_says(phone, tmp_path,
+                                                                      heartbeat):
+    """A heartbeat edited by hand (garbage, emptied) reads as old as the device's uptime, and a
+    stale one is old: a holder on this host whose process runs keeps its lease all the same
+    (the pid is checked before any takeover of a holder of this host)."""
+    if heartbeat == "old":
+        write_lease(phone, age_s=150, **here())
+    else:
+        write_lease(phone, age_s=0, heartbeat=heartbeat, **here())
+    with pytest.raises(LeaseBusy, match="That process runs on this host"):
+        _ = HilSession(options(tmp_path, phone.serial)).device
+    assert owner(phone)["pid"] == str(os.getpid()) and "took" not in owner(phone)
+
+
+def test_a_garbage_heartbeat_of_a_dead_process_of_this_host_is_taken_at_once(phone, tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    write_lease(phone, age_s=0, heartbeat="garbage\n", **here(pid=str(gone.pid), pidstart=""))
+    session = HilSession(options(tmp_path, phone.serial))
+    device = session.device
+    assert any("no longer runs" in n for n in session.notices), session.notices
+    assert owner(phone)["took"] == "other-host-4242-0123456789ab"
+    assert owner(phone)["tookage"] == "gone"
+    device.close()
+
+
+def test_a_reused_pid_is_not_the_holder(phone, tmp_path):
+    """The holder's pid runs, but as a process that started at another time (the pid was
+    reused after the holder died): the holder is gone, and its lease is taken at once."""
+    write_lease(phone, age_s=3, **here(pidstart="1"))
+    session = HilSession(options(tmp_path, phone.serial))
+    device = session.device
+    assert any("no longer runs" in n for n in session.notices), session.notices
+    device.close()
 
 
 # Two real pytest sessions on one device ----------------------------------------------------------

@@ -131,6 +131,52 @@ def test_workspace_rules_never_delete_a_users_files(board, tmp_path, device):
     device.sh(f"rm -rf {mine} {empty}")
 
 
+def test_a_nested_workspace_removes_the_parents_it_created_and_no_others(board, tmp_path,
+                                                                          device):
+    """A workspace `<root>/users-dir/a/b/ws` where only users-dir existed: a and b go with it,
+    users-dir (the user's) stays."""
+    users = device.root / "users-parent"
+    device.sh(f"mkdir -p {users} && echo precious > {users}/notes.txt")
+    nested = open_(board, tmp_path, device_workspace=str(users / "a" / "b" / "ws"))
+    _, marker = device.sh(f"grep -e ^created= -e ^parents= {users}/a/b/ws/.executorch-hil-workspace")
+    assert marker.split() == ["created=1", "parents=2"], marker
+    nested.close()
+    _, out = device.sh(f"ls -A {users}")
+    assert out.split() == ["notes.txt"], out
+    device.sh(f"rm -rf {users}")
+
+
+def test_a_killed_sessions_workspace_on_a_board_is_reclaimed(board, tmp_path, device):
+    """A workspace whose owner (a process of this host) no longer runs is removed when the
+    next session takes the board, with a notice; a live owner's stays."""
+    import os
+    import socket
+
+    from harness.devices import lease
+
+    def marker(pid: int) -> str:
+        fields = {"created": "1", "token": f"t-{pid}", "host": lease.clean(socket.gethostname()),
+                  "hostboot": lease.clean(lease.host_boot_id()), "pid": str(pid),
+                  "pidstart": lease.pid_start(pid) or "-", "session": f"s{pid}", "worker": "gw0",
+                  "entry": "executorch_hil_runner"}
+        return "\\n".join(f"{k}={v}" for k, v in fields.items())
+
+    dead, live = device.root / "ws-dead0001-gw0", device.root / "ws-live0001-gw0"
+    for path, pid in ((dead, 4194999), (live, os.getpid())):
+        device.sh(f"mkdir -p {path}/runs && echo x > {path}/executorch_hil_runner && "
+                  f"printf '{marker(pid)}\\n' > {path}/.executorch-hil-workspace")
+    again = open_(board, tmp_path)
+    try:
+        notes = [n for n in again.notices if "reclaimed workspace" in n]
+        assert len(notes) == 1 and str(dead) in notes[0] and "no longer runs" in notes[0], \
+            again.notices
+        assert device.sh(f"test -e {dead}")[0] != 0
+        assert device.sh(f"test -f {live}/.executorch-hil-workspace")[0] == 0
+    finally:
+        again.close()
+        device.sh(f"rm -rf {live}")
+
+
 # Runs -----------------------------------------------------------------------------------------
 
 def test_scenarios_run_as_forks_over_the_session_connection(device, compiled_model, tmp_path):

@@ -147,7 +147,8 @@ class AdbDevice(ShellDevice):
               env: dict[str, str] | None = None, backends: tuple[str, ...] | None = None,
               dsp_heap_note: str = "") -> None:
         """Take the device's lease (waiting up to `lease_wait` seconds for another session's),
-        then create the workspace (killing runners an earlier session left running in it) and
+        reclaim the workspaces of sessions that are gone (`ShellDevice._reclaim`), then create
+        the workspace (killing runners an earlier session left running in it) and
         push the runner and the QNN libraries, each only when the device lacks its bytes.
         `env` is what every run gets (the interposer's settings, the DSP heap reading's)."""
         self.runner_source = runner
@@ -160,6 +161,7 @@ class AdbDevice(ShellDevice):
             self.info.details["backends"] = ",".join(backends) or "none"
         self.device_lease.acquire(self.lease_wait)
         try:
+            self._reclaim()
             self._install()
         except BaseException:
             self.device_lease.release()

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from harness.devices.kinds import DeviceKind, OpenContext
 from harness.devices.ssh.target import claims as _claims, parse_target
+from harness.devices.workspace import check_characters
 
 from harness.errors import ConfigError
 
@@ -56,6 +57,8 @@ class SshKind(DeviceKind):
         if config and not Path(config).is_file():
             raise ConfigError(f"--ssh-config {config}: no such file")
         workspace = context.options.device_workspace
+        if workspace is not None:
+            check_characters(workspace)
         if workspace is not None and (not workspace.startswith("/")
                                       or f"/{ROOT_NAME}/" not in workspace.rstrip("/")):
             raise ConfigError(f"--device-workspace {workspace!r}: on an ssh board a workspace "

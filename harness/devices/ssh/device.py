@@ -98,6 +98,7 @@ class SshDevice(ShellDevice):
         self.transport = transport
         self.identity = identity
         self.root = root
+        self.scratch = root  # the workspace rules' scratch area on a board
         self.machine = machine or identity.machine
         self.device_lease = DeviceLease(f"ssh:{self.serial}", self.serial, self.transport.run,
                                         session=session_id, worker=worker, notice=self.notice,
@@ -131,7 +132,8 @@ class SshDevice(ShellDevice):
 
     # Set-up --------------------------------------------------------------------------------
     def setup(self, payload: Payload) -> None:
-        """Take the lease, then the workspace, then push what the board lacks."""
+        """Take the lease, reclaim the workspaces of sessions that are gone, then take the
+        workspace, then push what the board lacks."""
         self.payload = payload
         self.run_env = dict(payload.env)
         self.dsp_heap = payload.dsp_heap
@@ -140,6 +142,7 @@ class SshDevice(ShellDevice):
         self.info.details["backends"] = ",".join(payload.backends) or "none"
         self.device_lease.acquire(self.lease_wait)
         try:
+            self._reclaim()
             self._install()
             if self.machine != self.identity.machine:
                 self._check_runs_here()
