@@ -279,14 +279,14 @@ def main(argv: list[str]) -> int:
                 print(f"{m.name}: equivalent on {args.variant}, not run: "
                       f"{m.equivalent_on(args.variant)}", flush=True)
                 continue
-            tests = reachable(baseline, m)
-            if not tests and not fixed(baseline, m):
+            tests, turned = reachable(baseline, m), fixed(baseline, m)
+            if not tests and not turned:
                 outcomes.append(Outcome(m, verdict="not reached"))
                 continue
             spent, ran = 0.0, 0
             plan = [(stage, True) for stage in stages(tests)]
-            if fixed(baseline, m):
-                plan.append((fixed(baseline, m), False))
+            if turned:
+                plan.append((turned, False))
             for k, (stage, stop_at_first) in enumerate(plan):
                 doc, status, seconds = run_pass(args.out / m.name / f"stage{k + 1}",
                                                 args.variant, stage, m.environment(),
