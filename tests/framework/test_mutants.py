@@ -162,3 +162,21 @@ def test_on_a_fix_model_a_mutant_that_brings_the_bug_back_is_killed():
     assert outcome.verdict == "killed" and "fixed unmutated, xfailed now" in outcome.killed_by[0]
     still = {"tests": [{"nodeid": "s3", "outcome": "failed", "xpass_strict": True}], "runs": []}
     assert judge(m, baseline, still).verdict == "survived"
+
+
+def test_a_race_that_ends_elsewhere_is_not_a_masked_mutant():
+    """A racing test's XFAIL meets its race's endings at other steps from run to run with
+    nothing injected: judged by its outcome only, never masked by where its runs failed."""
+    (m,) = [m for m in load_mutants() if m.name == "init-leaks-16k"]
+
+    def doc(step):
+        return {"tests": [{"nodeid": node, "outcome": "xfailed", "known_issue": "race"}
+                          for node in (RACE, PLAIN)],
+                "runs": [{"nodeid": node, "scenario": "s", "occurrence": 0, "steps": [],
+                          "failures": [{"kind": "error", "step": step}]}
+                         for node in (RACE, PLAIN)]}
+
+    RACE = "tests/hil/test_concurrent_execute.py::test_forced_destroy_during_execute[x]"
+    PLAIN = "tests/hil/test_init_failure.py::test_s6_failed_init_releases_every_handle[y]"
+    outcome = judge(m, doc(3), doc(5))
+    assert outcome.verdict == "masked" and [PLAIN in w for w in outcome.masked_by] == [True]
