@@ -277,8 +277,11 @@ class Wrapper final : public BackendInterface {
       real_->destroy(handle);
       if (m && m->op == "destroy_twice" && at_nth(*m, n)) real_->destroy(handle);
     } else {
-      fix_destroy(handle, m && m->op == "users_off_by_one" ? 1 : 0,
-                  m && m->op == "destroy_twice" && at_nth(*m, n));
+      long off_by = m && m->op == "users_off_by_one" ? 1 : 0;
+      fix_destroy(handle, off_by);
+      // Made twice at this boundary: the fix's own destroy runs again on the same handle, so a
+      // manager methods of one Module share loses two users for one destroy.
+      if (m && m->op == "destroy_twice" && at_nth(*m, n)) fix_destroy(handle, off_by);
     }
     log_call(name_, "destroy", handle, 0);
   }
@@ -435,7 +438,7 @@ class Wrapper final : public BackendInterface {
     return handle;
   }
 
-  void fix_destroy(DelegateHandle* handle, long off_by, bool twice) const {
+  void fix_destroy(DelegateHandle* handle, long off_by) const {
     std::unique_lock<std::shared_mutex> gate(state_.exec_gate, std::defer_lock);
     if (cfg().variant == Variant::FixModelSerialized) gate.lock();
     bool last = true;
@@ -456,7 +459,6 @@ class Wrapper final : public BackendInterface {
       }
     }
     if (last) real_->destroy(handle);
-    if (last && twice) real_->destroy(handle);
   }
 
   const char* name_;
