@@ -113,26 +113,28 @@ def run_pass(out: Path, variant: str, args: list[str], env: dict[str, str],
     return json.loads(results.read_text()), proc.returncode, seconds
 
 
+def _reaching(baseline: dict, mutant: Mutant) -> set[str]:
+    """The tests some unmutated run of which loaded a program of the mutant's backend."""
+    return {r["nodeid"] for r in baseline.get("runs", [])
+            if mutant.backend in {m.get("backend") for m in r.get("modules", {}).values()}}
+
+
 def reachable(baseline: dict, mutant: Mutant) -> list[str]:
     """The tests whose unmutated runs loaded a program of the mutant's backend, in the
     unmutated run's order (the cheap suites first is the caller's choice of arguments),
     but for those that failed unmutated: a failure there cannot be the mutant's (on a fix
     model the seed's XPASS(strict) fail by design), and under `-x` it would end the pass
     before any test that can kill it ran."""
-    ran: dict[str, bool] = {}
-    for run in baseline.get("runs", []):
-        backends = {m.get("backend") for m in run.get("modules", {}).values()}
-        ran[run["nodeid"]] = ran.get(run["nodeid"], False) or mutant.backend in backends
+    ran = _reaching(baseline, mutant)
     return [t["nodeid"] for t in baseline["tests"]
-            if ran.get(t["nodeid"]) and t["outcome"] not in ("failed", "error")]
+            if t["nodeid"] in ran and t["outcome"] not in FAILED]
 
 
 def fixed(baseline: dict, mutant: Mutant) -> list[str]:
     """The reachable tests that were XPASS(strict) unmutated: on a fix model, the cells the fix
     turned; a mutant that brings their bug back changes them. They fail by design, so they run
     in a last stage of their own, without -x."""
-    ran = {r["nodeid"] for r in baseline.get("runs", [])
-           if mutant.backend in {m.get("backend") for m in r.get("modules", {}).values()}}
+    ran = _reaching(baseline, mutant)
     return [t["nodeid"] for t in baseline["tests"]
             if t["nodeid"] in ran and t.get("xpass_strict")]
 

@@ -441,7 +441,8 @@ class HilReport:
         prefix.append(headline_section(doc["devices"], doc["environment"], RESULTS_NAME))
         postfix.append(devices_section(doc["devices"]))
         postfix.append(known_issues_section(doc["known_issues"]["met"],
-                                            doc["known_issues"]["unmatched"]))
+                                            doc["known_issues"]["unmatched"],
+                                            doc["known_issues"]["defects"]))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_report_title(self, report) -> None:

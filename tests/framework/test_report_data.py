@@ -194,7 +194,7 @@ def test_simulator_has_no_phone_state_and_says_so():
     assert SIMULATOR_REASON in devices_section([{"kind": "simulator", "serial": "simulator",
                                                  "state": {"start": state, "end": state}}])
     assert "stale-one" in known_issues_section({}, [{"id": "stale-one", "source": "k.yaml",
-                                                     "tests": ["t.py::x"]}])
+                                                     "tests": ["t.py::x"]}], {})
 
 
 # compare ----------------------------------------------------------------------------------------
