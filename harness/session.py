@@ -51,6 +51,7 @@ class HilSession:
         # for the header and summary.
         self._notices = NoticeCollector(self).attach()
         self._farm: FarmFailover | None = None  # on a labgrid farm
+        self._closed = False
         self.farm_tests: dict[str, list[str]] = {}  # device label -> "nodeid outcome", in order
 
     @property
@@ -360,9 +361,14 @@ class HilSession:
 
     def close(self) -> None:
         """End the session's use of its device and farm: runners killed, workspace removed,
-        lease released, reservations cancelled, to the end even through a second Ctrl-C."""
+        lease released, reservations cancelled, to the end even through a second Ctrl-C.
+        A second close does nothing (`--mutate` ends the session's use of the device before its
+        mutant passes take it, and unconfigure closes again)."""
         with interrupts_deferred("killing runners, removing the workspace, releasing the "
                                  "device lease and the farm's reservations"):
+            if self._closed:
+                return
+            self._closed = True
             try:
                 if self._device is not None:
                     self._device.close()

@@ -49,5 +49,6 @@ pytest_plugins = [
     "harness.plugin.fixtures",
     "harness.plugin.session",
     "harness.report.plugin",
+    "harness.report.mutation",
 ]
 

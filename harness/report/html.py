@@ -4,7 +4,8 @@ pytest-html 4 builds the page (results table, filters, the per-test expandable r
 viewer); this module only fills in what it shows for a HIL test: a small step table per
 scenario run (built with `html.escape`), a matplotlib plot per run (harness.report.plots),
 the runtime's log lines and the QNN calls of the failing step; and, in the summary, each
-device's identity, SoC config and state, and the known issues met and unmatched.
+device's identity, SoC config and state, the known issues met and unmatched, and a mutation
+run's table (`--mutate`, `harness mutate`).
 """
 
 from __future__ import annotations
@@ -298,6 +299,26 @@ def known_issues_section(met: dict[str, dict], unmatched: list[dict],
                      "a collected test.</p>")
     parts.append("</div>")
     return "".join(parts)
+
+
+def mutation_section(doc: dict) -> str:
+    """A mutation run's table (harness.mutation: `--mutate` or `harness mutate`): per mutant its
+    class, verdict, the tests that killed it or the known issues that masked it, and the defect
+    it injects; a masked or surviving mutant is a row in red."""
+    rows = []
+    for m in doc["mutants"]:
+        who = m["masked_by"] or m["killed_by"]
+        shown = "; ".join(who[:3]) + (f" (+{len(who) - 3})" if len(who) > 3 else "")
+        rows.append(_row([m["name"], m["class"], m["verdict"], shown or "-",
+                          _clip(m["description"], 300), f"{m['seconds']:.0f}"],
+                         failing=m["verdict"] in ("masked", "survived"), numeric={5}))
+    return (f'{STYLE}<div class="hil"><h2>Mutation score {doc["score"]:.0%} on '
+            f'{escape(doc["variant"])}</h2><p>{doc["killed"]} killed, {doc["masked"]} masked, '
+            f'{doc["survived"]} survived, {doc["not_reached"]} not reached, '
+            f'{doc["equivalent"]} equivalent, of {len(doc["mutants"])} mutants in '
+            f'{doc["seconds"]:.0f} s; tests: {escape(" ".join(doc["args"])[:500])}</p>'
+            "<table><tr><th>mutant</th><th>class</th><th>verdict</th><th>killed by / masked by"
+            "</th><th>defect injected</th><th>s</th></tr>" + "".join(rows) + "</table></div>")
 
 
 def headline_section(devices: list[dict], environment: dict, results_name: str) -> str:

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from harness.commands.mutate import judge, sample, stages
+from harness.mutation.verdicts import judge, sample, stages
 from harness.errors import ConfigError
 from harness.runtime.mutants import CATALOGUE, OPERATORS, Mutant, load_mutants
 from harness.runtime.variants import SOURCE
@@ -110,7 +110,7 @@ def test_the_sample_rotates_with_its_key_and_covers_the_catalogue():
 
 
 def test_an_equivalent_mutant_needs_its_evidence_and_is_not_scored(tmp_path):
-    from harness.commands.mutate import Outcome, score
+    from harness.mutation.verdicts import Outcome, score
     from harness.errors import ConfigError
     from harness.runtime.mutants import load_mutants
 
@@ -134,7 +134,7 @@ def test_an_equivalent_mutant_needs_its_evidence_and_is_not_scored(tmp_path):
 def test_a_pass_leaves_out_tests_that_failed_unmutated():
     """On a fix model the seed's XPASS(strict) fail by design: under -x the first of them
     would end every mutant's pass before a test that can kill it ran."""
-    from harness.commands.mutate import reachable
+    from harness.mutation.verdicts import reachable
 
     (m,) = [m for m in load_mutants() if m.name == "init-leaks-16k"]
     qnn = {"A": {"backend": "qnn"}}
@@ -147,7 +147,7 @@ def test_a_pass_leaves_out_tests_that_failed_unmutated():
 
 
 def test_on_a_fix_model_a_mutant_that_brings_the_bug_back_is_killed():
-    from harness.commands.mutate import fixed
+    from harness.mutation.verdicts import fixed
 
     (m,) = [m for m in load_mutants() if m.name == "users-off-by-one"]
     qnn = {"A": {"backend": "qnn"}}
@@ -180,3 +180,13 @@ def test_a_race_that_ends_elsewhere_is_not_a_masked_mutant():
     PLAIN = "tests/hil/test_init_failure.py::test_s6_failed_init_releases_every_handle[y]"
     outcome = judge(m, doc(3), doc(5))
     assert outcome.verdict == "masked" and [PLAIN in w for w in outcome.masked_by] == [True]
+
+
+def test_a_session_passes_its_options_to_the_mutant_passes_but_not_its_tests_or_reports():
+    from harness.report.mutation import pass_options
+
+    argv = ["tests/hil/test_isolation.py", "-k", "s1", "--device=emulator-5554", "-n", "2",
+            "--hil-report", "out", "--mutate=3", "--mutate-floor", "1.0", "-x",
+            "--runtime-variant=stock", "--junitxml=j.xml", "tests/hil/test_soak.py::t"]
+    assert pass_options(argv, ["tests/hil/test_isolation.py", "tests/hil/test_soak.py::t"]) == [
+        "-k", "s1", "--device=emulator-5554", "-n", "2"]

@@ -87,3 +87,37 @@ def test_a_variant_on_a_device_of_another_build_is_one_clear_error(monkeypatch):
         device_preload(PurePosixPath("/data/local/tmp/ws"), "arm64-linux", "phone 1234")
     monkeypatch.setenv(ENV, "none")
     assert device_preload(PurePosixPath("/data/local/tmp/ws"), "arm64-linux", "phone 1234") == ({}, {})
+
+
+def test_mutate_in_a_session_kills_a_defect_and_fails_below_its_floor(tmp_path):
+    """`--mutate`: the session is the unmutated run, each mutant a pass of its own; a wrong
+    output is killed (exit 0 at floor 1), a mutant the session's tests cannot reach scores
+    nothing and fails the floor (exit 1); the table is in the summary, the page and results.json."""
+    pick = ("-k", "s1 and fp16", "--runtime-variant=stock", "--mutate-floor=1.0")
+    proc, doc = session(tmp_path, "killed", str(ISOLATION), *pick,
+                        "--mutate=output-perturbed-every-execute")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    (mutant,) = doc["mutation"]["mutants"]
+    assert mutant["verdict"] == "killed" and "test_s1_" in mutant["killed_by"][0], mutant
+    assert "score 100%: 1 killed" in proc.stdout
+    assert "Mutation score 100% on stock" in (tmp_path / "killed" / "report.html").read_text()
+
+    proc, doc = session(tmp_path, "unreached", str(ISOLATION), *pick,
+                        "--mutate=xnnpack-output-perturbed")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert doc["mutation"]["not_reached"] == 1 and doc["mutation"]["score"] == 0.0
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--runtime-variant=stock", "--mutate=2"), "--mutate needs --hil-report"),
+    (("--mutate=2", "--hil-report=REPORT"), "--mutate needs --runtime-variant"),
+    (("--runtime-variant=stock", "--hil-report=REPORT", "--mutate=no-such-mutant"),
+     "no mutant no-such-mutant in the catalogue"),
+])
+def test_mutate_refuses_what_it_cannot_run(tmp_path, args, words):
+    args = tuple(a.replace("REPORT", str(tmp_path / "r")) for a in args)
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(ISOLATION), "-p",
+                           "no:cacheprovider", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 4, proc.stdout[-2000:]
+    assert words in proc.stderr

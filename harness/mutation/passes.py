@@ -1,0 +1,92 @@
+"""The pytest passes of a mutation run: one per stage of each mutant, each a pytest process
+with the mutant in its environment and its own `--hil-report`, judged against an unmutated run.
+
+The runtime reads the mutant when a runner starts (the wrapper's and the interposer's
+environment variables), so no build happens per mutant, and fork servers start once per pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.mutation.verdicts import Outcome, fixed, judge, reachable, stages
+from harness.runtime.mutants import Mutant
+
+PASS_TIMEOUT_S = 3600
+RUNNER_TIMEOUT_S = 120  # a hanging mutant is a killed one after this, not a stalled pass
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_pass(out: Path, variant: str, args: list[str], env: dict[str, str],
+             stop_at_first: bool, options: tuple[str, ...] = ()) -> tuple[dict, int, float]:
+    """One pytest run of `args` (test ids or paths) with a report in `out`: (results.json,
+    exit status, seconds). `options` are the caller's own pytest options (a device, a runner),
+    passed on unchanged."""
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pytest", *options, *args, "-q", "-p", "no:cacheprovider",
+            "--tb=no", f"--runtime-variant={variant}", f"--hil-report={out}",
+            f"--artifacts-dir={out / 'artifacts'}", f"--runner-timeout={RUNNER_TIMEOUT_S}"]
+    if stop_at_first:
+        argv.append("-x")
+    started = time.monotonic()
+    with open(out / "pytest.log", "w") as log:
+        proc = subprocess.run(argv, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=log,
+                              stderr=subprocess.STDOUT, timeout=PASS_TIMEOUT_S)
+    seconds = time.monotonic() - started
+    results = out / "results.json"
+    if not results.is_file():
+        tail = (out / "pytest.log").read_text(errors="replace")[-2000:]
+        raise HarnessError(f"the pass in {out} wrote no results.json (exit {proc.returncode}):"
+                           f"\n{tail}")
+    return json.loads(results.read_text()), proc.returncode, seconds
+
+
+def run_mutant(mutant: Mutant, baseline: dict, variant: str, out: Path,
+               options: tuple[str, ...] = ()) -> Outcome:
+    """One mutant against the unmutated run `baseline`: only the tests that can reach it, in
+    stages (verdicts.STAGES), each stopping at the first kill (`-x`), the next only while it
+    survives; last, without `-x`, the tests a fix model turned XPASS(strict) (they fail by
+    design, and a mutant that brings their bug back changes them)."""
+    if mutant.equivalent_on(variant):
+        return Outcome(mutant, verdict="equivalent")
+    tests, turned = reachable(baseline, mutant), fixed(baseline, mutant)
+    if not tests and not turned:
+        return Outcome(mutant, verdict="not reached")
+    plan = [(stage, True) for stage in stages(tests)]
+    if turned:
+        plan.append((turned, False))
+    spent, ran, status = 0.0, 0, None
+    outcome = Outcome(mutant)
+    for k, (stage, stop_at_first) in enumerate(plan):
+        doc, status, seconds = run_pass(out / mutant.name / f"stage{k + 1}", variant, stage,
+                                        mutant.environment(), stop_at_first, options)
+        outcome = judge(mutant, baseline, doc)
+        spent, ran = spent + seconds, ran + outcome.tests_run
+        if outcome.verdict != "survived":
+            break
+    outcome.seconds, outcome.exit_status, outcome.tests_run = spent, status, ran
+    return outcome
+
+
+def run_mutants(mutants: list[Mutant], baseline: dict, variant: str, out: Path,
+                options: tuple[str, ...] = (),
+                progress: Callable[[str], None] = lambda line: None) -> list[Outcome]:
+    """Every mutant of `mutants` against `baseline`, in order, each line of progress told."""
+    outcomes = []
+    for mutant in mutants:
+        outcome = run_mutant(mutant, baseline, variant, out, options)
+        outcomes.append(outcome)
+        if outcome.verdict == "equivalent":
+            progress(f"{mutant.name}: equivalent on {variant}, not run: "
+                     f"{mutant.equivalent_on(variant)}")
+        else:
+            progress(f"{mutant.name}: {outcome.verdict} ({outcome.tests_run} tests, "
+                     f"{outcome.seconds:.0f} s)")
+    return outcomes
