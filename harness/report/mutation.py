@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,9 +131,11 @@ class Mutation:
             return
         from harness.mutation.passes import run_mutants
         from harness.mutation.verdicts import document, passes
-        from harness.report.plugin import RESULTS_NAME
+        from harness.report.plugin import RESULTS_NAME, report_directory
 
-        directory = Path(self.config.getoption("hil_report")).resolve()
+        directory = report_directory(self.config)
+        if directory is None:
+            return
         results = directory / RESULTS_NAME
         if not results.is_file():
             self.error = f"no {results} to run the mutants against"

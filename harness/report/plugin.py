@@ -38,6 +38,7 @@ from harness.log import disk_full_tolerated
 from harness.results.failures import failure_of, run_failures
 from harness.plugin.keys import DRIVER, ISSUE, SESSION, is_hil
 from harness.plugin.known_issues import unmatched_issues
+from harness.report.claim import REDIRECT_ENV, claim
 from harness.qnn.sdk import built_against_core_api
 from harness.runtime import executorch_version
 from harness.runtime import qairt_version
@@ -72,19 +73,41 @@ def pytest_configure(config: pytest.Config) -> None:
     """Before pytest-html's own pytest_configure: point it at DIR/report.html, self-contained."""
     directory = config.getoption("hil_report", None)
     report_dir = Path(directory).resolve() if directory else None
+    notice = ""
     if report_dir is not None:
         if not config.pluginmanager.hasplugin("html") or not hasattr(config.option, "htmlpath"):
             raise pytest.UsageError("--hil-report needs the pytest-html plugin (pip install "
                                     "'pytest-html>=4.1,<5'; it is disabled with -p no:html)")
+        if hasattr(config, "workerinput"):  # the controller's choice (claim.REDIRECT_ENV)
+            report_dir = Path(os.environ.get(REDIRECT_ENV) or report_dir)
+        else:
+            try:
+                report_dir, notice = claim(report_dir)
+            except OSError as exc:
+                raise pytest.UsageError(f"--hil-report {report_dir}: cannot write there: "
+                                        f"{exc.strerror or exc}") from None
+            os.environ[REDIRECT_ENV] = str(report_dir)
         if not config.option.htmlpath:
             config.option.htmlpath = str(report_dir / PAGE_NAME)
             config.option.self_contained_html = True
-        if not hasattr(config, "workerinput"):
-            report_dir.mkdir(parents=True, exist_ok=True)
+        if notice:
+            config.issue_config_time_warning(pytest.PytestConfigWarning(notice), stacklevel=2)
     plugin = HilReport(config, report_dir)
+    plugin.notice = notice
     config.stash[_STATE_KEY] = plugin
     config.pluginmanager.register(plugin, "executorch_hil_report")
     config.pluginmanager.register(_FullDiskAtFinish(), "executorch_hil_full_disk")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        os.environ.pop(REDIRECT_ENV, None)
+
+
+def report_directory(config: pytest.Config) -> Path | None:
+    """Where this session's --hil-report goes: DIR, or beside it when a live session had it."""
+    plugin = config.stash.get(_STATE_KEY, None)
+    return plugin.directory if plugin is not None else None
 
 
 class _FullDiskAtFinish:
@@ -136,6 +159,7 @@ class HilReport:
         self.issues: dict[str, dict] = {}  # known issue id -> what it is
         self.unmatched: dict[str, dict] = {}
         self.started = time.time()
+        self.notice = ""  # where the report went instead of --hil-report's DIR, and why
 
     # This process's device ------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
@@ -346,6 +370,8 @@ class HilReport:
         if self.active:
             terminalreporter.write_line(self.bridge_line())
         if self.directory is not None:
+            if self.notice:
+                terminalreporter.write_line(f"hil report: {self.notice}", yellow=True)
             terminalreporter.write_line(f"hil report: {self.directory / PAGE_NAME} and "
                                         f"{self.directory / RESULTS_NAME}")
 

@@ -294,3 +294,30 @@ def test_compare_a_results_file_that_is_not_utf8_is_an_error(tmp_path, capsys):
     bad.write_bytes(json.dumps(doc(tmp_path)).encode().replace(b'"passed"', b'"pa\xffssed"'))
     assert compare_main([str(bad), str(good)]) == 2
     assert "not UTF-8" in capsys.readouterr().err
+
+
+def test_a_report_directory_claimed_by_a_live_session_is_left_to_it(tmp_path):
+    """--hil-report DIR of a live session: the next one writes beside it and says so; a claim
+    whose process is gone, or that is not a claim, is taken over."""
+    import subprocess
+
+    from harness.devices.lease import host_boot_id, pid_start
+    from harness.report.claim import CLAIM, claim
+
+    report = tmp_path / "report"
+    assert claim(report) == (report, "")
+    assert claim(report) == (report, "")  # this process's own claim
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        (report / CLAIM).write_text(json.dumps({"pid": str(other.pid),
+                                                "start": pid_start(other.pid),
+                                                "boot": host_boot_id()}))
+        beside, notice = claim(report)
+        assert beside != report and beside.name.startswith("report-") and beside.is_dir()
+        assert f"--hil-report {report} belongs to a live session (pid {other.pid}" in notice
+    finally:
+        other.kill()
+        other.wait()
+    assert claim(report) == (report, "")  # its owner is gone
+    (report / CLAIM).write_text("[not a claim")
+    assert claim(report) == (report, "")

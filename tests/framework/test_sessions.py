@@ -1,6 +1,7 @@
 """Sessions never share working files: two pytest sessions at once in one checkout, with the
-same --artifacts-dir, give the same verdicts as one at a time; and a damaged compile cache
-entry is rebuilt, never used."""
+same --artifacts-dir and the same --hil-report, give the same verdicts as one at a time, each
+its own report (the second beside the first's, said); and a damaged compile cache entry is
+rebuilt, never used."""
 
 import json
 import os
@@ -18,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_two_sessions_at_once_in_one_checkout(tmp_path):
-    artifacts = tmp_path / "artifacts"
+    artifacts, report = tmp_path / "artifacts", tmp_path / "report"
     cmd = [sys.executable, "-m", "pytest", "tests/hil/test_isolation.py", "-q", "-p",
            "no:cacheprovider", "-k", "fp16 and (s1 or s2 or s4)", f"--artifacts-dir={artifacts}",
-           "--keep-artifacts"]
+           "--keep-artifacts", f"--hil-report={report}"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for _ in range(2)]
@@ -35,6 +36,12 @@ def test_two_sessions_at_once_in_one_checkout(tmp_path):
         traces = list(session.rglob("qnn_trace.txt"))
         assert len(traces) == 4 and all(t.stat().st_size > 0 for t in traces), traces
     assert (artifacts / "latest").resolve() in [s.resolve() for s in sessions]
+    reports = sorted(tmp_path.glob("report*"))
+    assert [r.name for r in reports][:1] == ["report"] and len(reports) == 2, reports
+    ids = {json.loads((r / "results.json").read_text())["session_id"] for r in reports}
+    assert len(ids) == 2 and all((r / "report.html").is_file() for r in reports), ids
+    said = [out for out in outputs if f"--hil-report {report} belongs to a live session" in out]
+    assert len(said) == 1 and str(reports[1]) in said[0], outputs
 
 
 def test_a_damaged_cached_program_is_rebuilt_with_a_notice(tmp_path, monkeypatch):
