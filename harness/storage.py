@@ -63,6 +63,24 @@ def host_full_note(path: Path) -> str:
     return full_note(str(path), st.f_bavail * st.f_frsize // 1024, st.f_blocks * st.f_frsize // 1024)
 
 
+FULL_WORDS = ("No space left on device", "[Errno 28]", "Disk quota exceeded", "[Errno 122]")
+"""How a child process (a compile, a build) says a write met a full disk or a quota."""
+
+
+def full_disk_reason(text: str, path: Path) -> str:
+    """Why a child that wrote under `path` failed, when the reason is a full disk: its own
+    words (FULL_WORDS in its output `text`) or the free space there now; "" otherwise. The
+    child may have removed its partial files before it exited, so its words come first."""
+    said = any(w in text for w in FULL_WORDS)
+    note = host_full_note(path)
+    if note:
+        return note
+    if said:
+        return (f"the storage holding {path} is full (the child said: No space left on "
+                "device); free space there and run again")
+    return ""
+
+
 def _shown(path: Path, limit: int = 120) -> str:
     """`path` for a message: a name of thousands of bytes is cut, its length said."""
     text = str(path)

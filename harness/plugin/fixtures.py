@@ -93,9 +93,12 @@ def compiled_model(hil_session: HilSession, hil_device) -> Callable[..., Compile
         try:
             model = hil_session.model(name, precision, options or None)
         except HarnessError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        skip_without_backend(hil_device, model)
-        return model
+            error = str(exc)
+        else:
+            skip_without_backend(hil_device, model)
+            return model
+        # outside the handler: the message once, not again as "During handling of the above"
+        pytest.fail(error, pytrace=False)
     return factory
 
 
@@ -117,13 +120,16 @@ def hil_program(request: pytest.FixtureRequest, hil_session: HilSession, hil_dev
     program (with inputs and a reference from its solo run). Skips, with the reason, when the
     program lacks what the test's hil_programs marker needs."""
     param = request.param
+    error = ""
     try:
         if param.pte is not None:
             model = hil_session.program(param.pte)
         else:
             model = hil_session.model(param.name, param.precision, dict(param.options) or None)
     except HarnessError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        error = str(exc)
+    if error:  # outside the handler: the message once (see compiled_model)
+        pytest.fail(error, pytrace=False)
     skip_without_backend(hil_device, model)
     reason = unmet_needs(model, param.needs)
     if reason:

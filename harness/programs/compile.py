@@ -293,6 +293,12 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
                 log_dir.mkdir(parents=True, exist_ok=True)
                 (log_dir / f"compile-{spec.name}-{soc}-{precision}{tag}.log").write_text(log)
         if returncode != 0 or not (tmp_dir / "meta.json").exists():
+            from harness.storage import full_disk_reason
+
+            full = full_disk_reason(log, out_dir.parent)
+            if full:  # the reason, not the lowering's log
+                raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} failed: "
+                                 f"{full}, or point EXECUTORCH_HIL_CACHE at another disk")
             tail = "\n".join(log.strip().splitlines()[-25:])
             raise ModelError(f"compiling {spec.name} for {soc} {precision}{tag} failed "
                              f"(exit {returncode}):\n{tail}")

@@ -105,7 +105,12 @@ def choose_runner(requested: str) -> RunnerChoice:
         if requested == "native":
             raise HarnessError(f"--runner=native: {exc}") from exc
         first = str(exc).splitlines()[0]
-        return RunnerChoice("python", None, f"native runner build failed ({first}); using the Python runner")
+        log = next((line[len("build log: "):] for line in str(exc).splitlines()
+                    if line.startswith("build log: ")), "")
+        why = f"{exc.reason}; " if exc.reason else ""
+        where = f"; build log: {log}" if log else ""
+        return RunnerChoice("python", None, f"native runner build failed: {why}{first}{where}; "
+                                            "using the Python runner")
 
 
 # --------------------------------------------------------------------------- device builds

@@ -4,7 +4,10 @@ issue's xfail stays an xfail), with one notice naming the directory and no trace
 "[Errno 28] No space left on device" from writing result.json, and the session ended in a
 traceback. The tmpfs is real (mount needs root; skipped without). Under xdist (the default)
 the notice is said in a worker, whose terminal nobody sees: the controller prints it, once for
-both workers."""
+both workers. A full harness cache (a cold EXECUTORCH_HIL_CACHE on a 1 MiB tmpfs) was an ERROR
+with the lowering log and the OSError printed twice, the directory unnamed, and the native
+runner build failing on it switched to the Python runner without a reason: now each says the
+storage that is full, once."""
 
 from __future__ import annotations
 
@@ -16,6 +19,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def small_tmpfs(where: Path, size: str) -> None:
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
 
 
 @pytest.fixture
@@ -57,3 +68,25 @@ def test_a_full_disk_keeps_the_verdicts_with_one_notice(full_disk, tmp_path, wor
     assert "Traceback" not in out and "INTERNALERROR" not in out, out[-4000:]
     notices = [line for line in out.splitlines() if "No space left on device (writing" in line]
     assert len(notices) == 1 and str(full_disk) in notices[0], notices
+
+
+def test_a_full_harness_cache_is_said_once_with_its_directory(tmp_path):
+    cache = tmp_path / "cache"
+    small_tmpfs(cache, "1m")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "tests/hil/test_isolation.py::"
+             "test_s1_two_modules_same_program[linear_relu-fp16-A]", "-p", "no:cacheprovider",
+             "-n", "0", "-rA",
+             f"--artifacts-dir={tmp_path / 'artifacts'}"],
+            cwd=REPO, capture_output=True, text=True, timeout=600,
+            env={**os.environ, "EXECUTORCH_HIL_CACHE": str(cache)})
+    finally:
+        subprocess.run(["umount", "-l", str(cache)], check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "1 error" in out, out[-4000:]
+    said = f"the storage holding {cache}/models is full"
+    assert f"compiling linear_relu for SM8650 fp16 failed: {said}" in out, out[-4000:]
+    assert "During handling of the above exception" not in out and "Traceback" not in out
+    assert "[INFO" not in out.split("= ERRORS =")[-1].split("Captured")[0]  # no lowering log
+    assert f"native runner build failed: the storage holding {cache}/runner" in out, out[-4000:]

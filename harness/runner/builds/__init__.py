@@ -30,3 +30,7 @@ from harness.errors import HarnessError
 class RunnerBuildError(HarnessError):
     """The native runner cannot be built here, or its build failed; the message says what to
     install or pass, or where the build log with the failure is."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason  # the line that says why (cmake.failure_reason), when known

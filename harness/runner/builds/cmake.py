@@ -56,6 +56,24 @@ def log_tail(log: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text[-lines:])
 
 
+ERROR_WORDS = ("CMake Error", "fatal error:", "error:", "Error ", "cannot find", "undefined reference")
+
+
+def failure_reason(tail: str, where: Path) -> str:
+    """The line of a failed build's output that says why (a full disk first, named), or "":
+    a fallback to the Python runner must say this before anything else."""
+    from harness.storage import full_disk_reason
+
+    full = full_disk_reason(tail, where)
+    if full:
+        return full
+    for words in ERROR_WORDS:
+        for line in tail.splitlines():
+            if words in line:
+                return line.strip()[:300]
+    return ""
+
+
 def missing_output_error(what: str, output: Path, log: Path) -> RunnerBuildError:
     """The error of a build that finished without producing `output`."""
     return RunnerBuildError(
@@ -81,10 +99,11 @@ def run_commands(commands: list[list[str]], log: Path, what: str) -> None:
                 ) from exc
             if proc.returncode != 0:
                 out.flush()
+                tail = log_tail(log)
                 raise RunnerBuildError(
                     f"{what} failed (exit {proc.returncode}) running: {shlex.join(cmd)}\n"
-                    f"build log: {log}\n--- last lines ---\n{log_tail(log)}"
-                )
+                    f"build log: {log}\n--- last lines ---\n{tail}",
+                    reason=failure_reason(tail, log.parent))
 
 
 def build_components(build_dir: Path) -> tuple[str, ...]:
