@@ -9,6 +9,8 @@ runner, the QNN interposer and the libraries to push with them); see its docstri
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import dataclasses
 import os
 import sys
@@ -145,6 +147,15 @@ class DeviceBuild:
 
     def has_backend(self, name: str) -> bool:
         return name in self.backends
+
+    def registry_wrapper(self) -> Callable[[], Path] | None:
+        """What builds `--runtime-variant`'s wrapper for a build other than the host's: the
+        arm64-linux build has one (cross-compiled against the aarch64 wheel); Android none."""
+        if self.kind == "arm64-linux":
+            from harness.runner.builds.arm64_linux import build_arm64_wrapper
+
+            return build_arm64_wrapper
+        return None
 
 
 def device_build(abi: str) -> DeviceBuild:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from harness.cache import build_record, cache_root, digest, file_lock, rebuild_notice, verify_build
@@ -95,7 +96,7 @@ def wrapper_command(output: Path, include: Path, lib_dir: Path, compiler: str) -
 
 
 def build_wrapper(force: bool = False) -> Path:
-    """The wrapper for the session's runtime, built once per (source, runtime) in the cache."""
+    """The wrapper for the session's runtime on this host, built once per (source, runtime)."""
     from harness.runtime import current
 
     runtime = current()
@@ -106,9 +107,17 @@ def build_wrapper(force: bool = False) -> Path:
     if not runtime.has_native_libraries or runtime.lib_dir is None:
         raise VariantError(f"--runtime-variant needs the runtime's shared libraries "
                            f"(libexecutorch.so); {runtime.describe()} has none")
-    include = _include_dir(runtime.cmake_prefix, runtime.path)
-    key = digest([SOURCE.read_bytes(), compiler, str(runtime.lib_dir), str(include),
-                  runtime.version, runtime.git_revision or ""])
+    include = include_dir(runtime.cmake_prefix, runtime.path)
+    return build_wrapper_for(compiler, include, runtime.lib_dir, runtime.describe(),
+                             [runtime.version, runtime.git_revision or ""], force)
+
+
+def build_wrapper_for(compiler: str, include: Path, lib_dir: Path, what: str,
+                      identity: list[str], force: bool = False) -> Path:
+    """The wrapper built by `compiler` against a runtime's headers (`include`) and libraries
+    (`lib_dir`), cached by all of them and `identity` (version, revision); `what` names the
+    runtime in an error. A cross compiler gives the wrapper of another runner build."""
+    key = digest([SOURCE.read_bytes(), compiler, str(lib_dir), str(include), *identity])
     out_dir = cache_root() / "registry-wrapper" / key
     output = out_dir / LIB_NAME
     marker = out_dir / "build.ok"
@@ -124,17 +133,18 @@ def build_wrapper(force: bool = False) -> Path:
         marker.unlink(missing_ok=True)
         out_dir.mkdir(parents=True, exist_ok=True)
         tmp = out_dir / (LIB_NAME + ".tmp")
-        proc = subprocess.run(wrapper_command(tmp, include, runtime.lib_dir, compiler),
+        proc = subprocess.run(wrapper_command(tmp, include, lib_dir, compiler),
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            raise VariantError(f"building the backend-registry wrapper against "
-                               f"{runtime.describe()} failed:\n{proc.stderr[-3000:]}")
+            raise VariantError(f"building the backend-registry wrapper against {what} "
+                               f"failed:\n{proc.stderr[-3000:]}")
         tmp.replace(output)
         marker.write_text(build_record([output]))
     return output
 
 
-def _include_dir(cmake_prefix: Path | None, path: Path | None) -> Path:
+def include_dir(cmake_prefix: Path | None, path: Path | None) -> Path:
+    """The `include` directory of a runtime's headers, under its CMake prefix or its path."""
     for base in (cmake_prefix, path):
         if base is not None and (Path(base) / "include" / "executorch" / "runtime" / "backend"
                                  / "interface.h").is_file():
@@ -160,23 +170,25 @@ def runner_environment(variant: str | None = None, mutant: str = "") -> dict[str
     return env
 
 
-def device_preload(workspace: PurePosixPath, runner_kind: str,
-                   where: str) -> tuple[dict[Path, PurePosixPath], dict[str, str]]:
+def device_preload(workspace: PurePosixPath, runner_kind: str, where: str,
+                   cross_build: Callable[[], Path] | None = None,
+                   ) -> tuple[dict[Path, PurePosixPath], dict[str, str]]:
     """The wrapper's file (local -> device path) and run variables for a device workspace,
-    empty for `none`. The wrapper is built for this host's runtime, so it rides with the host
-    runner build only (an x86_64 loopback phone, an x86_64 board); another build (arm64,
-    Android) is a VariantError naming the device (`where`). A backend mutant named in this
-    process's environment (harness mutate sets it) travels with it: the device's runs do not
-    inherit the controller's environment."""
+    empty for `none`. The host runner build (an x86_64 loopback phone, an x86_64 board) gets
+    `build_wrapper`'s; another build gets `cross_build`'s (the arm64-linux build's wrapper,
+    against the aarch64 wheel), and a build without one (Android) is a VariantError naming the
+    device (`where`). A backend mutant named in this process's environment (harness mutate sets
+    it) travels with it: the device's runs do not inherit the controller's environment."""
     variant = session_variant()
     if variant == "none":
         return {}, {}
-    if runner_kind != "host":
+    if runner_kind != "host" and cross_build is None:
         raise VariantError(
             f"--runtime-variant {variant}: {where} runs the {runner_kind} runner build, and the "
-            "backend-registry wrapper is built for this host's runtime only (x86_64): run the "
-            "variant on the simulator, an x86_64 loopback device or an x86_64 board")
-    wrapper = build_wrapper()
+            "backend-registry wrapper is built for this host's runtime (x86_64) and the "
+            "arm64-linux build only: run the variant on the simulator, a loopback device, an "
+            "x86_64 or arm64 Linux board")
+    wrapper = build_wrapper() if runner_kind == "host" or cross_build is None else cross_build()
     on_device = workspace / LIB_NAME
     env = {"LD_PRELOAD": str(on_device), WRAPPER_ENV: variant}
     if os.environ.get(MUTANT_ENV):

@@ -418,6 +418,24 @@ def test_launcher_runs_aarch64_under_qemu_and_the_rest_directly(arm64_build, tmp
     assert missing.returncode == 126 and "qemu-user" in missing.stderr
 
 
+def test_an_aarch64_preload_reaches_the_runner_under_qemu(arm64_build, tmp_path):
+    """--runtime-variant's wrapper cross-built for arm64 is preloaded into the aarch64 runner
+    under qemu: the guest's loader opens it. (The x86_64 programs on the way, the launcher's
+    shell and qemu itself, say once each that they cannot preload it, and go on: emulation
+    noise on stderr that an arm64 device does not have.)"""
+    from harness.runner.builds.arm64_linux import build_arm64_wrapper
+
+    build_dir, _ = arm64_build
+    wrapper = build_arm64_wrapper()
+    assert emulation.elf_machine(wrapper) == 183  # EM_AARCH64
+    launcher = emulation.install_launcher(tmp_path, QEMU)
+    out = subprocess.run([str(launcher), str(build_dir / "harness-runner"), "--list-backends"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**_aarch64_env(), "LD_PRELOAD": str(wrapper), "QEMU_STRACE": "1"})
+    assert out.returncode == 0 and "XnnpackBackend" in out.stdout.split(), out.stderr[-2000:]
+    assert f'openat(AT_FDCWD,"{wrapper}"' in out.stderr
+
+
 @pytest.fixture(scope="module")
 def arm64_loopback(tmp_path_factory):
     """A connected loopback device in arm64 mode."""

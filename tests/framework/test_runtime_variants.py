@@ -83,10 +83,16 @@ def test_a_variant_on_a_device_of_another_build_is_one_clear_error(monkeypatch):
     from harness.runtime.variants import ENV, VariantError, device_preload
 
     monkeypatch.setenv(ENV, "fix-model")
-    with pytest.raises(VariantError, match=r"runs the arm64-linux runner build.*x86_64"):
-        device_preload(PurePosixPath("/data/local/tmp/ws"), "arm64-linux", "phone 1234")
+    with pytest.raises(VariantError, match=r"phone 1234 runs the android runner build.*arm64-linux"):
+        device_preload(PurePosixPath("/data/local/tmp/ws"), "android", "phone 1234")
+    # a build with a cross-built wrapper (arm64-linux) gets it, with the variant to read
+    built = Path("/cache/libharness_registry_wrapper.so")
+    files, env = device_preload(PurePosixPath("/ws"), "arm64-linux", "board", lambda: built)
+    assert files == {built: PurePosixPath("/ws/libharness_registry_wrapper.so")}
+    assert env["LD_PRELOAD"] == "/ws/libharness_registry_wrapper.so"
+    assert env["HARNESS_RUNTIME_VARIANT"] == "fix-model"
     monkeypatch.setenv(ENV, "none")
-    assert device_preload(PurePosixPath("/data/local/tmp/ws"), "arm64-linux", "phone 1234") == ({}, {})
+    assert device_preload(PurePosixPath("/data/local/tmp/ws"), "android", "phone 1234") == ({}, {})
 
 
 def test_mutate_in_a_session_kills_a_defect_and_fails_below_its_floor(tmp_path):

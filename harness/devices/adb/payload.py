@@ -49,7 +49,8 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
             "EXECUTORCH_HIL_ANDROID_BUILD to the directory it prints")
     files = {lib: workspace / lib.name for lib in build.libraries()}
     # the session's runtime variant: its backend-registry wrapper preloaded into every run
-    wrapper, env = device_preload(workspace, build.kind, identity.serial)
+    wrapper, env = device_preload(workspace, build.kind, identity.serial,
+                                  build.registry_wrapper())
     files.update(wrapper)
     if not build.has_backend("QnnBackend"):
         return Payload(build.runner, files, env, build.backends, dsp_heap.NO_QNN_NOTE)

@@ -37,7 +37,8 @@ def board_payload(machine: str, build: DeviceBuild, htp_arch: int, workspace: Pu
     """The files (local -> board path) and run variables of `build` on a board of `machine`."""
     files = {lib: workspace / lib.name for lib in build.libraries()}
     # the session's runtime variant: its backend-registry wrapper preloaded into every run
-    wrapper, variant_env = device_preload(workspace, build.kind, f"the {machine} board")
+    wrapper, variant_env = device_preload(workspace, build.kind, f"the {machine} board",
+                                          build.registry_wrapper())
     files.update(wrapper)
     if build.kind == "host":
         from harness.runtime import current

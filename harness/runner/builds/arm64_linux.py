@@ -234,3 +234,23 @@ def arm64_linux_script(cache_dir: Path | None = None, build_dir: Path | None = N
     lines += [shlex.join(c) for c in arm64_linux_build_commands(build_dir, toolchain, prefix)]
     lines.append(shlex.join(arm64_linux_interposer_command(build_dir / INTERPOSER_NAME)))
     return lines
+
+
+def build_arm64_wrapper() -> Path:
+    """The backend-registry wrapper of `--runtime-variant` for the arm64-linux runner build:
+    cross-compiled against the aarch64 wheel of the installed release (cached like the host's).
+    That wheel registers XnnpackBackend, not QnnBackend, so on an arm64 board the variants wrap
+    XNNPACK's delegates and its mutants apply. Raises VariantError when it cannot be built."""
+    from harness.runtime.variants import VariantError, build_wrapper_for, include_dir
+
+    ok, why = arm64_linux_available()
+    compiler = cross_tool("g++")
+    if not ok or compiler is None:
+        raise VariantError(f"cannot build the arm64 backend-registry wrapper: {why}")
+    try:
+        prefix = aarch64_executorch_dir()
+    except RunnerBuildError as exc:
+        raise VariantError(f"cannot build the arm64 backend-registry wrapper: {exc}") from None
+    return build_wrapper_for(str(compiler), include_dir(prefix, prefix), prefix / "lib",
+                             f"the executorch {executorch_version()} aarch64 wheel",
+                             [executorch_version(), ARM64_LINUX])
