@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.results import xnnpack_log
 from harness.results.run import ScenarioResult, StepResult
 from harness.scenario import Scenario
 
@@ -45,13 +46,13 @@ COUNTER_KEYS = ("packed_cache_state", "packed_cache_heap_mib", "packed_cache_map
 # What a runtime may answer for packed_cache_state (string form, or int in this order).
 COUNTER_STATES = ("off", "mapped", "fallback")
 
-# The runtime's own words about the cache file (XNNWeightsCache.cpp logs, 1.5.1 spelling).
+# The runtime's own words about the cache file: every line of XNNWeightsCache.cpp (and the
+# backend's), plus the 1.5.1 phrases a build without file names in its log would still print.
 _CACHE_LOG = re.compile(
     r"(Loaded packed weight cache|Opened packed weight file|Saved packed weight index|"
     r"Synced \d+ new regions|failed \(errno=\d+\)|heap fallback|load_packed_cache|seed mismatch|"
-    r"weight cache failed)")
-_ERRNO = re.compile(r"(\w+)\(([^)]*)\) failed \(errno=(\d+)\)")
-_LOADED = re.compile(r"Loaded packed weight cache: (.*) \((\d+) entries\)")
+    r"weight cache failed|reserve_space|for index|fsync of packed cache)|" + xnnpack_log.LINE.pattern,
+    re.IGNORECASE)
 
 
 def cache_options(path: str | None, enabled: bool = True) -> dict[str, dict[str, Any]]:
@@ -124,6 +125,12 @@ class CacheLoad:
     before: int  # step indices the numbers come from
     after: int
     runtime_log: tuple[str, ...] = ()  # the runtime's own lines about the cache file
+    # why, in the runtime's words (harness.results.xnnpack_log): the branch the launch took,
+    # its errno and one sentence; loaded_entries: the entries of an index it loaded
+    branch: str = ""
+    errno: int | None = None
+    reason: str = ""
+    loaded_entries: int | None = None
 
     @property
     def heap_fraction(self) -> float:
@@ -136,7 +143,7 @@ class CacheLoad:
     @property
     def errnos(self) -> list[int]:
         """errno values the runtime logged for failed calls on the cache file."""
-        return [int(m.group(3)) for line in self.runtime_log for m in [_ERRNO.search(line)] if m]
+        return [e.errno for e in xnnpack_log.events(self.runtime_log) if e.errno is not None]
 
     def describe(self) -> str:
         cache = f"cache {self.cache_path}" if self.cache_path else "no cache requested"
@@ -146,6 +153,8 @@ class CacheLoad:
                 f"mapped {_mib(self.mapped_bytes)} ({self.mapped_fraction:.0%}), file-backed "
                 f"{_signed_mib(self.file_backed_growth)}, Private_Dirty "
                 f"{_signed_mib(self.private_dirty_growth)} (steps {self.before}->{self.after})")
+        if self.reason:
+            text += f"\n  why ({self.branch}, errno {xnnpack_log.errno_name(self.errno)}): {self.reason}"
         if self.runtime_log:
             text += "\n  runtime: " + "\n  runtime: ".join(self.runtime_log)
         return text
@@ -205,8 +214,14 @@ def _classify_load(result: ScenarioResult, weight_bytes: int, module: str | None
     before = load - 1
     if cache_path is None:
         cache_path = requested_cache_path(result.steps[load])
-    return classify_span(result, weight_bytes, before, after, cache_path, module or "",
-                         result.steps[after].step.method or "")
+    found = classify_span(result, weight_bytes, before, after, cache_path, module or "",
+                          result.steps[after].step.method or "")
+    xnn = (result.steps[load].step.args.get("backend_options") or {}).get(BACKEND) or {}
+    why = xnnpack_log.launch_reason(found.runtime_log, xnn.get("packed_cache_path"),
+                                    bool(xnn.get("weight_cache_enabled", bool(xnn))),
+                                    found.classification)
+    return dataclasses.replace(found, branch=why.branch, errno=why.errno, reason=why.reason,
+                               loaded_entries=why.loaded_entries)
 
 
 def requested_cache_path(load_step: StepResult) -> str | None:
@@ -279,8 +294,9 @@ def _note_verdict(load: CacheLoad, expected: str | None) -> None:
 
 # Assertions ----------------------------------------------------------------------------------
 def assert_no_fallback(result: ScenarioResult, weight_bytes: int, module: str | None = None,
-                       cache_path: str | None = None) -> CacheLoad:
-    """The module's packed weights live in the cache file's mapping, not on the heap."""
+                       cache_path: str | None = None, branch: str | None = None) -> CacheLoad:
+    """The module's packed weights live in the cache file's mapping, not on the heap (and
+    the runtime's log shows `branch`, when given)."""
     load = _classify_load(result, weight_bytes, module, cache_path)
     _note_verdict(load, "mapped")
     if load.classification != "mapped":
@@ -288,19 +304,36 @@ def assert_no_fallback(result: ScenarioResult, weight_bytes: int, module: str | 
             f"XNNPACK packed weights not served from the cache file: {load.describe()}\n"
             f"needs heap < {HEAP_LIMIT:.0%} and cache-file mapping >= {MAPPED_MIN:.0%} of the "
             f"weights\nmemory (MiB):\n{memory_table(result, load.cache_path)}")
+    _check_branch(load, branch, result)
     return load
 
 
 def assert_fallback(result: ScenarioResult, weight_bytes: int, module: str | None = None,
-                    cache_path: str | None = None, min_heap: float = 0.8) -> CacheLoad:
-    """The module's weights went to the heap (at least `min_heap` of them): a detected fallback."""
+                    cache_path: str | None = None, min_heap: float | None = None,
+                    branch: str | None = None) -> CacheLoad:
+    """The module's weights went to the heap (at least `min_heap` of them): a detected fallback.
+
+    `min_heap` defaults to 80 % for a launch that loaded no index, and to `HEAP_LIMIT` for one
+    that did: a partial cache maps the packs it has and heaps the rest, both large. `branch`:
+    the branch the runtime's log must show (harness.results.xnnpack_log), e.g. "open_failed".
+    """
     load = _classify_load(result, weight_bytes, module, cache_path)
     _note_verdict(load, "fallback")
+    if min_heap is None:
+        min_heap = HEAP_LIMIT if load.loaded_entries else 0.8
     if load.classification != "fallback" or load.heap_bytes < min_heap * weight_bytes:
         raise AssertionError(
             f"expected a heap fallback with >= {min_heap:.0%} of the weights on the heap: "
             f"{load.describe()}\nmemory (MiB):\n{memory_table(result, load.cache_path)}")
+    _check_branch(load, branch, result)
     return load
+
+
+def _check_branch(load: CacheLoad, branch: str | None, result: ScenarioResult) -> None:
+    if branch is not None and load.branch != branch:
+        raise AssertionError(
+            f"expected the runtime to take branch {branch!r}, its log says {load.branch!r}: "
+            f"{load.describe()}\nrun stderr tail:\n{result.output.stderr[-2000:]}")
 
 
 def assert_cache_steps_ok(result: ScenarioResult) -> None:

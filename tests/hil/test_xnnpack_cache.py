@@ -18,7 +18,11 @@ What executorch 1.5.1 does, measured (encoded below as the expected outcomes):
   truncates the file and rewrites it in the same launch (mapped, file restored);
 - cache file of another model: it loads "successfully" (the log counts its entries), none of
   them match, and every pack goes to heap, on this and every later launch: the file is never
-  extended. This is the silent fallback the framework exists to see.
+  extended (`loaded_from_disk_`). Judged across three launches: a named, permanent fallback;
+- partial cache (the index's entry count patched from 8 to 4): 4 packs mapped, 4 re-packed
+  into heap on every launch, the file never changes: permanent;
+- seed mismatch (one entry's XNNPACK seed patched, as after an XNNPACK upgrade): that pack is
+  re-packed into heap on every launch and never replaced in the file: permanent.
 - two modules sharing one cache path: the second module finds the first one's packs (no heap,
   no second copy of the mapping).
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
+import struct
 
 import pytest
 
@@ -41,14 +46,19 @@ from harness.runtime import executorch_version
 from harness.scenario import Scenario
 from harness.results.xnnpack import (HEAP_LIMIT, MAPPED_MIN, CacheLoad, add_counter_probes,
                              assert_cache_steps_ok, assert_counters_agree, assert_fallback,
-                             assert_no_fallback, cache_options, classify_span, note_counters,
-                             read_counters)
+                             assert_no_fallback, cache_options, classify_load, classify_span,
+                             note_counters, read_counters)
+from harness.results.xnnpack_launches import CacheStory, FileState, Launch, judge
 
 MODEL = "xnn_linear_stack"
 PRECISION = "fp32"
 # Expected outcomes of the bad-cache cases, as executorch 1.5.1 behaves (see module docstring).
 TRUNCATED_CACHE_OUTCOME = "rewritten"  # same launch: mapped, file back to full size
 FOREIGN_CACHE_OUTCOME = "fallback-every-launch"  # heap on every launch, file never extended
+SEED_MISMATCH_OUTCOME = "heals"  # re-packed into the file once; "permanent" on upstream main
+PACKS = 8  # packed entries of `forward` (8 Linear layers, weight and bias one entry each)
+LAUNCHES = 3  # launches a cache's story is judged over
+FOOTER = 20  # [index_start:u64][entry_count:u32][magic:u32][version:u32] at the file's end
 
 
 @dataclasses.dataclass
@@ -73,6 +83,56 @@ class Cache:
     def size(self, path: str) -> int | None:
         code, out = self.device.command(["wc", "-c", path])
         return int(out.split()[0]) if code == 0 and out.split() else None
+
+    def state(self, path: str | None) -> FileState:
+        """The cache file's size and digest (cksum: in toybox and coreutils alike)."""
+        if path is None:
+            return FileState(None)
+        code, out = self.device.command(["cksum", path])
+        parts = out.split()
+        return FileState(int(parts[1]), parts[0]) if code == 0 and len(parts) >= 2 \
+            else FileState(None)
+
+    def story(self, tag: str, cache: str | None, n: int = LAUNCHES, method: str = "forward",
+              packs: int | None = PACKS) -> CacheStory:
+        """`n` launches of one program on one cache path, judged together (printed, and in
+        the report)."""
+        launches = []
+        for i in range(n):
+            before = self.state(cache)
+            result = self.launch(f"{tag}{i + 1}", cache, (("A", method),))
+            load = classify_load(result, self.weights[method])
+            launches.append(Launch(load, before, self.state(cache)))
+            self.record(result, load)
+        story = judge(tag, launches, packs)
+        print(f"{tag}: {story.text}")
+        return story
+
+    def read(self, path: str, offset: int, count: int) -> bytes:
+        """Bytes of a file on the device (od: in toybox and coreutils alike)."""
+        out = self.sh("od", "-An", "-v", "-tx1", "-j", str(offset), "-N", str(count), path)
+        return bytes.fromhex("".join(out.split()))
+
+    def write(self, path: str, offset: int, data: bytes) -> None:
+        """Overwrite bytes of a file on the device in place."""
+        octal = "".join(f"\\{b:03o}" for b in data)
+        self.sh("sh", "-c", f"printf '{octal}' | dd of='{path}' bs=1 seek={offset} "
+                "conv=notrunc 2>/dev/null")
+
+    def index(self, path: str) -> tuple[int, int, list[tuple[str, int]]]:
+        """The cache file's trailer: (index_start, entry_count, [(name, seed offset)])."""
+        size = self.size(path)
+        assert size and size > FOOTER, f"{path}: {size} bytes"
+        start, count = struct.unpack("<QI", self.read(path, size - FOOTER, 12))
+        raw = self.read(path, start, size - FOOTER - start)
+        entries, at = [], 0
+        for _ in range(count):
+            (length,) = struct.unpack_from("<I", raw, at)
+            name = raw[at + 4:at + 4 + length].decode("latin-1")
+            at += 4 + length + 16  # name, then [file_offset:u64][data_size:u64]
+            entries.append((name, start + at))  # the entry's [seed:u32]
+            at += 4
+        return start, count, entries
 
     def launch(self, tag: str, cache: str | None,
                modules: tuple[tuple[str, str], ...] = (("A", "forward"),)):
@@ -192,19 +252,73 @@ def test_truncated_cache_file(xnn):
 
 def test_cache_file_from_another_model(xnn):
     """A valid cache file of other weights: it loads, nothing matches, and every launch packs
-    all weights to heap again (the silent fallback), with correct outputs."""
+    all weights to heap again, with correct outputs. Judged across launches, as 1.5.1 does it:
+    a named, permanent fallback (`loaded_from_disk_`), the file never changes."""
     foreign = xnn.path("other-model.xnncache")
     written = xnn.launch("write_other", foreign, (("A", "other"),))
     xnn.record(written, assert_no_fallback(written, xnn.weights["other"]))
     cache = xnn.path("stack.xnncache")
     xnn.sh("cp", foreign, cache)
-    size = xnn.size(cache)
     assert FOREIGN_CACHE_OUTCOME == "fallback-every-launch"
-    for launch in ("foreign", "foreign_again"):
-        result = xnn.launch(launch, cache)
-        load = assert_fallback(result, xnn.weights["forward"])
-        xnn.record(result, load)
-        assert xnn.size(cache) == size, "the runtime changed the foreign cache file"
+    story = xnn.story("foreign", cache)
+    for launch in story.launches:
+        assert launch.load.classification == "fallback", story.text
+        assert launch.load.branch == "loaded_from_disk", launch.load.describe()
+        assert launch.load.heap_bytes >= 0.8 * xnn.weights["forward"], launch.load.describe()
+    assert story.verdict == "permanent" and "another model's cache" in story.text, story.text
+    assert not any(launch.before != launch.after for launch in story.launches), \
+        f"the runtime changed the foreign cache file: {story.text}"
+
+
+def test_partial_cache_is_a_permanent_fallback(xnn):
+    """The index's entry count patched from 8 to 4: the 4 packs it names are mapped, the other
+    4 are re-packed into heap on every launch and never added to the file (the runtime keeps
+    reporting a loaded cache). Judged across launches: permanent, 4 of 8."""
+    cache = xnn.path("stack.xnncache")
+    written = xnn.launch("write", cache)
+    xnn.record(written, assert_no_fallback(written, xnn.weights["forward"], branch="fresh_write"))
+    size = xnn.size(cache)
+    assert size
+    _, count, _ = xnn.index(cache)
+    assert count == PACKS, f"{cache}: {count} index entries, the program has {PACKS} packs"
+    xnn.write(cache, size - FOOTER + 8, struct.pack("<I", PACKS // 2))
+    assert xnn.index(cache)[1] == PACKS // 2
+    story = xnn.story("partial", cache)
+    half = xnn.weights["forward"] / 2
+    for launch in story.launches:
+        load = launch.load
+        assert load.branch == "loaded_from_disk" and load.loaded_entries == PACKS // 2, \
+            load.describe()
+        assert abs(load.heap_bytes - half) < HEAP_LIMIT * xnn.weights["forward"], load.describe()
+        assert abs(load.mapped_bytes - half) < HEAP_LIMIT * xnn.weights["forward"], load.describe()
+    # a partial launch is a fallback though half its packs are mapped (no 80 % heap rule)
+    assert_fallback(xnn.driver.results[-1], xnn.weights["forward"], branch="loaded_from_disk")
+    assert story.verdict == "permanent", story.text
+    assert f"partial cache: {PACKS // 2} of {PACKS} packs loaded" in story.text, story.text
+    assert "the file never changes" in story.text, story.text
+
+
+def test_seed_mismatch(xnn):
+    """One entry's XNNPACK seed patched (what an XNNPACK upgrade looks like to the cache): the
+    entry is a miss and is re-packed. Upstream main sends it to heap for ever
+    (`loaded_from_disk_`); 1.5.1 packs it into the file once, rewrites the index, and the next
+    launches map it all: judged across launches, it heals (SEED_MISMATCH_OUTCOME)."""
+    cache = xnn.path("stack.xnncache")
+    xnn.launch("write", cache)
+    _, _, entries = xnn.index(cache)
+    name, seed_at = entries[0]
+    (seed,) = struct.unpack("<I", xnn.read(cache, seed_at, 4))
+    xnn.write(cache, seed_at, struct.pack("<I", seed ^ 0x5A5A5A5A))
+    story = xnn.story("seed", cache)
+    one_pack = xnn.weights["forward"] / PACKS
+    first = story.launches[0]
+    assert first.load.branch == "seed_mismatch", first.load.describe()
+    assert any(name in line for line in first.load.runtime_log if "seed mismatch" in line), \
+        first.load.describe()
+    assert abs(first.repacked_bytes - one_pack) < 0.5 * one_pack, story.text
+    for later in story.launches[1:]:
+        assert later.load.branch == "loaded", later.load.describe()
+    assert story.verdict == SEED_MISMATCH_OUTCOME, story.text
 
 
 def test_two_modules_share_one_cache_path(xnn):
