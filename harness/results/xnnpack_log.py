@@ -88,6 +88,8 @@ def errno_name(code: int | None) -> str:
     """`28 (ENOSPC)`; Linux numbering, which Android shares."""
     if code is None:
         return "none"
+    if code == errno_names.EAGAIN:  # flock's LOCK_NB says it as EWOULDBLOCK, the same number
+        return f"{code} (EWOULDBLOCK)"
     return f"{code} ({errno_names.errorcode.get(code, '?')})"
 
 
@@ -130,8 +132,6 @@ def launch_reason(lines: tuple[str, ...] | list[str], requested: str | None, ena
         return reason("no_path", "no packed_cache_path given: packs to heap")
     if failure is not None:
         text = f"{FAILURES[failure.event]} (errno {errno_name(failure.errno)})"
-        if failure.event == "flock_failed" and failure.errno in (errno_names.EWOULDBLOCK,):
-            text = FAILURES[failure.event] + " (errno 11, EWOULDBLOCK)"
         return reason(failure.event, text, failure.errno)
     if seeds:
         return reason("seed_mismatch", f"{len(seeds)} cached entries have another XNNPACK seed "

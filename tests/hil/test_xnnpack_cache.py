@@ -31,10 +31,14 @@ The Python runner cannot pass backend options (pybindings 1.5.1), so these need 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import posixpath
 import struct
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -71,6 +75,7 @@ class Cache:
     driver: object
     dir: str
     launches: int = 0
+    environment: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def path(self, name: str) -> str:
         return posixpath.join(self.dir, name)
@@ -94,13 +99,13 @@ class Cache:
             else FileState(None)
 
     def story(self, tag: str, cache: str | None, n: int = LAUNCHES, method: str = "forward",
-              packs: int | None = PACKS) -> CacheStory:
+              packs: int | None = PACKS, **launch: Any) -> CacheStory:
         """`n` launches of one program on one cache path, judged together (printed, and in
         the report)."""
         launches = []
         for i in range(n):
             before = self.state(cache)
-            result = self.launch(f"{tag}{i + 1}", cache, (("A", method),))
+            result = self.launch(f"{tag}{i + 1}", cache, (("A", method),), **launch)
             load = classify_load(result, self.weights[method])
             launches.append(Launch(load, before, self.state(cache)))
             self.record(result, load)
@@ -135,15 +140,21 @@ class Cache:
         return start, count, entries
 
     def launch(self, tag: str, cache: str | None,
-               modules: tuple[tuple[str, str], ...] = (("A", "forward"),)):
-        """Run one launch in a fresh process; check it completed with correct outputs."""
+               modules: tuple[tuple[str, str], ...] = (("A", "forward"),),
+               load_mode: str | None = None, environment: dict[str, str] | None = None):
+        """Run one launch in a fresh process; check it completed with correct outputs.
+        `environment`: variables the runner process gets on top of the session's (a new
+        process rather than a fork, since a fork server's environment is fixed at its start)."""
         self.launches += 1
         sc = Scenario(f"x1_{self.launches}_{tag}")
+        sc.fresh_process = environment is not None
+        self.environment = environment or {}
         if cache:
             sc.watch_mappings.append(cache)
         sc.snapshot()
         for module, method in modules:
-            sc.load_module(module, self.model, backend_options=cache_options(cache))
+            sc.load_module(module, self.model, backend_options=cache_options(cache),
+                           load_mode=load_mode)
             sc.execute(module, method)
         add_counter_probes(sc)
         for module, method in modules:
@@ -151,7 +162,8 @@ class Cache:
         for module, _ in modules:
             sc.destroy_module(module)
         sc.snapshot()
-        result = self.driver.run(sc)
+        with _environment(self.environment):
+            result = self.driver.run(sc)
         assert_cache_steps_ok(result)  # no crash, every execute matches the CPU reference
         assert_outputs_consistent(result)
         self._counters(result, cache, modules)
@@ -173,6 +185,23 @@ class Cache:
         if result.artifacts is not None:
             (result.artifacts / "xnnpack_loads.json").write_text(
                 json.dumps([l.to_json() for l in loads], indent=1))
+
+
+@contextlib.contextmanager
+def _environment(extra: dict[str, str]) -> Iterator[None]:
+    """`extra` in os.environ for the block: the host simulator starts runner processes with
+    the harness's environment (a preload such as libfiu's must not reach the harness's own
+    device commands, so only around the run)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture
@@ -227,9 +256,9 @@ def test_unwritable_cache_directory(xnn):
     xnn.sh("touch", blocker)
     cache = posixpath.join(blocker, "stack.xnncache")
     result = xnn.launch("unwritable", cache)
-    load = assert_fallback(result, xnn.weights["forward"])
+    load = assert_fallback(result, xnn.weights["forward"], branch="open_failed")
     xnn.record(result, load)
-    print(f"runtime errno for the unusable cache path: {load.errnos or 'none logged'}")
+    assert load.errno == 20, load.describe()  # ENOTDIR
     assert xnn.size(cache) is None
 
 
