@@ -35,11 +35,14 @@ BRANCH_WORDS = {
     "index_extend_failed": "the index could not be written (ftruncate for the index)",
     "index_write_failed": "the index could not be written",
     "seed_mismatch": "seed mismatch (packs of another XNNPACK)",
+    "loaded_reopen_failed": "a read-only cache file",
     "fresh_write": "fresh write",
     "loaded": "cache loaded",
 }
 
 
+# Branches of a launch that used the file as meant (a read-only full cache maps every pack).
+HEALTHY = ("fresh_write", "loaded", "loaded_reopen_failed", "")
 # Branches whose launch truncates the file and packs into it afresh.
 FRESH_WRITES = ("fresh_write", "index_write_failed", "index_extend_failed", "fsync_failed")
 
@@ -109,7 +112,7 @@ def judge(name: str, launches: list[Launch], packs: int | None = None) -> CacheS
     placements = [launch.load.classification for launch in launches]
     first_fallback = next((launch.load for launch in launches
                            if launch.load.classification == "fallback"
-                           or launch.load.branch not in ("fresh_write", "loaded", "")), None)
+                           or launch.load.branch not in HEALTHY), None)
     branch = first_fallback.branch if first_fallback else ""
     n = len(launches)
     changes = [launch.before != launch.after for launch in launches]
@@ -128,8 +131,7 @@ def judge(name: str, launches: list[Launch], packs: int | None = None) -> CacheS
         text = (f"{_what(launches, packs)}; {least / MIB:.1f} MiB re-packed on {every} of "
                 f"{n} launches ({_where(launches)}); {file_words}: permanent")
     elif n > 1 and all(r < limit for r in repacked[1:]):
-        healed = placements[0] == "fallback" or launches[0].load.branch not in ("fresh_write",
-                                                                                 "loaded")
+        healed = placements[0] == "fallback" or launches[0].load.branch not in HEALTHY
         verdict = "heals" if healed else "reused"
         text = (f"{_what(launches[:1], packs)} on launch 1 "
                 f"({repacked[0] / MIB:.1f} MiB packed); launches 2..{n} map it "
@@ -148,14 +150,15 @@ def _what(launches: list[Launch] | tuple[Launch, ...], packs: int | None) -> str
     """The branch in words, with the fraction of an index that loaded."""
     load = next((launch.load for launch in launches if launch.load.branch not in ("", "loaded")),
                 launches[0].load)
-    if load.branch in ("loaded_from_disk", "loaded") and load.loaded_entries is not None:
+    if load.branch in ("loaded_from_disk", "loaded", "loaded_reopen_failed") and load.loaded_entries is not None:
         total = f" of {packs}" if packs else ""
         if 1 - load.heap_fraction < HEAP_LIMIT:  # nothing of this program's came from the file
             return (f"another model's cache: {load.loaded_entries} entries loaded, none of "
                     f"{f'the {packs} packs' if packs else 'the packs'} match")
+        read_only = " (read-only file)" if load.branch == "loaded_reopen_failed" else ""
         if packs and load.loaded_entries < packs:
-            return f"partial cache: {load.loaded_entries}{total} packs loaded"
-        return f"cache loaded: {load.loaded_entries}{total} entries"
+            return f"partial cache{read_only}: {load.loaded_entries}{total} packs loaded"
+        return f"cache loaded{read_only}: {load.loaded_entries}{total} entries"
     words = BRANCH_WORDS.get(load.branch, load.branch or "unexplained")
     if load.errno is not None:
         words += f" (errno {errno_name(load.errno)})"

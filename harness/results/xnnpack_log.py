@@ -130,6 +130,11 @@ def launch_reason(lines: tuple[str, ...] | list[str], requested: str | None, ena
                       "initialize_for_runtime keeps no file, every pack to heap, nothing logged")
     if requested is None:
         return reason("no_path", "no packed_cache_path given: packs to heap")
+    if failure is not None and loaded is not None and failure.event in ("open_failed",
+                                                                        "flock_failed"):
+        return reason("loaded_reopen_failed", f"an index of {loaded} entries loaded (read only); "
+                      f"reopening the file for writing failed (errno {errno_name(failure.errno)}):"
+                      " hits are mapped, misses go to heap", failure.errno)
     if failure is not None:
         text = f"{FAILURES[failure.event]} (errno {errno_name(failure.errno)})"
         return reason(failure.event, text, failure.errno)

@@ -51,6 +51,8 @@ def test_every_format_string_is_read(text, event, errno):
     (["Opened packed weight file for writing: /a/c",
       "Saved packed weight index: 8 entries at offset 1, file_bytes=2"], PATH, True, "mapped",
      "fresh_write", None),
+    (["Loaded packed weight cache: /a/c (8 entries)", "open(/a/c) failed (errno=30)"], PATH,
+     True, "mapped", "loaded_reopen_failed", 30),
     ([], PATH, True, "fallback", "unexplained", None),
 ])
 def test_launch_reason_is_the_first_failure(lines, requested, enabled, placement, branch, code):

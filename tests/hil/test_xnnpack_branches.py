@@ -32,7 +32,7 @@ import pytest
 
 from harness.devices.simulator import SimulatorDevice
 from harness.results.xnnpack import HEAP_LIMIT, assert_fallback, assert_no_fallback
-from tests.hil.test_xnnpack_cache import PACKS, Cache, xnn  # noqa: F401 (the fixture)
+from tests.hil.test_xnnpack_cache import FOOTER, PACKS, Cache, xnn  # noqa: F401 (the fixture)
 
 FIU = "/usr/lib/fiu"
 
@@ -197,3 +197,28 @@ def test_index_write_fails_room_for_packs_not_index(host, mount):
         assert (load.branch, load.errno) == ("index_write_failed", errno.ENOSPC), load.describe()
         assert load.classification == "mapped" and load.heap_bytes < HEAP_LIMIT * load.weight_bytes
     assert story.verdict == "permanent" and "into a file never indexed" in story.text, story.text
+
+
+@pytest.mark.parametrize("entries", [PACKS, PACKS // 2], ids=["full", "partial"])
+def test_read_only_cache_file(host, mount, entries):
+    """A written cache behind a read-only bind mount: the index loads (O_RDONLY), reopening
+    it O_RDWR fails with EROFS. A full cache is still mapped on every launch; a partial one
+    maps what it has and heaps the rest on every launch (permanent)."""
+    writable = host.path("rw")
+    os.makedirs(writable)
+    cache = posixpath.join(writable, "stack.xnncache")
+    host.launch("write", cache)
+    if entries != PACKS:
+        size = host.size(cache)
+        assert size
+        host.write(cache, size - FOOTER + 8, struct.pack("<I", entries))
+    readonly = mount("--bind", "-o", "ro", writable, host.path("ro"))
+    subprocess.run(["mount", "-o", "remount,bind,ro", readonly], check=False)
+    story = host.story(f"read_only_{entries}", posixpath.join(readonly, "stack.xnncache"), n=2)
+    for launch in story.launches:
+        load = launch.load
+        assert (load.branch, load.errno, load.loaded_entries) == \
+            ("loaded_reopen_failed", errno.EROFS, entries), load.describe()
+        assert load.classification == ("mapped" if entries == PACKS else "fallback"), \
+            load.describe()
+    assert story.verdict == ("reused" if entries == PACKS else "permanent"), story.text
