@@ -221,7 +221,7 @@ def _xnnpack_launches(stories: list[dict]) -> str:
                       "" if launch.get("errno") is None else str(launch["errno"]),
                       _mib(launch["heap_bytes"], 2**20), _mib(launch["mapped_bytes"], 2**20),
                       _mib(launch["repacked_bytes"], 2**20),
-                      "yes" if launch["file_changed"] else "no"],
+                      {True: "yes", False: "no"}.get(launch["file_changed"], "")],
                      failing=False, numeric={4, 5, 6})
                 for i, launch in enumerate(story["launches"])]
         parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in (

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.results.xnnpack import HEAP_LIMIT, MIB, CacheLoad
 from harness.results.xnnpack_log import errno_name
@@ -137,6 +137,16 @@ def judge(name: str, launches: list[Launch], packs: int | None = None) -> CacheS
                 f"({repacked[0] / MIB:.1f} MiB packed); launches 2..{n} map it "
                 f"({', '.join(f'{r / MIB:.1f}' for r in repacked[1:])} MiB re-packed); "
                 f"{file_words}: {verdict}")
+    elif n > 1 and repacked[-1] < limit and first_fallback is not None:
+        verdict = "heals"
+        fell = [i + 1 for i, launch in enumerate(launches)
+                if launch.load.classification == "fallback" or launch.load.branch not in HEALTHY]
+        healed_at = next(i + 1 for i in range(n - 1, -1, -1)
+                         if i == 0 or repacked[i - 1] >= limit)
+        text = (f"{_what([launches[fell[0] - 1]], packs)} on launch "
+                f"{', '.join(map(str, fell))}; re-packed per launch "
+                f"{', '.join(f'{r / MIB:.1f}' for r in repacked)} MiB ({', '.join(placements)}); "
+                f"from launch {healed_at} on the file serves every pack; {file_words}: heals")
     else:
         verdict = "mixed"
         text = (f"{_what(launches, packs)}; re-packed per launch "
@@ -173,14 +183,65 @@ def _where(launches: tuple[Launch, ...] | list[Launch]) -> str:
         launch.load.classification == "mapped" for launch in launches) else "into heap and file"
 
 
+# Where the launches of a suite put their packs, from the runtime's words alone -------------------
+def log_placement(branch: str) -> str:
+    """"file" when the launch used the cache file as meant, "heap" when a branch sent its packs
+    to the heap, "unexplained" otherwise (for programs too small to measure)."""
+    if branch in HEALTHY[:-1]:
+        return "file"
+    return "unexplained" if branch in ("", "unexplained") else "heap"
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedUse:
+    """Which launches of a suite that share one cache path used the file, by their logs."""
+
+    name: str
+    cache_path: str
+    launches: tuple[tuple[str, str, int | None], ...]  # (scenario, branch, errno)
+    text: str
+
+    @property
+    def heap_launches(self) -> int:
+        return sum(1 for _, branch, _ in self.launches if log_placement(branch) == "heap")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "cache_path": self.cache_path,
+                "verdict": "never-used" if all(log_placement(b) != "file"
+                                               for _, b, _ in self.launches) else "shared",
+                "branch": "", "packs": None, "text": self.text,
+                "launches": [{"scenario": scenario, "placement": log_placement(branch),
+                              "branch": branch, "errno": code, "heap_bytes": None,
+                              "mapped_bytes": None, "repacked_bytes": None,
+                              "file_changed": None}
+                             for scenario, branch, code in self.launches]}
+
+
+def shared_use(name: str, cache_path: str,
+               launches: list[tuple[str, str, int | None]]) -> SharedUse:
+    """Count the launches on one shared path that used the file and those that fell back."""
+    by: dict[tuple[str, int | None], int] = {}
+    for _, branch, code in launches:
+        by[(branch, code)] = by.get((branch, code), 0) + 1
+    used = sum(n for (branch, _), n in by.items() if log_placement(branch) == "file")
+    parts = ", ".join(f"{branch}{f' errno {errno_name(code)}' if code is not None else ''}: {n}"
+                      for (branch, code), n in sorted(by.items(), key=lambda kv: -kv[1]))
+    text = (f"{used} of {len(launches)} launches on the shared cache used the file; "
+            f"{len(launches) - used} did not ({parts})")
+    if used == 0:
+        text += "; the file was never used: the shared-cache case was not exercised"
+    return note_story(SharedUse(name, cache_path, tuple(launches), text))
+
+
 # Stories told during a test, for reports (harness.report.plugin collects them per test) ----------
-_story_sinks: list[list[CacheStory]] = []
+Story = CacheStory | SharedUse
+_story_sinks: list[list[Story]] = []
 
 
 @contextlib.contextmanager
-def collect_stories() -> Iterator[list[CacheStory]]:
+def collect_stories() -> Iterator[list[Story]]:
     """Every story judged inside the block."""
-    sink: list[CacheStory] = []
+    sink: list[Story] = []
     _story_sinks.append(sink)
     try:
         yield sink
@@ -188,7 +249,10 @@ def collect_stories() -> Iterator[list[CacheStory]]:
         _story_sinks.remove(sink)
 
 
-def note_story(story: CacheStory) -> CacheStory:
+S = TypeVar("S", CacheStory, SharedUse)
+
+
+def note_story(story: S) -> S:
     for sink in _story_sinks:
         sink.append(story)
     return story

@@ -142,6 +142,11 @@ def launch_reason(lines: tuple[str, ...] | list[str], requested: str | None, ena
         return reason("seed_mismatch", f"{len(seeds)} cached entries have another XNNPACK seed "
                       "(an XNNPACK upgrade): treated as misses, re-packed into heap "
                       "(loaded_from_disk_), never replaced in the file")
+    first_use = next((e.event for e in found if e.event in ("loaded", "opened_for_writing")),
+                     None)
+    if first_use == "opened_for_writing":  # wrote the file; a later module may load it again
+        return reason("fresh_write", "no usable index: the file was truncated and packed into "
+                      "afresh" + (f"; index of {saved} entries saved" if saved is not None else ""))
     if loaded is not None and placement == "fallback":
         return reason("loaded_from_disk", f"an index of {loaded} entries loaded; every miss "
                       "goes to heap (loaded_from_disk_) and is never added to the file")

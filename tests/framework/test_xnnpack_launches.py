@@ -8,7 +8,8 @@ import pytest
 
 from harness.results import xnnpack_log
 from harness.results.xnnpack import MIB, CacheLoad
-from harness.results.xnnpack_launches import FileState, Launch, collect_stories, judge
+from harness.results.xnnpack_launches import (FileState, Launch, collect_stories, judge,
+                                             shared_use)
 
 W = 32 * MIB
 PATH = "/c/stack.xnncache"
@@ -116,3 +117,31 @@ def test_written_once_then_reused():
 def test_judge_needs_launches():
     with pytest.raises(ValueError):
         judge("none", [])
+
+
+def test_fallback_between_uses_heals():
+    """Written, then a launch meets another process's lock, then maps: heals at launch 3."""
+    full = FileState(W, "1")
+    story = judge("two", [Launch(load(0, W, "fresh_write"), FileState(None), full),
+                          Launch(load(W, 0, "flock_failed", errno=11), full, full),
+                          Launch(load(0, W, "loaded", 8), full, full)], packs=8)
+    assert story.verdict == "heals" and story.branch == "flock_failed"
+    assert "on launch 2" in story.text and "from launch 3 on" in story.text
+
+
+def test_shared_use_counts_launches_by_the_log():
+    with collect_stories() as stories:
+        use = shared_use("conv", PATH, [("o0", "fresh_write", None), ("o1", "loaded", None),
+                                        ("o2", "flock_failed", 11)])
+    assert stories == [use] and use.heap_launches == 1
+    assert use.text.startswith("2 of 3 launches on the shared cache used the file; 1 did not")
+    assert use.to_json()["verdict"] == "shared"
+    never = shared_use("none", PATH, [("o0", "flock_failed", 11)])
+    assert "never used" in never.text and never.to_json()["verdict"] == "never-used"
+
+
+def test_a_later_load_in_a_writing_process_is_still_a_fresh_write():
+    why = xnnpack_log.launch_reason(
+        [line("Opened packed weight file for writing: /a/c"),
+         line("Loaded packed weight cache: /a/c (8 entries)")], PATH, True, "mapped")
+    assert why.branch == "fresh_write"

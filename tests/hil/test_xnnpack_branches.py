@@ -27,11 +27,14 @@ import signal
 import struct
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from harness.devices.simulator import SimulatorDevice
-from harness.results.xnnpack import HEAP_LIMIT, assert_fallback, assert_no_fallback
+from harness.results.xnnpack import (HEAP_LIMIT, assert_fallback, assert_no_fallback,
+                                     classify_load)
+from harness.results.xnnpack_launches import Launch, judge
 from tests.hil.test_xnnpack_cache import FOOTER, PACKS, Cache, xnn  # noqa: F401 (the fixture)
 
 FIU = "/usr/lib/fiu"
@@ -222,3 +225,57 @@ def test_read_only_cache_file(host, mount, entries):
         assert load.classification == ("mapped" if entries == PACKS else "fallback"), \
             load.describe()
     assert story.verdict == ("reused" if entries == PACKS else "permanent"), story.text
+
+
+def lock_holder(path: str) -> int | None:
+    """The pid holding a flock on `path`, from /proc/locks (matched by inode)."""
+    try:
+        inode = os.stat(path).st_ino
+    except OSError:
+        return None
+    with open("/proc/locks") as f:
+        for line in f:
+            fields = line.split()
+            if "FLOCK" in fields and len(fields) > 5 and fields[5].endswith(f":{inode}"):
+                return int(fields[4])
+    return None
+
+
+def test_two_processes_one_path(host):
+    """Two runner processes on one cache path. The first writes the file and keeps its fd and
+    LOCK_EX for life; it is held (SIGSTOP) right after it took the lock, and a second launch
+    meanwhile falls back with errno 11; once the first exits, the next launch maps the file.
+    Judged across the three launches: heals."""
+    cache = host.path("stack.xnncache")
+    before = host.state(cache)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(host.launch, "holder", cache)
+        pid = None
+        deadline = time.monotonic() + 60
+        while pid is None and not first.done() and time.monotonic() < deadline:
+            pid = lock_holder(cache)
+            time.sleep(0.002)
+        assert pid is not None, "the first launch never held the cache file's lock"
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            middle_before = host.state(cache)
+            second = host.launch("while_held", cache)
+            middle = Launch(classify_load(second, host.weights["forward"]), middle_before,
+                            host.state(cache))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        holder = first.result(timeout=120)  # raises what the first launch raised
+    third_before = host.state(cache)  # what the first launch left, once it ended
+    head = Launch(classify_load(holder, host.weights["forward"]), before, third_before)
+    third = host.launch("after_exit", cache)
+    last = Launch(classify_load(third, host.weights["forward"]), third_before, host.state(cache))
+    story = judge("two_processes", [head, middle, last], PACKS)
+    print(f"two_processes: {story.text}")
+    assert head.load.branch == "fresh_write" and head.load.classification == "mapped", \
+        head.load.describe()
+    assert (middle.load.branch, middle.load.errno) == ("flock_failed", errno.EWOULDBLOCK), \
+        middle.load.describe()
+    assert middle.load.classification == "fallback", middle.load.describe()
+    assert last.load.branch == "loaded" and last.load.classification == "mapped", \
+        last.load.describe()
+    assert story.verdict == "heals", story.text
