@@ -32,6 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness.devices.simulator import SimulatorDevice
+from harness.results.crash_site import parse_crash
+from harness.results.assertions import assert_completed
+from harness.results.failures import HilFailure, run_failures
 from harness.results.xnnpack import (HEAP_LIMIT, assert_fallback, assert_no_fallback,
                                      classify_load)
 from harness.results.xnnpack_launches import Launch, judge
@@ -279,3 +282,30 @@ def test_two_processes_one_path(host):
     assert last.load.branch == "loaded" and last.load.classification == "mapped", \
         last.load.describe()
     assert story.verdict == "heals", story.text
+
+
+def test_full_disk_is_not_a_crash(host, mount):
+    """The cache's filesystem fills while the packs are written (an 8 MiB tmpfs, 32 MiB of
+    packs). The runtime must fall back to heap (or fail the load) and say so; it must not crash.
+    `reserve_space` extends the file with ftruncate (sparse: it succeeds on a full filesystem)
+    and mmap succeeds, so ENOSPC never reaches the code that would fall back: the first store
+    into a page the filesystem cannot back is a SIGBUS inside the cache file's mapping, on
+    every launch (no index is ever written). A crash here is judged against the file's mapping
+    and said as such; executorch 1.5.1 crashes (known issue, strict xfail)."""
+    directory = mount("-t", "tmpfs", "-o", "size=8m", "tmpfs", host.path("full"))
+    cache = posixpath.join(directory, "stack.xnncache")
+    result = host.launch("full_disk", cache, allow_crash=True)
+    if not result.completed:
+        site = parse_crash(result.output.stderr)
+        failure = run_failures(result)[0]
+        name = posixpath.basename(cache)
+        if site is not None and site.signal == "SIGBUS" and site.fault_mapping and \
+                site.fault_mapping.startswith(name + "+"):
+            raise HilFailure(
+                f"the cache's disk is full: SIGBUS storing into the cache file's mapping at "
+                f"{site.fault_mapping} (an 8 MiB tmpfs holding {host.size(cache)} bytes of the "
+                f"file), not a heap fallback\n{failure.message}", failure)
+        assert_completed(result)  # any other crash, as it is
+    load = classify_load(result, host.weights["forward"])
+    host.record(result, load)
+    assert load.classification == "fallback" and load.errno == errno.ENOSPC, load.describe()
