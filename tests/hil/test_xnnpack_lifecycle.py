@@ -137,9 +137,13 @@ def test_destroy_recreate_cycles_do_not_grow(compiled_model, scenario_driver, hi
     needs_options(hil_session, cache == "file_cache")
     model = compiled_model(STACK, "fp32")
     path = posixpath.join(cache_dir, "stack.xnncache") if cache == "file_cache" else None
-    result = scenario_driver.run(cycles_scenario(model, path, CYCLES, f"xcycles_{cache}"))
+    driver = WatchedCache(scenario_driver, path) if path else scenario_driver
+    result = driver.run(cycles_scenario(model, path, CYCLES, f"xcycles_{cache}"))
     assert_steps_ok(result)
     assert_outputs_consistent(result)
+    if isinstance(driver, WatchedCache):  # the cycles are one process: it used the file
+        use = driver.use("xcycles_file_cache")
+        assert use.heap_launches == 0, use.text
     snapshots = [i for i, s in enumerate(result.steps) if s.step.op == "snapshot"][1:]
     bound = hil_session.rss_leak_kb
     per_cycle = {}
