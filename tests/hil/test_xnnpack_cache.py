@@ -22,7 +22,7 @@ What executorch 1.5.1 does, measured (encoded below as the expected outcomes):
 - partial cache (the index's entry count patched from 8 to 4): 4 packs mapped, 4 re-packed
   into heap on every launch, the file never changes: permanent;
 - seed mismatch (one entry's XNNPACK seed patched, as after an XNNPACK upgrade): that pack is
-  re-packed into heap on every launch and never replaced in the file: permanent.
+  re-packed into the file once and the index rewritten; later launches map it all: heals.
 - two modules sharing one cache path: the second module finds the first one's packs (no heap,
   no second copy of the mapping).
 
@@ -59,7 +59,7 @@ PRECISION = "fp32"
 # Expected outcomes of the bad-cache cases, as executorch 1.5.1 behaves (see module docstring).
 TRUNCATED_CACHE_OUTCOME = "rewritten"  # same launch: mapped, file back to full size
 FOREIGN_CACHE_OUTCOME = "fallback-every-launch"  # heap on every launch, file never extended
-SEED_MISMATCH_OUTCOME = "heals"  # re-packed into the file once; "permanent" on upstream main
+SEED_MISMATCH_OUTCOME = "heals"  # re-packed into the file once (PR #22183); "permanent" before it
 PACKS = 8  # packed entries of `forward` (8 Linear layers, weight and bias one entry each)
 LAUNCHES = 3  # launches a cache's story is judged over
 FOOTER = 20  # [index_start:u64][entry_count:u32][magic:u32][version:u32] at the file's end
@@ -333,9 +333,10 @@ def test_partial_cache_is_a_permanent_fallback(xnn):
 
 def test_seed_mismatch(xnn):
     """One entry's XNNPACK seed patched (what an XNNPACK upgrade looks like to the cache): the
-    entry is a miss and is re-packed. Upstream main sends it to heap for ever
-    (`loaded_from_disk_`); 1.5.1 packs it into the file once, rewrites the index, and the next
-    launches map it all: judged across launches, it heals (SEED_MISMATCH_OUTCOME)."""
+    entry is a miss and is re-packed. Upstream main of 2026-08-22 sends it to heap for ever
+    (`loaded_from_disk_`); 1.5.1, like upstream PR #22183, packs it into the file once, rewrites
+    the index, and the next launches map it all: judged across launches, it heals
+    (SEED_MISMATCH_OUTCOME)."""
     cache = xnn.path("stack.xnncache")
     xnn.launch("write", cache)
     _, _, entries = xnn.index(cache)
