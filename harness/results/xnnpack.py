@@ -41,10 +41,13 @@ BACKEND = "XnnpackBackend"
 HEAP_LIMIT = 0.10  # of the weight bytes: more than this on the heap is a fallback
 MAPPED_MIN = 0.90  # of the weight bytes: a mapped load has at least this in the cache file
 MIB = 1 << 20
+# The keys upstream PR 22413 ("Report whether XNNPACK packed weights fell back to heap") reads
+# through backend options.
 COUNTER_KEYS = ("packed_cache_state", "packed_cache_heap_mib", "packed_cache_mapped_mib",
-                "packed_cache_errno")
-# What a runtime may answer for packed_cache_state (string form, or int in this order).
-COUNTER_STATES = ("off", "mapped", "fallback")
+                "packed_cache_errno", "packed_cache_heap_reason", "packed_cache_file_mib")
+# packed_cache_state only separates "feature off" from "in use" (the PR: a partial cache stays
+# file-backed, the byte counters are the signal); these answers mean off.
+COUNTER_OFF = ("off", "disabled", "none", "0")
 
 # The runtime's own words about the cache file: every line of XNNWeightsCache.cpp (and the
 # backend's), plus the 1.5.1 phrases a build without file names in its log would still print.
@@ -421,9 +424,11 @@ def read_counters(result: ScenarioResult) -> RuntimeCounters:
     return RuntimeCounters(values, tuple(missing), evidence)
 
 
-def check_counters(counters: RuntimeCounters, load: CacheLoad,
-                   tolerance_mib: float = 2.0) -> list[str]:
-    """Disagreements between the runtime's published counters and the measured placement."""
+def check_counters(counters: RuntimeCounters, load: CacheLoad, tolerance_mib: float = 2.0,
+                   file_bytes: int | None = None) -> list[str]:
+    """Disagreements between the runtime's published counters and the measured placement:
+    heap and mapped MiB against memory, the state as the PR defines it (off vs in use), a heap
+    reason whenever packs went to heap, `_file_mib` against the file's size (`file_bytes`)."""
     problems: list[str] = []
     v = counters.values
     for key, measured in (("packed_cache_heap_mib", load.heap_bytes),
@@ -438,15 +443,28 @@ def check_counters(counters: RuntimeCounters, load: CacheLoad,
             if abs(said - measured / MIB) > allowed:
                 problems.append(f"{key}={said:g} but measured {measured / MIB:.1f} MiB "
                                 f"(allowed difference {allowed:.1f} MiB)")
-    if "packed_cache_state" in v:
-        state = v["packed_cache_state"]
-        if isinstance(state, int) and not isinstance(state, bool) and 0 <= state < len(COUNTER_STATES):
-            state = COUNTER_STATES[state]
-        if isinstance(state, str) and load.classification in ("mapped", "fallback") \
-                and state.lower() in COUNTER_STATES and load.cache_path \
-                and state.lower() != load.classification:
-            problems.append(f"packed_cache_state={v['packed_cache_state']!r} but the load "
-                            f"measured as {load.classification}")
+    if "packed_cache_state" in v and load.classification != "inconclusive":
+        off = str(v["packed_cache_state"]).strip().lower() in COUNTER_OFF
+        if off and load.cache_path:
+            problems.append(f"packed_cache_state={v['packed_cache_state']!r} (off) but the load "
+                            f"asked for the cache at {load.cache_path}")
+        elif not off and not load.cache_path and load.branch in ("", "cache_off"):
+            problems.append(f"packed_cache_state={v['packed_cache_state']!r} (in use) but the "
+                            "cache was disabled")
+    reason = v.get("packed_cache_heap_reason")
+    if load.classification == "fallback" and load.cache_path and "packed_cache_heap_reason" in v \
+            and str(reason or "").strip().lower() in ("", "none", "0"):
+        problems.append(f"packed_cache_heap_reason={reason!r} but "
+                        f"{load.heap_bytes / MIB:.1f} MiB went to heap ({load.branch})")
+    if "packed_cache_file_mib" in v and file_bytes is not None:
+        try:
+            said = float(v["packed_cache_file_mib"])
+        except (TypeError, ValueError):
+            problems.append(f"packed_cache_file_mib={v['packed_cache_file_mib']!r} is not a number")
+        else:
+            if abs(said - file_bytes / MIB) > tolerance_mib:
+                problems.append(f"packed_cache_file_mib={said:g} but the file has "
+                                f"{file_bytes / MIB:.1f} MiB")
     if ("packed_cache_errno" in v and load.errnos
             and v["packed_cache_errno"] not in load.errnos):
             problems.append(f"packed_cache_errno={v['packed_cache_errno']!r} but the runtime "
@@ -454,8 +472,9 @@ def check_counters(counters: RuntimeCounters, load: CacheLoad,
     return problems
 
 
-def assert_counters_agree(counters: RuntimeCounters, load: CacheLoad) -> None:
-    problems = check_counters(counters, load)
+def assert_counters_agree(counters: RuntimeCounters, load: CacheLoad,
+                          file_bytes: int | None = None) -> None:
+    problems = check_counters(counters, load, file_bytes=file_bytes)
     if problems:
         raise AssertionError("runtime packed-cache counters disagree with measured memory "
                              f"({load.describe()}):\n  " + "\n  ".join(problems))

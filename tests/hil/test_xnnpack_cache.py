@@ -181,7 +181,8 @@ class Cache:
         if counters.exposed:
             probes = [i for i, s in enumerate(result.steps) if s.step.op == "get_option"]
             weights = sum({self.weights[m] for _, m in modules})
-            assert_counters_agree(counters, classify_span(result, weights, 0, probes[0] - 1, cache))
+            assert_counters_agree(counters, classify_span(result, weights, 0, probes[0] - 1, cache),
+                                  file_bytes=self.size(cache) if cache else None)
 
     def record(self, result, *loads: CacheLoad) -> None:
         for load in loads:
