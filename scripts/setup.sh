@@ -3,7 +3,7 @@
 # the adb client/server, headless Chromium (the --hil-report page's test), the nlohmann/json
 # headers (nlohmann-json3-dev: the native runner's JSON, every runner build), the arm64 cross
 # toolchain and qemu-user (Debian packages: the arm64-linux runner build and the loopback
-# device's arm64 mode), OpenSSH's server (tests/framework/test_ssh_device.py: a localhost board),
+# device's arm64 mode), libfiu (POSIX fault injection: the XNNPACK cache branches), OpenSSH's server (tests/framework/test_ssh_device.py: a localhost board),
 # the Python package with its
 # pinned dependencies (torch==2.13.0 CPU, executorch==1.5.1, onnxruntime-qnn==2.7.0 for the
 # HTP simulator), and warms the caches (QNN SDK layout, interposer, native runner).
@@ -24,6 +24,9 @@ fi
 command -v qemu-aarch64 >/dev/null 2>&1 || packages+=(qemu-user)
 # gdb: the bug-report reproduction whose evidence is a QNN call sequence (harness bug-report)
 command -v gdb >/dev/null 2>&1 || packages+=(gdb)
+# libfiu (fiu-run and its POSIX preload): the XNNPACK packed-cache tests make one system call
+# of the runtime fail (tests/hil/test_xnnpack_branches.py)
+[ -f /usr/lib/fiu/fiu_posix_preload.so ] || packages+=(fiu-utils libfiu0 libfiu-dev)
 # sshd on 127.0.0.1 is the SSH board of the framework's tests (and of CI step 9)
 [ -x /usr/sbin/sshd ] || packages+=(openssh-server)
 if [ "${#packages[@]}" -gt 0 ]; then

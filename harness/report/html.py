@@ -64,6 +64,8 @@ def extras_for_test(test: dict, runs: list[dict], results: list[ScenarioResult],
                                  name=f"{run['scenario']} (run {run['index']})"))
     if test.get("xnnpack"):
         parts.append(_xnnpack(test["xnnpack"]))
+    if test.get("xnnpack_launches"):
+        parts.append(_xnnpack_launches(test["xnnpack_launches"]))
     parts.append("</div>")
     return [extras.html("".join(parts))] + images
 
@@ -200,12 +202,33 @@ def _xnnpack(verdicts: list[dict]) -> str:
         wrong = v.get("expected") is not None and v["expected"] != v["classification"]
         rows.append(_row([v["scenario"], v["module"], v["classification"], v.get("expected") or "",
                           _mib(v["heap_bytes"], 2**20), _mib(v["mapped_bytes"], 2**20),
-                          _mib(v["weight_bytes"], 2**20), v.get("cache_path") or "(no cache)"],
+                          _mib(v["weight_bytes"], 2**20), v.get("branch") or "",
+                          "" if v.get("errno") is None else str(v["errno"]),
+                          v.get("reason") or "", v.get("cache_path") or "(no cache)"],
                          failing=wrong, numeric={4, 5, 6}))
     return ("<h4>XNNPACK packed-weight placement</h4><table><tr>" + "".join(
         f"<th>{h}</th>" for h in ("scenario", "module", "verdict", "expected", "heap MiB",
-                                  "cache-mapped MiB", "weights MiB", "cache file")) +
+                                  "cache-mapped MiB", "weights MiB", "branch", "errno",
+                                  "reason (the runtime's log)", "cache file")) +
             "</tr>" + "".join(rows) + "</table>")
+
+
+def _xnnpack_launches(stories: list[dict]) -> str:
+    """One line per cache judged across launches, then its launches."""
+    parts = ["<h4>XNNPACK packed cache across launches</h4>"]
+    for story in stories:
+        parts.append(f"<p><b>{escape(story['name'])}</b>: {escape(story['text'])}</p>")
+        rows = [_row([str(i + 1), launch["placement"], launch.get("branch") or "",
+                      "" if launch.get("errno") is None else str(launch["errno"]),
+                      _mib(launch["heap_bytes"], 2**20), _mib(launch["mapped_bytes"], 2**20),
+                      _mib(launch["repacked_bytes"], 2**20),
+                      {True: "yes", False: "no"}.get(launch["file_changed"], "")],
+                     failing=False, numeric={4, 5, 6})
+                for i, launch in enumerate(story["launches"])]
+        parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in (
+            "launch", "placement", "branch", "errno", "heap MiB", "cache-mapped MiB",
+            "re-packed MiB", "file changed")) + "</tr>" + "".join(rows) + "</table>")
+    return "".join(parts)
 
 
 # Summary sections -------------------------------------------------------------------------------

@@ -45,9 +45,11 @@ from harness.runtime import qairt_version
 from harness.results import (SCHEMA, failure_entry, junit_properties, qnn_api, run_entry,
                              metrics_of, xnnpack_entry)
 from harness.results.xnnpack import collect_verdicts
+from harness.results.xnnpack_launches import collect_stories
 
 _STATE_KEY = pytest.StashKey["HilReport"]()
 _VERDICTS_KEY = pytest.StashKey[list]()
+_STORIES_KEY = pytest.StashKey[list]()
 RESULTS_NAME = "results.json"
 DEFAULT_MAX_RUNS = 100
 PAGE_NAME = "report.html"
@@ -220,11 +222,12 @@ class HilReport:
     def pytest_runtest_call(self, item: pytest.Item):
         if not (self.active and is_hil(item)):
             return (yield)
-        with collect_verdicts() as verdicts:
+        with collect_verdicts() as verdicts, collect_stories() as stories:
             try:
                 return (yield)
             finally:
                 item.stash[_VERDICTS_KEY] = list(verdicts)
+                item.stash[_STORIES_KEY] = list(stories)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -293,6 +296,8 @@ class HilReport:
         data.update({"runs": [runs[i] for i in kept], "runs_omitted": omitted,
                      "metrics": metrics,
                      "xnnpack": [xnnpack_entry(load, expected) for load, expected in verdicts],
+                     "xnnpack_launches": [story.to_json()
+                                          for story in item.stash.get(_STORIES_KEY, [])],
                      "failure": raised, "_results": [results[i] for i in kept],
                      "_raised": raised})
         return data
@@ -412,6 +417,7 @@ class HilReport:
                 "message": message_of(phases, outcome),
                 "failure": hil.get("failure"), "metrics": hil.get("metrics"),
                 "xnnpack": hil.get("xnnpack") or [],
+                "xnnpack_launches": hil.get("xnnpack_launches") or [],
                 "scenario_runs": len(test_runs) + hil.get("runs_omitted", 0),
                 "runs_omitted": hil.get("runs_omitted", 0)})
         totals: dict[str, int] = {}

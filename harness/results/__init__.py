@@ -154,7 +154,10 @@ def xnnpack_entry(load: CacheLoad, expected: str | None) -> dict[str, Any]:
             "cache_path": load.cache_path, "classification": load.classification,
             "expected": expected, "weight_bytes": load.weight_bytes,
             "heap_bytes": load.heap_bytes, "mapped_bytes": load.mapped_bytes,
-            "steps": [load.before, load.after]}
+            "steps": [load.before, load.after],
+            # why, in the runtime's words (harness.results.xnnpack_log)
+            "branch": load.branch or None, "errno": load.errno, "reason": load.reason or None,
+            "loaded_entries": load.loaded_entries, "runtime_log": list(load.runtime_log)}
 
 
 def qnn_api(result: ScenarioResult) -> dict[str, Any]:
@@ -255,11 +258,15 @@ def junit_properties(test: dict[str, Any]) -> list[tuple[str, str]]:
                               f"{fitted['high']}) over {soak['cycles'] - soak['warmup']} cycles"))
     for verdict in test.get("xnnpack") or []:
         expected = f" (expected {verdict['expected']})" if verdict.get("expected") else ""
+        why = (f"; branch {verdict['branch']}, errno {verdict.get('errno')}: {verdict['reason']}"
+               if verdict.get("branch") else "")
         props.append((f"hil.xnnpack.{verdict['scenario']}.{verdict['module']}",
                       f"{verdict['classification']}{expected}: heap "
                       f"{verdict['heap_bytes'] / 2**20:.1f} MiB, mapped "
                       f"{verdict['mapped_bytes'] / 2**20:.1f} MiB of "
-                      f"{verdict['weight_bytes'] / 2**20:.1f} MiB weights"))
+                      f"{verdict['weight_bytes'] / 2**20:.1f} MiB weights{why}"))
+    for story in test.get("xnnpack_launches") or []:
+        props.append((f"hil.xnnpack_launches.{story['name']}", story["text"]))
     return props
 
 

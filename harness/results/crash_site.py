@@ -14,7 +14,8 @@ import re
 import shutil
 import subprocess
 
-_HEAD = re.compile(r"harness-runner: fatal signal (\d+) \((\w+)\)(?: at fault address (0x[0-9a-f]+))?")
+_HEAD = re.compile(r"harness-runner: fatal signal (\d+) \((\w+)\)(?: at fault address (0x[0-9a-f]+)"
+                   r"(?: in mapping (.+?))?)?(?: in thread|$)")
 _FRAME = re.compile(r"harness-runner:   #(\d+) pc (0x[0-9a-f]+) (.*)$")
 _SYMBOL = re.compile(r"harness-runner:   #(\d+)(?: (\S+)\+(0x[0-9a-f]+))?$")
 _MODULE = re.compile(r"(\S+)\+(0x[0-9a-f]+)$")
@@ -40,9 +41,14 @@ class CrashSite:
     signal: str
     fault_address: int | None
     frames: tuple[Frame, ...]
+    # what the fault address is: "<file>+0x<offset into it>" of a mapped file,
+    # "(anonymous memory)", "(not in any mapped file)"; None from a runner that does not say
+    fault_mapping: str | None = None
 
     def describe(self) -> str:
         at = f" at fault address {self.fault_address:#x}" if self.fault_address is not None else ""
+        if self.fault_mapping and self.fault_address and not self.fault_mapping.startswith("("):
+            at += f" (inside {self.fault_mapping})"  # a mapped file's page: said as such
         frames = " <- ".join(f.describe() for f in self.frames) or "none"
         return f"crash site: {self.signal}{at}; frames: {frames}"
 
@@ -79,7 +85,7 @@ def parse_crash(text: str) -> CrashSite | None:
                 frame = dataclasses.replace(frame, symbol=f"{names.get(name, name)}+{off:#x}")
             out.append(frame)
         fault = int(head.group(3), 16) if head.group(3) else None
-        return CrashSite(head.group(2), fault, tuple(out))
+        return CrashSite(head.group(2), fault, tuple(out), head.group(4))
     return None
 
 

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.results import xnnpack_log
 from harness.results.run import ScenarioResult, StepResult
 from harness.scenario import Scenario
 
@@ -40,18 +41,21 @@ BACKEND = "XnnpackBackend"
 HEAP_LIMIT = 0.10  # of the weight bytes: more than this on the heap is a fallback
 MAPPED_MIN = 0.90  # of the weight bytes: a mapped load has at least this in the cache file
 MIB = 1 << 20
+# The keys upstream PR 22413 ("Report whether XNNPACK packed weights fell back to heap") reads
+# through backend options.
 COUNTER_KEYS = ("packed_cache_state", "packed_cache_heap_mib", "packed_cache_mapped_mib",
-                "packed_cache_errno")
-# What a runtime may answer for packed_cache_state (string form, or int in this order).
-COUNTER_STATES = ("off", "mapped", "fallback")
+                "packed_cache_errno", "packed_cache_heap_reason", "packed_cache_file_mib")
+# packed_cache_state only separates "feature off" from "in use" (the PR: a partial cache stays
+# file-backed, the byte counters are the signal); these answers mean off.
+COUNTER_OFF = ("off", "disabled", "none", "0")
 
-# The runtime's own words about the cache file (XNNWeightsCache.cpp logs, 1.5.1 spelling).
+# The runtime's own words about the cache file: every line of XNNWeightsCache.cpp (and the
+# backend's), plus the 1.5.1 phrases a build without file names in its log would still print.
 _CACHE_LOG = re.compile(
     r"(Loaded packed weight cache|Opened packed weight file|Saved packed weight index|"
     r"Synced \d+ new regions|failed \(errno=\d+\)|heap fallback|load_packed_cache|seed mismatch|"
-    r"weight cache failed)")
-_ERRNO = re.compile(r"(\w+)\(([^)]*)\) failed \(errno=(\d+)\)")
-_LOADED = re.compile(r"Loaded packed weight cache: (.*) \((\d+) entries\)")
+    r"weight cache failed|reserve_space|for index|fsync of packed cache)|" + xnnpack_log.LINE.pattern,
+    re.IGNORECASE)
 
 
 def cache_options(path: str | None, enabled: bool = True) -> dict[str, dict[str, Any]]:
@@ -124,6 +128,12 @@ class CacheLoad:
     before: int  # step indices the numbers come from
     after: int
     runtime_log: tuple[str, ...] = ()  # the runtime's own lines about the cache file
+    # why, in the runtime's words (harness.results.xnnpack_log): the branch the launch took,
+    # its errno and one sentence; loaded_entries: the entries of an index it loaded
+    branch: str = ""
+    errno: int | None = None
+    reason: str = ""
+    loaded_entries: int | None = None
 
     @property
     def heap_fraction(self) -> float:
@@ -136,7 +146,7 @@ class CacheLoad:
     @property
     def errnos(self) -> list[int]:
         """errno values the runtime logged for failed calls on the cache file."""
-        return [int(m.group(3)) for line in self.runtime_log for m in [_ERRNO.search(line)] if m]
+        return [e.errno for e in xnnpack_log.events(self.runtime_log) if e.errno is not None]
 
     def describe(self) -> str:
         cache = f"cache {self.cache_path}" if self.cache_path else "no cache requested"
@@ -146,6 +156,8 @@ class CacheLoad:
                 f"mapped {_mib(self.mapped_bytes)} ({self.mapped_fraction:.0%}), file-backed "
                 f"{_signed_mib(self.file_backed_growth)}, Private_Dirty "
                 f"{_signed_mib(self.private_dirty_growth)} (steps {self.before}->{self.after})")
+        if self.reason:
+            text += f"\n  why ({self.branch}, errno {xnnpack_log.errno_name(self.errno)}): {self.reason}"
         if self.runtime_log:
             text += "\n  runtime: " + "\n  runtime: ".join(self.runtime_log)
         return text
@@ -205,8 +217,14 @@ def _classify_load(result: ScenarioResult, weight_bytes: int, module: str | None
     before = load - 1
     if cache_path is None:
         cache_path = requested_cache_path(result.steps[load])
-    return classify_span(result, weight_bytes, before, after, cache_path, module or "",
-                         result.steps[after].step.method or "")
+    found = classify_span(result, weight_bytes, before, after, cache_path, module or "",
+                          result.steps[after].step.method or "")
+    xnn = (result.steps[load].step.args.get("backend_options") or {}).get(BACKEND) or {}
+    why = xnnpack_log.launch_reason(found.runtime_log, xnn.get("packed_cache_path"),
+                                    bool(xnn.get("weight_cache_enabled", bool(xnn))),
+                                    found.classification)
+    return dataclasses.replace(found, branch=why.branch, errno=why.errno, reason=why.reason,
+                               loaded_entries=why.loaded_entries)
 
 
 def requested_cache_path(load_step: StepResult) -> str | None:
@@ -279,8 +297,9 @@ def _note_verdict(load: CacheLoad, expected: str | None) -> None:
 
 # Assertions ----------------------------------------------------------------------------------
 def assert_no_fallback(result: ScenarioResult, weight_bytes: int, module: str | None = None,
-                       cache_path: str | None = None) -> CacheLoad:
-    """The module's packed weights live in the cache file's mapping, not on the heap."""
+                       cache_path: str | None = None, branch: str | None = None) -> CacheLoad:
+    """The module's packed weights live in the cache file's mapping, not on the heap (and
+    the runtime's log shows `branch`, when given)."""
     load = _classify_load(result, weight_bytes, module, cache_path)
     _note_verdict(load, "mapped")
     if load.classification != "mapped":
@@ -288,19 +307,36 @@ def assert_no_fallback(result: ScenarioResult, weight_bytes: int, module: str | 
             f"XNNPACK packed weights not served from the cache file: {load.describe()}\n"
             f"needs heap < {HEAP_LIMIT:.0%} and cache-file mapping >= {MAPPED_MIN:.0%} of the "
             f"weights\nmemory (MiB):\n{memory_table(result, load.cache_path)}")
+    _check_branch(load, branch, result)
     return load
 
 
 def assert_fallback(result: ScenarioResult, weight_bytes: int, module: str | None = None,
-                    cache_path: str | None = None, min_heap: float = 0.8) -> CacheLoad:
-    """The module's weights went to the heap (at least `min_heap` of them): a detected fallback."""
+                    cache_path: str | None = None, min_heap: float | None = None,
+                    branch: str | None = None) -> CacheLoad:
+    """The module's weights went to the heap (at least `min_heap` of them): a detected fallback.
+
+    `min_heap` defaults to 80 % for a launch that loaded no index, and to `HEAP_LIMIT` for one
+    that did: a partial cache maps the packs it has and heaps the rest, both large. `branch`:
+    the branch the runtime's log must show (harness.results.xnnpack_log), e.g. "open_failed".
+    """
     load = _classify_load(result, weight_bytes, module, cache_path)
     _note_verdict(load, "fallback")
+    if min_heap is None:
+        min_heap = HEAP_LIMIT if load.loaded_entries else 0.8
     if load.classification != "fallback" or load.heap_bytes < min_heap * weight_bytes:
         raise AssertionError(
             f"expected a heap fallback with >= {min_heap:.0%} of the weights on the heap: "
             f"{load.describe()}\nmemory (MiB):\n{memory_table(result, load.cache_path)}")
+    _check_branch(load, branch, result)
     return load
+
+
+def _check_branch(load: CacheLoad, branch: str | None, result: ScenarioResult) -> None:
+    if branch is not None and load.branch != branch:
+        raise AssertionError(
+            f"expected the runtime to take branch {branch!r}, its log says {load.branch!r}: "
+            f"{load.describe()}\nrun stderr tail:\n{result.output.stderr[-2000:]}")
 
 
 def assert_cache_steps_ok(result: ScenarioResult) -> None:
@@ -388,9 +424,11 @@ def read_counters(result: ScenarioResult) -> RuntimeCounters:
     return RuntimeCounters(values, tuple(missing), evidence)
 
 
-def check_counters(counters: RuntimeCounters, load: CacheLoad,
-                   tolerance_mib: float = 2.0) -> list[str]:
-    """Disagreements between the runtime's published counters and the measured placement."""
+def check_counters(counters: RuntimeCounters, load: CacheLoad, tolerance_mib: float = 2.0,
+                   file_bytes: int | None = None) -> list[str]:
+    """Disagreements between the runtime's published counters and the measured placement:
+    heap and mapped MiB against memory, the state as the PR defines it (off vs in use), a heap
+    reason whenever packs went to heap, `_file_mib` against the file's size (`file_bytes`)."""
     problems: list[str] = []
     v = counters.values
     for key, measured in (("packed_cache_heap_mib", load.heap_bytes),
@@ -405,15 +443,28 @@ def check_counters(counters: RuntimeCounters, load: CacheLoad,
             if abs(said - measured / MIB) > allowed:
                 problems.append(f"{key}={said:g} but measured {measured / MIB:.1f} MiB "
                                 f"(allowed difference {allowed:.1f} MiB)")
-    if "packed_cache_state" in v:
-        state = v["packed_cache_state"]
-        if isinstance(state, int) and not isinstance(state, bool) and 0 <= state < len(COUNTER_STATES):
-            state = COUNTER_STATES[state]
-        if isinstance(state, str) and load.classification in ("mapped", "fallback") \
-                and state.lower() in COUNTER_STATES and load.cache_path \
-                and state.lower() != load.classification:
-            problems.append(f"packed_cache_state={v['packed_cache_state']!r} but the load "
-                            f"measured as {load.classification}")
+    if "packed_cache_state" in v and load.classification != "inconclusive":
+        off = str(v["packed_cache_state"]).strip().lower() in COUNTER_OFF
+        if off and load.cache_path:
+            problems.append(f"packed_cache_state={v['packed_cache_state']!r} (off) but the load "
+                            f"asked for the cache at {load.cache_path}")
+        elif not off and not load.cache_path and load.branch in ("", "cache_off"):
+            problems.append(f"packed_cache_state={v['packed_cache_state']!r} (in use) but the "
+                            "cache was disabled")
+    reason = v.get("packed_cache_heap_reason")
+    if load.classification == "fallback" and load.cache_path and "packed_cache_heap_reason" in v \
+            and str(reason or "").strip().lower() in ("", "none", "0"):
+        problems.append(f"packed_cache_heap_reason={reason!r} but "
+                        f"{load.heap_bytes / MIB:.1f} MiB went to heap ({load.branch})")
+    if "packed_cache_file_mib" in v and file_bytes is not None:
+        try:
+            said = float(v["packed_cache_file_mib"])
+        except (TypeError, ValueError):
+            problems.append(f"packed_cache_file_mib={v['packed_cache_file_mib']!r} is not a number")
+        else:
+            if abs(said - file_bytes / MIB) > tolerance_mib:
+                problems.append(f"packed_cache_file_mib={said:g} but the file has "
+                                f"{file_bytes / MIB:.1f} MiB")
     if ("packed_cache_errno" in v and load.errnos
             and v["packed_cache_errno"] not in load.errnos):
             problems.append(f"packed_cache_errno={v['packed_cache_errno']!r} but the runtime "
@@ -421,8 +472,9 @@ def check_counters(counters: RuntimeCounters, load: CacheLoad,
     return problems
 
 
-def assert_counters_agree(counters: RuntimeCounters, load: CacheLoad) -> None:
-    problems = check_counters(counters, load)
+def assert_counters_agree(counters: RuntimeCounters, load: CacheLoad,
+                          file_bytes: int | None = None) -> None:
+    problems = check_counters(counters, load, file_bytes=file_bytes)
     if problems:
         raise AssertionError("runtime packed-cache counters disagree with measured memory "
                              f"({load.describe()}):\n  " + "\n  ".join(problems))

@@ -61,3 +61,18 @@ def test_a_report_other_threads_wrote_between_is_still_read():
                                      "#0 libexecutorch_backend_qnn.so+0x20ef4")
     assert without_crash_report(text).splitlines() == ["[INFO] [Qnn ExecuTorch]: ",
                                                       "Destroy Qnn context"]
+
+
+def test_the_fault_address_is_placed_in_its_mapping():
+    """A SIGBUS storing into a full disk's file mapping says which file and where in it."""
+    text = ("harness-runner: fatal signal 7 (SIGBUS) at fault address 0x7ffff3ff4000 in mapping "
+            "stack.xnncache+0x7ff000 in thread 9\n"
+            "harness-runner: backtrace of the crashing thread:\n"
+            "harness-runner:   #0 pc 0x7f0000001000 libc.so.6+0x1000\n")
+    site = parse_crash(text)
+    assert site is not None and site.fault_mapping == "stack.xnncache+0x7ff000"
+    assert site.describe().startswith("crash site: SIGBUS at fault address 0x7ffff3ff4000 "
+                                      "(inside stack.xnncache+0x7ff000); frames: #0 libc.so.6")
+    anonymous = parse_crash(text.replace("stack.xnncache+0x7ff000", "(anonymous memory)"))
+    assert anonymous is not None and anonymous.fault_mapping == "(anonymous memory)"
+    assert "inside" not in anonymous.describe()  # only a mapped file is named

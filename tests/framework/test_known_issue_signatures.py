@@ -21,10 +21,17 @@ OTHER_SEGV = ("runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault 
               "executorch::runtime::Method::execute+0x10")
 OTHER_ERROR = ("execute(forward) failed: Error::Internal (0x1)\n[ERROR] [Qnn ExecuTorch]: "
                "qnn_graph_execute failed. Error 1002")
+# a SIGBUS of the same frames outside the cache file's mapping (the program's own mapping)
+OTHER_BUS = ("runner crashed with signal SIGBUS\ncrash site: SIGBUS at fault address 0x7fcc3c405000 "
+             "(inside model.pte+0x1000); frames: #0 libc.so.6+0x16e0ba <- #3 "
+             "libexecutorch_backend_xnnpack.so+0x54624 xnn_create_fully_connected_nc_f32+0x84 <- "
+             "#6 libexecutorch_backend_xnnpack.so+0x2610b7 executorch::backends::xnnpack::"
+             "delegate::XNNCompiler::compileModel+0xd97")
 OTHER_ABORT = ("runner crashed with signal SIGABRT\ncrash site: SIGABRT; frames: #0 libc.so.6+0x8aeec"
                " <- #1 libc.so.6+0x3bfb1 gsignal+0x11 <- #2 libc.so.6+0x26471 abort+0xd2 <- #3 "
                "harness-runner+0x4242")
 UNRELATED = [Failure("crash", BARE_SEGV), Failure("crash", OTHER_SEGV), Failure("crash", OTHER_ABORT),
+             Failure("crash", OTHER_BUS),
              Failure("mismatch", MISMATCH), Failure("error", OTHER_ERROR),
              Failure("check", "QNN context 0x2 is live after every module was destroyed"),
              Failure("timeout", "runner hung: killed after timeout")]
@@ -107,6 +114,12 @@ OWN = {
         "executorch::runtime::BackendDelegate::Init+0x33c"))],
     "qnn-backend-bundle-first-program-soc": [
         Failure("check", "a program's context lives on a device created for another SoC")],
+    "xnnpack-cache-full-disk-sigbus": [Failure("crash", (
+        "runner crashed with signal SIGBUS\ncrash site: SIGBUS at fault address 0x7fcc3c405000 "
+        "(inside stack.xnncache+0x800000); frames: #0 libc.so.6+0x16e0ba <- #1 "
+        "libexecutorch_backend_xnnpack.so+0x64faf <- #3 libexecutorch_backend_xnnpack.so+0x54624 "
+        "xnn_create_fully_connected_nc_f32+0x84 <- #6 libexecutorch_backend_xnnpack.so+0x2610b7 "
+        "executorch::backends::xnnpack::delegate::XNNCompiler::compileModel+0xd97"))],
     "qnn-shared-buffer-alloc-calls-null-off-android": [Failure("crash", (
         "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: "
         "#0 0x0 (a call through a null function pointer) <- #1 "

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.results import xnnpack
+from harness.results.xnnpack_launches import FileState, Launch, judge
 from harness.results.compare import compare, main as compare_main, render
 from harness.programs.compile import CompiledModel, MethodReference
 from harness.devices.state import SIMULATOR_REASON, parse_state
@@ -21,7 +22,7 @@ from harness.report.plots import scenario_plot
 from harness.protocol.output import RunOutput
 from harness.results.run import ScenarioResult
 from harness.results import (SCHEMA, ResultsError, junit_properties, load_results, run_entry,
-                             metrics_of)
+                             metrics_of, xnnpack_entry)
 from harness.protocol.wire import EVENT_PREFIX, STEP_MARKER
 from harness.scenario import Scenario
 from harness.qnn.trace import parse_trace
@@ -122,6 +123,27 @@ def test_xnnpack_verdicts_are_collected_per_block(tmp_path):
         xnnpack._note_verdict(load, "mapped")
     xnnpack._note_verdict(load, None)  # outside any block: nobody listens
     assert seen == [(load, "mapped")]
+
+
+def test_xnnpack_reason_and_launches_reach_junit_and_the_page(tmp_path):
+    """The runtime's branch, errno and reason of a launch, and a cache's verdict across
+    launches, are in the JUnit properties and the test's HTML block."""
+    load = xnnpack.CacheLoad("x1", "A", "forward", "/c/x", "fallback", 32 << 20, 32 << 20, 0,
+                             0, 0, 0, 2, ("E ... flock(/c/x) failed (errno=11)",),
+                             "flock_failed", 11, "another process holds the cache file")
+    entry_ = xnnpack_entry(load, "fallback")
+    assert (entry_["branch"], entry_["errno"]) == ("flock_failed", 11)
+    same = FileState(10, "1")
+    story = judge("held", [Launch(load, same, same)] * 2).to_json()
+    props = dict(junit_properties({"metrics": {"scenarios": 1, "failed_scenarios": 0},
+                                   "xnnpack": [entry_], "xnnpack_launches": [story]}))
+    assert props["hil.xnnpack.x1.A"].endswith(
+        "; branch flock_failed, errno 11: another process holds the cache file")
+    assert props["hil.xnnpack_launches.held"].endswith(": permanent")
+    result = s1_result(tmp_path)
+    page = extras_for_test({"xnnpack": [entry_], "xnnpack_launches": [story]}, [entry(result)],
+                           [result], None)[0]["content"]
+    assert "<td>flock_failed</td><td>11</td>" in page and "held</b>: another process" in page
 
 
 def test_page_pieces_show_the_failing_step_its_log_and_qnn_calls(tmp_path):

@@ -204,7 +204,7 @@ def probes(tmp_path, answers: dict[str, tuple]) -> ScenarioResult:
         statuses[i] = status
         options[i] = {"backend": "XnnpackBackend", "key": key, "value": value,
                       "supported": status == "ok"}
-    readings = [memory(0.4), memory(0.4), memory(0.5, 6, 32)] + [memory(0.5, 6, 32)] * 8
+    readings = [memory(0.4), memory(0.4)] + [memory(0.5, 6, 32)] * (len(sc.steps) - 2)
     return result_of(sc, readings, statuses, options)
 
 
@@ -232,16 +232,34 @@ def test_counters_exposed_and_checked(tmp_path):
 
 
 def test_counters_disagreeing_with_memory_fail(tmp_path):
-    result = probes(tmp_path, {"packed_cache_state": (("ok", 2), ("ok", 2)),
+    result = probes(tmp_path, {"packed_cache_state": (("ok", "off"), ("ok", 0)),
                                "packed_cache_heap_mib": (("ok", 0), ("ok", 0)),
-                               "packed_cache_mapped_mib": (("ok", 0), ("ok", 0))})
+                               "packed_cache_mapped_mib": (("ok", 0), ("ok", 0)),
+                               "packed_cache_file_mib": (("ok", 1), ("ok", 1))})
     counters = read_counters(result)
     load = classify_load(result, W)  # measured: mapped, 32 MiB in the cache file
-    problems = check_counters(counters, load)
+    problems = check_counters(counters, load, file_bytes=W + 1236)
     assert any("packed_cache_mapped_mib=0" in p for p in problems)
-    assert any("packed_cache_state=2" in p for p in problems)  # 2 = "fallback"
+    assert any("packed_cache_state='off'" in p for p in problems)  # off, with a cache asked
+    assert any("packed_cache_file_mib=1 but the file has 32.0 MiB" in p for p in problems)
     with pytest.raises(AssertionError, match="disagree with measured memory"):
         assert_counters_agree(counters, load)
+
+
+def test_a_fallback_needs_a_heap_reason_and_a_partial_cache_stays_in_use(tmp_path):
+    """The PR's state only says off or in use: a partial cache (half on heap) answering
+    "file_backed" is right; its heap bytes need a heap reason."""
+    sc = add_counter_probes(launch(tmp_path), ("packed_cache_state", "packed_cache_heap_reason",
+                                               "packed_cache_heap_mib"))
+    readings = [memory(0.4), memory(0.4), memory(16.4, 6, 16.0)] + [memory(16.4, 6, 16.0)] * 6
+    options = {3: {"value": "file_backed"}, 4: {"value": 1}, 5: {"value": "none"}, 6: {"value": 0},
+               7: {"value": "16"}, 8: {"value": 16}}
+    result = result_of(sc, readings, options=options)
+    counters = read_counters(result)
+    load = classify_load(result, W)
+    problems = check_counters(counters, load)
+    assert not any("packed_cache_state" in p for p in problems), problems
+    assert any(p.startswith("packed_cache_heap_reason=") for p in problems), problems
 
 
 def test_note_counters_warns_once_and_writes_artifacts(tmp_path, monkeypatch):

@@ -18,7 +18,11 @@ What executorch 1.5.1 does, measured (encoded below as the expected outcomes):
   truncates the file and rewrites it in the same launch (mapped, file restored);
 - cache file of another model: it loads "successfully" (the log counts its entries), none of
   them match, and every pack goes to heap, on this and every later launch: the file is never
-  extended. This is the silent fallback the framework exists to see.
+  extended (`loaded_from_disk_`). Judged across three launches: a named, permanent fallback;
+- partial cache (the index's entry count patched from 8 to 4): 4 packs mapped, 4 re-packed
+  into heap on every launch, the file never changes: permanent;
+- seed mismatch (one entry's XNNPACK seed patched, as after an XNNPACK upgrade): that pack is
+  re-packed into the file once and the index rewritten; later launches map it all: heals.
 - two modules sharing one cache path: the second module finds the first one's packs (no heap,
   no second copy of the mapping).
 
@@ -27,9 +31,14 @@ The Python runner cannot pass backend options (pybindings 1.5.1), so these need 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import posixpath
+import struct
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -41,14 +50,19 @@ from harness.runtime import executorch_version
 from harness.scenario import Scenario
 from harness.results.xnnpack import (HEAP_LIMIT, MAPPED_MIN, CacheLoad, add_counter_probes,
                              assert_cache_steps_ok, assert_counters_agree, assert_fallback,
-                             assert_no_fallback, cache_options, classify_span, note_counters,
-                             read_counters)
+                             assert_no_fallback, cache_options, classify_load, classify_span,
+                             note_counters, read_counters)
+from harness.results.xnnpack_launches import CacheStory, FileState, Launch, judge
 
 MODEL = "xnn_linear_stack"
 PRECISION = "fp32"
 # Expected outcomes of the bad-cache cases, as executorch 1.5.1 behaves (see module docstring).
 TRUNCATED_CACHE_OUTCOME = "rewritten"  # same launch: mapped, file back to full size
 FOREIGN_CACHE_OUTCOME = "fallback-every-launch"  # heap on every launch, file never extended
+SEED_MISMATCH_OUTCOME = "heals"  # re-packed into the file once (PR #22183); "permanent" before it
+PACKS = 8  # packed entries of `forward` (8 Linear layers, weight and bias one entry each)
+LAUNCHES = 3  # launches a cache's story is judged over
+FOOTER = 20  # [index_start:u64][entry_count:u32][magic:u32][version:u32] at the file's end
 
 
 @dataclasses.dataclass
@@ -61,6 +75,7 @@ class Cache:
     driver: object
     dir: str
     launches: int = 0
+    environment: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def path(self, name: str) -> str:
         return posixpath.join(self.dir, name)
@@ -74,16 +89,74 @@ class Cache:
         code, out = self.device.command(["wc", "-c", path])
         return int(out.split()[0]) if code == 0 and out.split() else None
 
+    def state(self, path: str | None) -> FileState:
+        """The cache file's size and digest (cksum: in toybox and coreutils alike)."""
+        if path is None:
+            return FileState(None)
+        code, out = self.device.command(["cksum", path])
+        parts = out.split()
+        return FileState(int(parts[1]), parts[0]) if code == 0 and len(parts) >= 2 \
+            else FileState(None)
+
+    def story(self, tag: str, cache: str | None, n: int = LAUNCHES, method: str = "forward",
+              packs: int | None = PACKS, **launch: Any) -> CacheStory:
+        """`n` launches of one program on one cache path, judged together (printed, and in
+        the report)."""
+        launches = []
+        for i in range(n):
+            before = self.state(cache)
+            result = self.launch(f"{tag}{i + 1}", cache, (("A", method),), **launch)
+            load = classify_load(result, self.weights[method])
+            launches.append(Launch(load, before, self.state(cache)))
+            self.record(result, load)
+        story = judge(tag, launches, packs)
+        print(f"{tag}: {story.text}")
+        return story
+
+    def read(self, path: str, offset: int, count: int) -> bytes:
+        """Bytes of a file on the device (od: in toybox and coreutils alike)."""
+        out = self.sh("od", "-An", "-v", "-tx1", "-j", str(offset), "-N", str(count), path)
+        return bytes.fromhex("".join(out.split()))
+
+    def write(self, path: str, offset: int, data: bytes) -> None:
+        """Overwrite bytes of a file on the device in place."""
+        octal = "".join(f"\\{b:03o}" for b in data)
+        self.sh("sh", "-c", f"printf '{octal}' | dd of='{path}' bs=1 seek={offset} "
+                "conv=notrunc 2>/dev/null")
+
+    def index(self, path: str) -> tuple[int, int, list[tuple[str, int]]]:
+        """The cache file's trailer: (index_start, entry_count, [(name, seed offset)])."""
+        size = self.size(path)
+        assert size and size > FOOTER, f"{path}: {size} bytes"
+        start, count = struct.unpack("<QI", self.read(path, size - FOOTER, 12))
+        raw = self.read(path, start, size - FOOTER - start)
+        entries, at = [], 0
+        for _ in range(count):
+            (length,) = struct.unpack_from("<I", raw, at)
+            name = raw[at + 4:at + 4 + length].decode("latin-1")
+            at += 4 + length + 16  # name, then [file_offset:u64][data_size:u64]
+            entries.append((name, start + at))  # the entry's [seed:u32]
+            at += 4
+        return start, count, entries
+
     def launch(self, tag: str, cache: str | None,
-               modules: tuple[tuple[str, str], ...] = (("A", "forward"),)):
-        """Run one launch in a fresh process; check it completed with correct outputs."""
+               modules: tuple[tuple[str, str], ...] = (("A", "forward"),),
+               load_mode: str | None = None, environment: dict[str, str] | None = None,
+               allow_crash: bool = False):
+        """Run one launch in a fresh process; check it completed with correct outputs.
+        `environment`: variables the runner process gets on top of the session's (a new
+        process rather than a fork, since a fork server's environment is fixed at its start);
+        `allow_crash`: a run that did not complete is returned for the caller to judge."""
         self.launches += 1
         sc = Scenario(f"x1_{self.launches}_{tag}")
+        sc.fresh_process = environment is not None
+        self.environment = environment or {}
         if cache:
             sc.watch_mappings.append(cache)
         sc.snapshot()
         for module, method in modules:
-            sc.load_module(module, self.model, backend_options=cache_options(cache))
+            sc.load_module(module, self.model, backend_options=cache_options(cache),
+                           load_mode=load_mode)
             sc.execute(module, method)
         add_counter_probes(sc)
         for module, method in modules:
@@ -91,7 +164,10 @@ class Cache:
         for module, _ in modules:
             sc.destroy_module(module)
         sc.snapshot()
-        result = self.driver.run(sc)
+        with _environment(self.environment):
+            result = self.driver.run(sc, allow_crash=allow_crash)
+        if allow_crash and not result.completed:
+            return result
         assert_cache_steps_ok(result)  # no crash, every execute matches the CPU reference
         assert_outputs_consistent(result)
         self._counters(result, cache, modules)
@@ -105,7 +181,8 @@ class Cache:
         if counters.exposed:
             probes = [i for i, s in enumerate(result.steps) if s.step.op == "get_option"]
             weights = sum({self.weights[m] for _, m in modules})
-            assert_counters_agree(counters, classify_span(result, weights, 0, probes[0] - 1, cache))
+            assert_counters_agree(counters, classify_span(result, weights, 0, probes[0] - 1, cache),
+                                  file_bytes=self.size(cache) if cache else None)
 
     def record(self, result, *loads: CacheLoad) -> None:
         for load in loads:
@@ -113,6 +190,23 @@ class Cache:
         if result.artifacts is not None:
             (result.artifacts / "xnnpack_loads.json").write_text(
                 json.dumps([l.to_json() for l in loads], indent=1))
+
+
+@contextlib.contextmanager
+def _environment(extra: dict[str, str]) -> Iterator[None]:
+    """`extra` in os.environ for the block: the host simulator starts runner processes with
+    the harness's environment (a preload such as libfiu's must not reach the harness's own
+    device commands, so only around the run)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture
@@ -167,9 +261,9 @@ def test_unwritable_cache_directory(xnn):
     xnn.sh("touch", blocker)
     cache = posixpath.join(blocker, "stack.xnncache")
     result = xnn.launch("unwritable", cache)
-    load = assert_fallback(result, xnn.weights["forward"])
+    load = assert_fallback(result, xnn.weights["forward"], branch="open_failed")
     xnn.record(result, load)
-    print(f"runtime errno for the unusable cache path: {load.errnos or 'none logged'}")
+    assert load.errno == 20, load.describe()  # ENOTDIR
     assert xnn.size(cache) is None
 
 
@@ -192,19 +286,74 @@ def test_truncated_cache_file(xnn):
 
 def test_cache_file_from_another_model(xnn):
     """A valid cache file of other weights: it loads, nothing matches, and every launch packs
-    all weights to heap again (the silent fallback), with correct outputs."""
+    all weights to heap again, with correct outputs. Judged across launches, as 1.5.1 does it:
+    a named, permanent fallback (`loaded_from_disk_`), the file never changes."""
     foreign = xnn.path("other-model.xnncache")
     written = xnn.launch("write_other", foreign, (("A", "other"),))
     xnn.record(written, assert_no_fallback(written, xnn.weights["other"]))
     cache = xnn.path("stack.xnncache")
     xnn.sh("cp", foreign, cache)
-    size = xnn.size(cache)
     assert FOREIGN_CACHE_OUTCOME == "fallback-every-launch"
-    for launch in ("foreign", "foreign_again"):
-        result = xnn.launch(launch, cache)
-        load = assert_fallback(result, xnn.weights["forward"])
-        xnn.record(result, load)
-        assert xnn.size(cache) == size, "the runtime changed the foreign cache file"
+    story = xnn.story("foreign", cache)
+    for launch in story.launches:
+        assert launch.load.classification == "fallback", story.text
+        assert launch.load.branch == "loaded_from_disk", launch.load.describe()
+        assert launch.load.heap_bytes >= 0.8 * xnn.weights["forward"], launch.load.describe()
+    assert story.verdict == "permanent" and "another model's cache" in story.text, story.text
+    assert not any(launch.before != launch.after for launch in story.launches), \
+        f"the runtime changed the foreign cache file: {story.text}"
+
+
+def test_partial_cache_is_a_permanent_fallback(xnn):
+    """The index's entry count patched from 8 to 4: the 4 packs it names are mapped, the other
+    4 are re-packed into heap on every launch and never added to the file (the runtime keeps
+    reporting a loaded cache). Judged across launches: permanent, 4 of 8."""
+    cache = xnn.path("stack.xnncache")
+    written = xnn.launch("write", cache)
+    xnn.record(written, assert_no_fallback(written, xnn.weights["forward"], branch="fresh_write"))
+    size = xnn.size(cache)
+    assert size
+    _, count, _ = xnn.index(cache)
+    assert count == PACKS, f"{cache}: {count} index entries, the program has {PACKS} packs"
+    xnn.write(cache, size - FOOTER + 8, struct.pack("<I", PACKS // 2))
+    assert xnn.index(cache)[1] == PACKS // 2
+    story = xnn.story("partial", cache)
+    half = xnn.weights["forward"] / 2
+    for launch in story.launches:
+        load = launch.load
+        assert load.branch == "loaded_from_disk" and load.loaded_entries == PACKS // 2, \
+            load.describe()
+        assert abs(load.heap_bytes - half) < HEAP_LIMIT * xnn.weights["forward"], load.describe()
+        assert abs(load.mapped_bytes - half) < HEAP_LIMIT * xnn.weights["forward"], load.describe()
+    # a partial launch is a fallback though half its packs are mapped (no 80 % heap rule)
+    assert_fallback(xnn.driver.results[-1], xnn.weights["forward"], branch="loaded_from_disk")
+    assert story.verdict == "permanent", story.text
+    assert f"partial cache: {PACKS // 2} of {PACKS} packs loaded" in story.text, story.text
+    assert "the file never changes" in story.text, story.text
+
+
+def test_seed_mismatch(xnn):
+    """One entry's XNNPACK seed patched (what an XNNPACK upgrade looks like to the cache): the
+    entry is a miss and is re-packed. Upstream main of 2026-08-22 sends it to heap for ever
+    (`loaded_from_disk_`); 1.5.1, like upstream PR #22183, packs it into the file once, rewrites
+    the index, and the next launches map it all: judged across launches, it heals
+    (SEED_MISMATCH_OUTCOME)."""
+    cache = xnn.path("stack.xnncache")
+    xnn.launch("write", cache)
+    _, _, entries = xnn.index(cache)
+    name, seed_at = entries[0]
+    (seed,) = struct.unpack("<I", xnn.read(cache, seed_at, 4))
+    xnn.write(cache, seed_at, struct.pack("<I", seed ^ 0x5A5A5A5A))
+    story = xnn.story("seed", cache)
+    one_pack = xnn.weights["forward"] / PACKS
+    first = story.launches[0]
+    assert first.load.branch == "seed_mismatch", first.load.describe()
+    assert any(name in line for line in first.load.runtime_log if "seed mismatch" in line), \
+        first.load.describe()
+    assert abs(first.repacked_bytes - one_pack) < 0.5 * one_pack, story.text
+    for later in story.launches[1:]:
+        assert later.load.branch == "loaded", later.load.describe()
+    assert story.verdict == SEED_MISMATCH_OUTCOME, story.text
 
 
 def test_two_modules_share_one_cache_path(xnn):

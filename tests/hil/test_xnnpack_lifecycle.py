@@ -22,7 +22,10 @@ import pytest
 from harness.results.assertions import assert_outputs_consistent, assert_steps_ok, memory_growth_kb
 from harness.drive.orderings import ModulePlan, explore, interleavings, scenario_jobs
 from harness.scenario import Scenario
-from harness.results.xnnpack import cache_options
+from harness.results.run import ScenarioResult
+from harness.results.xnnpack import cache_log, cache_options
+from harness.results.xnnpack_launches import SharedUse, shared_use
+from harness.results.xnnpack_log import launch_reason
 
 CONVS = "xnn_convs"
 STACK = "xnn_linear_stack"  # 32 MiB of fp32 weights: growth per cycle is visible
@@ -38,6 +41,36 @@ def cache_dir(request, hil_session, hil_device) -> str:
         code, out = hil_device.command(argv)
         assert code == 0, f"{argv}: {out}"
     return directory
+
+
+class WatchedCache:
+    """The scenario driver, seeing each launch's branch on a shared cache path (from the
+    runtime's log) before a passing run is released: which launches used the file."""
+
+    def __init__(self, driver, path: str) -> None:
+        self.driver, self.path = driver, path
+        self.launches: list[tuple[str, str, int | None]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.driver, name)
+
+    def _see(self, result: ScenarioResult) -> ScenarioResult:
+        why = launch_reason(cache_log(result), self.path, True, "mapped")
+        self.launches.append((result.scenario.name, why.branch, why.errno))
+        return result
+
+    def run(self, scenario: Scenario, *args, **kwargs) -> ScenarioResult:
+        return self._see(self.driver.run(scenario, *args, **kwargs))
+
+    def run_batch(self, scenarios, jobs: int = 1):
+        for result in self.driver.run_batch(scenarios, jobs):
+            yield self._see(result)
+
+    def use(self, name: str) -> SharedUse:
+        """The launches' use of the file, printed and in the report."""
+        use = shared_use(name, self.path, self.launches)
+        print(f"{name}: {use.text}")
+        return use
 
 
 def needs_options(hil_session, cached: bool) -> None:
@@ -62,7 +95,10 @@ def test_orderings_xnnpack_convolutions(compiled_model, scenario_driver, hil_ses
                                         cache_dir, method, cache):
     """Every ordering (up to renaming) of two modules' load / load-method / execute / destroy
     over one convolution; with `shared_cache` both modules use one packed-weight cache file,
-    which also persists from one ordering's process to the next."""
+    which also persists from one ordering's process to the next. Orderings run at once share
+    the path too, so a launch may find another holding the file (flock errno 11) and pack to
+    heap: every launch's branch is reported (results.json xnnpack_launches), and the suite
+    fails if no launch used the file at all (the shared-cache case was never exercised)."""
     needs_options(hil_session, cache == "shared_cache")
     path = posixpath.join(cache_dir, "convs.xnncache") if cache == "shared_cache" else None
     model = compiled_model(CONVS, "fp32")
@@ -70,10 +106,14 @@ def test_orderings_xnnpack_convolutions(compiled_model, scenario_driver, hil_ses
     orderings = list(interleavings(plans, symmetric=True))
     if hil_session.device_runner == "python":
         orderings = orderings[::max(1, len(orderings) // PYTHON_RUNNER_SAMPLE)]
-    exploration = explore(scenario_driver, f"xconv_{method}_{cache}", plans, orderings,
+    driver = WatchedCache(scenario_driver, path) if path else scenario_driver
+    exploration = explore(driver, f"xconv_{method}_{cache}", plans, orderings,
                           jobs=scenario_jobs(hil_device))
     assert not exploration.failures, exploration.report()
     assert exploration.ran == len(orderings)
+    if isinstance(driver, WatchedCache):
+        use = driver.use(f"xconv_{method}_shared_cache")
+        assert use.heap_launches < len(use.launches), use.text
 
 
 def cycles_scenario(model, path: str | None, cycles: int, name: str) -> Scenario:
@@ -97,9 +137,13 @@ def test_destroy_recreate_cycles_do_not_grow(compiled_model, scenario_driver, hi
     needs_options(hil_session, cache == "file_cache")
     model = compiled_model(STACK, "fp32")
     path = posixpath.join(cache_dir, "stack.xnncache") if cache == "file_cache" else None
-    result = scenario_driver.run(cycles_scenario(model, path, CYCLES, f"xcycles_{cache}"))
+    driver = WatchedCache(scenario_driver, path) if path else scenario_driver
+    result = driver.run(cycles_scenario(model, path, CYCLES, f"xcycles_{cache}"))
     assert_steps_ok(result)
     assert_outputs_consistent(result)
+    if isinstance(driver, WatchedCache):  # the cycles are one process: it used the file
+        use = driver.use("xcycles_file_cache")
+        assert use.heap_launches == 0, use.text
     snapshots = [i for i, s in enumerate(result.steps) if s.step.op == "snapshot"][1:]
     bound = hil_session.rss_leak_kb
     per_cycle = {}
@@ -149,6 +193,10 @@ def test_parallel_loads_and_executes(compiled_model, scenario_driver, hil_sessio
     sc.parallel(("destroy_module", "A"), ("destroy_module", "B"))
     if warmth == "warm":
         sc.destroy_module("W")
-    result = scenario_driver.run(sc.snapshot())
+    driver = WatchedCache(scenario_driver, path) if path else scenario_driver
+    result = driver.run(sc.snapshot())
     assert_steps_ok(result)
     assert_outputs_consistent(result)
+    if isinstance(driver, WatchedCache):  # one process: its modules share the file
+        use = driver.use(f"xparallel_{warmth}_shared_cache")
+        assert use.heap_launches == 0, use.text

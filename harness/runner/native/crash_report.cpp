@@ -185,6 +185,7 @@ void handler(int sig, siginfo_t* info, void* context) {
   }
   crashing = 1;
   crash_signal = sig;
+  read_maps();
   put("harness-runner: fatal signal ");
   put_dec(sig);
   put(" (");
@@ -193,11 +194,14 @@ void handler(int sig, siginfo_t* info, void* context) {
   if (sig != SIGABRT) {
     put(" at fault address ");
     put_hex(reinterpret_cast<uintptr_t>(info->si_addr));
+    // What the address is: a store into a file's shared mapping whose page the filesystem
+    // cannot back (a full disk) is a SIGBUS inside that file's mapping.
+    put(" in mapping ");
+    put_module(reinterpret_cast<uintptr_t>(info->si_addr));
   }
   put(" in thread ");
   put_dec(static_cast<long>(::syscall(SYS_gettid)));
   end_line();
-  read_maps();
   void* frames[kMaxFrames];
   int n = ::backtrace(frames, kMaxFrames);
   // The frames up to the signal trampoline are this handler's; the crashing pc comes from the

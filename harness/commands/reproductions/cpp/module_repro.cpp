@@ -3,16 +3,25 @@
 //
 //   module_repro wrong-type-option BACKEND KEY          exit 1: a wrongly typed value accepted
 //   module_repro destroy-during-execute A.pte B.pte IN  exit 1: A's execute broke
+//   module_repro xnnpack-cache PTE CACHE IN             load PTE with XNNPACK's packed-weight
+//                                                       cache at CACHE, execute forward once
+//                                                       (exit 0; a crash is the finding)
 //
 // Exit 0 when the behaviour is correct, 2 when it could not run. A crash is the caller's to
 // report (it runs this in a child process).
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
+#include <executorch/runtime/backend/backend_options_map.h>
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/backend/options.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -104,11 +113,87 @@ int destroy_during_execute(const char* a_pte, const char* b_pte, const char* in)
   return failed ? 1 : 0;
 }
 
+// On SIGBUS: the fault address and the /proc/self/maps line that holds it (a store into a file
+// mapping whose page the filesystem cannot back), then die of the signal. Only
+// async-signal-safe calls.
+void say_fault(int sig, siginfo_t* info, void*) {
+  char buf[1 << 16];
+  auto hex = [](uintptr_t v, char* out) {
+    char tmp[17];
+    int n = 0;
+    do { tmp[n++] = "0123456789abcdef"[v & 15]; v >>= 4; } while (v);
+    int k = 0;
+    out[k++] = '0';
+    out[k++] = 'x';
+    while (n) out[k++] = tmp[--n];
+    return k;
+  };
+  uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  char head[96] = "SIGBUS at fault address ";
+  int len = 24;
+  len += hex(addr, head + len);
+  head[len++] = '\n';
+  (void)!::write(2, head, len);
+  int fd = ::open("/proc/self/maps", O_RDONLY);
+  ssize_t n = fd >= 0 ? ::read(fd, buf, sizeof buf - 1) : -1;
+  for (ssize_t r = n; fd >= 0 && r > 0 && n < static_cast<ssize_t>(sizeof buf) - 1;) {
+    r = ::read(fd, buf + n, sizeof buf - 1 - n);
+    if (r > 0) n += r;
+  }
+  if (fd >= 0) ::close(fd);
+  for (char *line = buf, *end = buf + (n > 0 ? n : 0); line < end;) {
+    char* nl = static_cast<char*>(std::memchr(line, '\n', end - line));
+    if (!nl) nl = end;
+    char* p = line;
+    uintptr_t lo = std::strtoull(p, &p, 16), hi = std::strtoull(p + 1, &p, 16);
+    if (addr >= lo && addr < hi) {
+      (void)!::write(2, "inside the mapping: ", 20);
+      (void)!::write(2, line, nl - line + 1);
+    }
+    line = nl + 1;
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Module::load with the backend options an app passes to use XNNPACK's packed-weight cache
+// file (weight_cache_enabled, packed_cache_path), then one execute.
+int xnnpack_cache(const char* pte, const char* cache, const char* in) {
+  executorch::runtime::runtime_init();
+  struct sigaction action {};
+  action.sa_sigaction = say_fault;
+  action.sa_flags = SA_SIGINFO;
+  sigaction(SIGBUS, &action, nullptr);
+  BackendOption enabled = option("weight_cache_enabled");
+  enabled.value = true;
+  BackendOption path = option("packed_cache_path");
+  std::array<char, executorch::runtime::kMaxOptionValueLength> text{};
+  std::strncpy(text.data(), cache, text.size() - 1);
+  path.value = text;
+  std::vector<BackendOption> options = {enabled, path};
+  executorch::runtime::LoadBackendOptionsMap map;
+  if (map.set_options("XnnpackBackend", Span<BackendOption>(options.data(), options.size())) !=
+      Error::Ok) {
+    std::printf("LoadBackendOptionsMap refused the XNNPACK cache options\n");
+    return 2;
+  }
+  Module m(pte);
+  Error loaded = m.load(map);
+  std::printf("Module::load with the cache at %s: 0x%x\n", cache, static_cast<int>(loaded));
+  std::fflush(stdout);
+  if (loaded != Error::Ok) return 2;
+  TensorPtr x = input(in);
+  std::string out = run(m, x, "forward");
+  std::printf("execute(forward): %s\n", out.empty() ? "failed" : "ok");
+  return out.empty() ? 2 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "wrong-type-option" && argc == 4) return wrong_type_option(argv[2], argv[3]);
+  if (mode == "xnnpack-cache" && argc == 5) return xnnpack_cache(argv[2], argv[3], argv[4]);
   if (mode == "destroy-during-execute" && argc == 5)
     return destroy_during_execute(argv[2], argv[3], argv[4]);
   std::fprintf(stderr, "usage: see the header of module_repro.cpp\n");
