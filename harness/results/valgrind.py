@@ -16,8 +16,11 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 # Libraries whose frames say whose code went wrong, by the start of their file name.
-OWNERS = (("libQnn", "qnn"), ("libexecutorch", "executorch"), ("_portable_lib", "executorch"),
-          ("harness-runner", "runner"))
+OWNERS = (("harness-", "harness"), ("libQnn", "qnn"), ("libexecutorch", "executorch"),
+          ("_portable_lib", "executorch"))
+INTERPOSER = "harness-interposer"
+"""The name a frame of the harness's QNN interposer gets: its file is called libQnnHtp.so too
+(it stands in front of the real one), so its frames would pass for QNN's."""
 # The runner's own step functions (harness/runner/native/runner.cpp) -> the scenario op.
 RUNNER_OPS = {"load_module": "load_module", "load_method": "load_method",
               "execute": "execute", "unload_method": "unload_method",
@@ -72,7 +75,7 @@ class Finding:
                 return RUNNER_OPS[found.group(1)]
         return ""
 
-    def signature(self, frames: int = 8) -> str:
+    def signature(self, frames: int = 12) -> str:
         """One line a known issue's `match` reads: kind, size, library and the frames, each
         auxiliary stack's first frames after its words."""
         size = f" size={self.size}" if self.size is not None else ""
@@ -106,8 +109,8 @@ def short_name(fn: str) -> str:
 
 
 def _own(stack: tuple[Frame, ...]) -> list[Frame]:
-    """The stack from its first frame in ExecuTorch, QNN or the runner: the allocator's and
-    libc's frames above it say nothing about the defect."""
+    """The stack from its first frame in ExecuTorch, QNN or the harness (runner, interposer):
+    the allocator's and libc's frames above it say nothing about the defect."""
     for i, frame in enumerate(stack):
         if frame.owner():
             return list(stack[i:])
@@ -120,7 +123,9 @@ def _stack(element: ET.Element | None) -> tuple[Frame, ...]:
     out = []
     for f in element.findall("frame"):
         line = f.findtext("line")
-        out.append(Frame((f.findtext("obj") or "").rsplit("/", 1)[-1], f.findtext("fn") or "",
+        path = f.findtext("obj") or ""
+        name = INTERPOSER if "/interposer/" in path else path.rsplit("/", 1)[-1]
+        out.append(Frame(name, f.findtext("fn") or "",
                          f.findtext("file") or "", int(line) if line and line.isdigit() else None))
     return tuple(out)
 
