@@ -24,6 +24,8 @@ fi
 command -v qemu-aarch64 >/dev/null 2>&1 || packages+=(qemu-user)
 # gdb: the bug-report reproduction whose evidence is a QNN call sequence (harness bug-report)
 command -v gdb >/dev/null 2>&1 || packages+=(gdb)
+# valgrind: --valgrind runs scenarios' runners under memcheck, helgrind or DRD (docs/valgrind.md)
+command -v valgrind >/dev/null 2>&1 || packages+=(valgrind)
 # sshd on 127.0.0.1 is the SSH board of the framework's tests (and of CI step 9)
 [ -x /usr/sbin/sshd ] || packages+=(openssh-server)
 if [ "${#packages[@]}" -gt 0 ]; then
