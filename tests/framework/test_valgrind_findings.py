@@ -95,3 +95,25 @@ def test_a_known_issue_of_kind_memory_matches_by_kind_frames_and_size():
     assert issue.covers(failure)
     other = Failure("memory", read.signature().replace("27648", "64"), "s1", 4, "")
     assert not issue.covers(other)
+
+
+def test_findings_are_failures_at_the_step_their_runner_frame_names(tmp_path):
+    """S1 (load A, load B, exec A, exec B, destroy A, exec B, destroy B, snapshot): the read
+    under destroy_module goes to the first destroy; a leak allocated under execute, an op of
+    three steps, is the run's."""
+    import dataclasses
+
+    from harness.results.failures import run_failures
+    from harness.results.run import ScenarioResult
+    from tests.framework.test_known_issues import s1_run
+
+    plain = s1_run(tmp_path, {})
+    assert run_failures(plain) == []
+    output = dataclasses.replace(plain.output, valgrind_xml=REPORT)
+    result = ScenarioResult.build(plain.scenario, output, [], tmp_path)
+    read, leak = [f for f in run_failures(result) if f.kind == "memory"]
+    assert (read.step, read.where) == (4, "destroy_module(A)")
+    assert read.message.startswith("valgrind InvalidRead size=4 block=27648 in libQnnHtp.so")
+    assert "gpe_delete [libQnnHtp.so]" in read.message
+    assert str(tmp_path / "valgrind.xml") in read.message
+    assert (leak.step, leak.where) == (None, "the run")
