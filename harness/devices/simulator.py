@@ -97,7 +97,8 @@ class SimulatorDevice(Device):
         return Limits.of(self.soc_config, **own)
 
     def replay_args(self) -> list[str]:
-        return ["--simulator"] + (["--runner", "python"] if self.runner_kind == "python" else [])
+        return (["--simulator"] + (["--runner", "python"] if self.runner_kind == "python" else [])
+                + (["--valgrind", self.valgrind] if self.valgrind else []))
 
     def read_state(self) -> dict:
         from harness.devices.state import SIMULATOR_REASON, unavailable

@@ -1,7 +1,8 @@
 """--valgrind on the HTP simulator: S4 (load, execute, destroy, three times) run under memcheck
 fails its test on what memcheck finds, each finding parsed (kind, frames, sizes, library) and
 in results.json beside the run's failures of kind memory, with valgrind's XML in the run's
-artifacts; --valgrind on a device is one usage error."""
+artifacts and a replay command under the same tool; --valgrind on a device is one usage
+error."""
 
 import json
 import os
@@ -51,6 +52,8 @@ def test_s4_under_memcheck_fails_on_its_findings_and_reports_them(tmp_path):
     assert all(f["message"].startswith("valgrind ") for f in memory), memory
     assert "valgrind Leak_DefinitelyLost size=" in out  # the terminal's failure shows it
     assert (Path(run["artifacts"]) / "valgrind.xml").is_file()
+    # Its replay runs under the same tool, where the findings fail the 'valgrind' check.
+    assert run["replay"].endswith("--simulator --valgrind memcheck"), run["replay"]
     print(f"S4 fp16 under memcheck: {took:.0f} s, {len(found)} finding(s): {sorted(kinds)}")
 
 
