@@ -250,14 +250,13 @@ class SimulatorKind(DeviceKind):
     @classmethod
     def check_start_up(cls, targets: list[str], context: OpenContext) -> None:
         soc_config(cls.known_soc(context.options))
+        if context.options.valgrind:
+            _valgrind_runner(context)  # a usage error now, not an error of every test
 
     @classmethod
     def open(cls, target: str, context: OpenContext) -> SimulatorDevice:
         opts = context.options
-        runner = context.simulator_runner()
-        if opts.valgrind and runner.kind != "native":
-            raise HarnessError(f"--valgrind={opts.valgrind} runs the native runner, which "
-                               f"cannot be used here ({runner.notice})")
+        runner = _valgrind_runner(context)
         device = SimulatorDevice(context.sdk(), cls.known_soc(opts), runner,
                                  opts.abi_bridge, isolation=opts.scenario_isolation,
                                  jobs=opts.scenario_jobs, dsp_heap_setting=opts.dsp_heap,
@@ -276,3 +275,14 @@ def _scenario_jobs(value: str) -> int:
         raise argparse.ArgumentTypeError(f"--scenario-jobs takes a whole number of 1 or more, "
                                          f"not {value!r}")
     return jobs
+
+
+def _valgrind_runner(context: OpenContext) -> RunnerChoice:
+    """The session's simulator runner; under --valgrind it must be the native one (the Python
+    runner under valgrind reports the interpreter's own memory use)."""
+    runner = context.simulator_runner()
+    opts = context.options
+    if opts.valgrind and runner.kind != "native":
+        raise HarnessError(f"--valgrind={opts.valgrind} runs the native runner, which cannot be "
+                           f"used here ({runner.notice or 'the Python runner was chosen'})")
+    return runner
