@@ -288,6 +288,9 @@ def checks_for(scenario: Scenario) -> list[tuple[str, Callable[[ScenarioResult],
 NEMESIS_CHECK = "nemesis"
 """The check that the run followed its nemesis rules (`assert_nemesis`): not one a test
 makes of a run but the driver's own, before any, so always judged."""
+VALGRIND_CHECK = "valgrind"
+"""Under --valgrind, that valgrind found nothing (`assert_no_memory_errors`): the driver's own
+check too, so always judged; a run without valgrind has no such check."""
 
 
 def run_once(driver: ScenarioDriver, scenario: Scenario) -> ScenarioResult:
@@ -316,6 +319,15 @@ def check(result: ScenarioResult) -> list[tuple[str, str]]:
                     f.message for f in run_failures(result) if f.kind == "nemesis")))
             else:
                 failed.append((name, _first_line(exc)))
+    if result.output.valgrind_xml:
+        from harness.results.assertions import assert_no_memory_errors
+
+        try:
+            assert_no_memory_errors(result)
+        except AssertionError as exc:
+            found = [f for f in run_failures(result) if f.kind == "memory"]
+            failed.append((VALGRIND_CHECK, f"{len(found)} finding(s), first: "
+                           f"{found[0].message.splitlines()[0] if found else _first_line(exc)}"))
     return failed
 
 
@@ -380,6 +392,9 @@ def _parser() -> argparse.ArgumentParser:
                              "from otherwise")
     parser.add_argument("--adb-server", default=None, metavar="HOST:PORT")
     parser.add_argument("--runner-timeout", type=float, default=None, metavar="SECONDS")
+    parser.add_argument("--valgrind", choices=("memcheck", "helgrind", "drd"), default=None,
+                        help="simulator: run the runner under valgrind (docs/valgrind.md); its "
+                             "findings fail the 'valgrind' check")
     return parser
 
 
@@ -404,8 +419,20 @@ def open_session(args: argparse.Namespace, soc: str | None, artifacts: Path):
                    runner=args.runner, runner_timeout=args.runner_timeout, abi_bridge="auto",
                    keep_workspace=False, device_workspace=None, worker="replay",
                    worker_count=1, session_id=artifacts.name,
-                   kind_options={"adb_server": args.adb_server})
+                   kind_options={"adb_server": args.adb_server}, valgrind=_valgrind(args))
     return HilSession(opts)
+
+
+def _valgrind(args: argparse.Namespace) -> str:
+    """--valgrind's tool, checked (simulator only, valgrind installed)."""
+    if not args.valgrind:
+        return ""
+    from harness.runner.valgrind import check_tool
+
+    if args.device:
+        raise HarnessError(f"--valgrind={args.valgrind} runs the runner on the host HTP "
+                           "simulator only: drop --device")
+    return check_tool(args.valgrind)
 
 
 def main(argv: list[str]) -> int:
@@ -423,7 +450,11 @@ def main(argv: list[str]) -> int:
     sc = run.scenario
     recorded_soc = run.record.get("device", {}).get("soc") or None
     artifacts = (args.artifacts_dir or Path(tempfile.mkdtemp(prefix="harness-replay-"))).resolve()
-    session = open_session(args, recorded_soc, artifacts)
+    try:
+        session = open_session(args, recorded_soc, artifacts)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"replay of scenario {sc.name} from {run.directory}")
     print("ordering: " + ", ".join(s.describe() for s in sc.steps))
     failure = run.recorded_failure()
@@ -451,7 +482,7 @@ def main(argv: list[str]) -> int:
             result = run_once(ScenarioDriver(device, where, session.timeout), sc)
             failed = check(result)
             judged = [(name, line) for name, line in failed
-                      if made is None or name in made or name == NEMESIS_CHECK]
+                      if made is None or name in made or name in (NEMESIS_CHECK, VALGRIND_CHECK)]
             failed_runs += bool(judged)
             print(f"\n== run {n} of {args.runs}: {result.artifacts}")
             print(step_table(result))
@@ -471,7 +502,8 @@ def main(argv: list[str]) -> int:
                 print(f"forced interleaving unreachable on this runtime, judged on the run "
                       f"that happened: {text}")
             if not failed:
-                print("every check holds: " + ", ".join(n for n, _ in checks_for(sc)))
+                print("every check holds: " + ", ".join(n for n, _ in checks_for(sc)) +
+                      (f", {VALGRIND_CHECK}" if result.output.valgrind_xml else ""))
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -27,6 +27,8 @@ command -v gdb >/dev/null 2>&1 || packages+=(gdb)
 # libfiu (fiu-run and its POSIX preload): the XNNPACK packed-cache tests make one system call
 # of the runtime fail (tests/hil/test_xnnpack_branches.py)
 [ -f /usr/lib/fiu/fiu_posix_preload.so ] || packages+=(fiu-utils libfiu0 libfiu-dev)
+# valgrind: --valgrind runs scenarios' runners under memcheck, helgrind or DRD (docs/valgrind.md)
+command -v valgrind >/dev/null 2>&1 || packages+=(valgrind)
 # sshd on 127.0.0.1 is the SSH board of the framework's tests (and of CI step 9)
 [ -x /usr/sbin/sshd ] || packages+=(openssh-server)
 if [ "${#packages[@]}" -gt 0 ]; then

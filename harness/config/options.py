@@ -57,3 +57,5 @@ class Options:
     dsp_heap: str = "auto"
     # --soak-cycles: load -> execute -> destroy cycles of each soak test (tests/hil/test_soak.py)
     soak_cycles: int = 16
+    # --valgrind: the valgrind tool the simulator's runners run under ("" for none)
+    valgrind: str = ""

@@ -37,6 +37,7 @@ from harness.qnn.sdk import TRACE_ENV, QnnSdk
 from harness.protocol.output import RunOutput
 from harness.runner.fork_server import ForkServerPool
 from harness.runner.select import RunnerChoice
+from harness.runner.valgrind import SLOWDOWN, XML_NAME, command_prefix
 from harness.scenario import Scenario
 
 ISOLATIONS = ("fork", "process")
@@ -48,7 +49,7 @@ HARNESS_ONLY_ENV = ("PYTEST_CURRENT_TEST",)
 class SimulatorDevice(Device):
     def __init__(self, sdk: QnnSdk, soc: str, runner: RunnerChoice, abi_bridge: str = "auto",
                  isolation: str = "fork", jobs: int = 0, dsp_heap_setting: str = "auto",
-                 device_config: Path | None = None) -> None:
+                 device_config: Path | None = None, valgrind: str = "") -> None:
         if isolation not in ISOLATIONS:
             raise HarnessError(f"--scenario-isolation must be one of {', '.join(ISOLATIONS)}, "
                                f"not {isolation!r}")
@@ -64,7 +65,11 @@ class SimulatorDevice(Device):
             self.isolation_notice = ("--scenario-isolation=fork needs the harness's own runner; "
                                      "a runner command starts a process per scenario")
             isolation = "process"
+        if valgrind and isolation == "fork":
+            # A fork of a server cannot start under valgrind: each scenario a new process.
+            isolation = "process"
         self.isolation = isolation
+        self.valgrind = valgrind  # the valgrind tool runners run under, "" for none
         # The simulator has no DSP: asked anyway (--dsp-heap on), the trace says it refused.
         self.dsp_heap = dsp_heap.wanted(dsp_heap_setting, android_htp=False)
         self.dsp_heap_note = dsp_heap.note(self.dsp_heap, android_htp=False, simulator=True)
@@ -86,13 +91,14 @@ class SimulatorDevice(Device):
         """The simulator config's runner timeout, and its Rss tolerance unless --device-config
         gives one (the host's allocator is not a phone's); the rest from the SoC config."""
         sim = simulator_config()
-        own = {"runner_timeout_s": sim.runner_timeout_s}
+        own = {"runner_timeout_s": sim.runner_timeout_s * (SLOWDOWN if self.valgrind else 1)}
         if self.device_config is None:
             own["rss_leak_kb"] = sim.rss_leak_kb
         return Limits.of(self.soc_config, **own)
 
     def replay_args(self) -> list[str]:
-        return ["--simulator"] + (["--runner", "python"] if self.runner_kind == "python" else [])
+        return (["--simulator"] + (["--runner", "python"] if self.runner_kind == "python" else [])
+                + (["--valgrind", self.valgrind] if self.valgrind else []))
 
     def read_state(self) -> dict:
         from harness.devices.state import SIMULATOR_REASON, unavailable
@@ -108,7 +114,8 @@ class SimulatorDevice(Device):
 
     def runner_description(self) -> str:
         how = "a fork of a pre-loaded runner" if self.isolation == "fork" else "a new process"
-        return f"{self.runner_kind}; each scenario {how}; up to {self.scenario_jobs} at once"
+        under = f" under valgrind --tool={self.valgrind}" if self.valgrind else ""
+        return f"{self.runner_kind}{under}; each scenario {how}; up to {self.scenario_jobs} at once"
 
     def scratch_dir(self) -> str:
         if not hasattr(self, "_scratch"):
@@ -132,6 +139,7 @@ class SimulatorDevice(Device):
         writes them into its server's scratch directory in memory, and the driver writes them
         into `artifacts` with the rest when it keeps the run."""
         started = time.monotonic()
+        valgrind_xml = ""
         base = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(None, self.abi_bridge),
                 **self.runner.environment(), dsp_heap.ENV: "1" if self.dsp_heap else "0"}
         base.pop(TRACE_ENV, None)  # each run's own, set by _run; a server's environment lacks it
@@ -145,8 +153,14 @@ class SimulatorDevice(Device):
                                         server.run(path, env, timeout))
         else:
             artifacts.mkdir(parents=True, exist_ok=True)
+            xml = artifacts / XML_NAME
+            xml.unlink(missing_ok=True)
+            prefix = command_prefix(self.valgrind, xml) if self.valgrind else []
             proc, trace = self._run(scenario, artifacts, base, lambda path, env: run_process(
-                self.runner.command(str(path)), env, timeout))
+                prefix + self.runner.command(str(path)), env, timeout))
+            if self.valgrind:
+                proc.notes += [] if xml.is_file() else [f"valgrind wrote no report ({xml})"]
+                valgrind_xml = xml.read_text(errors="replace") if xml.is_file() else ""
         self.log.debug("scenario %s: %s in %.3f s (%s)", scenario.name,
                        "timed out" if proc.timed_out else f"exit {proc.returncode}",
                        time.monotonic() - started, self.isolation)
@@ -156,7 +170,7 @@ class SimulatorDevice(Device):
             full = storage.host_full_note(server_dir if forked else artifacts)
             notes += [full] if full else []
         return RunOutput(proc.returncode, proc.stdout, proc.stderr, trace, proc.timed_out,
-                         self.runner_kind, notes=notes)
+                         self.runner_kind, notes=notes, valgrind_xml=valgrind_xml)
 
     def _run(self, scenario: Scenario, directory: Path, base: dict[str, str],
              start) -> tuple[ProcessOutput, str]:
@@ -236,14 +250,17 @@ class SimulatorKind(DeviceKind):
     @classmethod
     def check_start_up(cls, targets: list[str], context: OpenContext) -> None:
         soc_config(cls.known_soc(context.options))
+        if context.options.valgrind:
+            _valgrind_runner(context)  # a usage error now, not an error of every test
 
     @classmethod
     def open(cls, target: str, context: OpenContext) -> SimulatorDevice:
         opts = context.options
-        device = SimulatorDevice(context.sdk(), cls.known_soc(opts), context.simulator_runner(),
+        runner = _valgrind_runner(context)
+        device = SimulatorDevice(context.sdk(), cls.known_soc(opts), runner,
                                  opts.abi_bridge, isolation=opts.scenario_isolation,
                                  jobs=opts.scenario_jobs, dsp_heap_setting=opts.dsp_heap,
-                                 device_config=opts.device_config)
+                                 device_config=opts.device_config, valgrind=opts.valgrind)
         if device.isolation_notice:
             context.notice(device.isolation_notice)
         return device
@@ -258,3 +275,14 @@ def _scenario_jobs(value: str) -> int:
         raise argparse.ArgumentTypeError(f"--scenario-jobs takes a whole number of 1 or more, "
                                          f"not {value!r}")
     return jobs
+
+
+def _valgrind_runner(context: OpenContext) -> RunnerChoice:
+    """The session's simulator runner; under --valgrind it must be the native one (the Python
+    runner under valgrind reports the interpreter's own memory use)."""
+    runner = context.simulator_runner()
+    opts = context.options
+    if opts.valgrind and runner.kind != "native":
+        raise HarnessError(f"--valgrind={opts.valgrind} runs the native runner, which cannot be "
+                           f"used here ({runner.notice or 'the Python runner was chosen'})")
+    return runner

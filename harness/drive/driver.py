@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Iterable, Iterator
 
-from harness.results.assertions import assert_completed, assert_nemesis, unreachable
+from harness.results.assertions import (assert_completed, assert_nemesis, assert_no_memory_errors,
+                                        unreachable)
 from harness.devices.base import Device
 from harness.errors import ModelError
 from harness.log import disk_full_tolerated, notice
@@ -109,6 +110,7 @@ class ScenarioDriver:
                        key=f"unreachable {result.scenario.name} {text}")
         if not allow_crash:
             assert_completed(result)
+            assert_no_memory_errors(result)  # under --valgrind: at its turn, like a crash
         return result
 
     def _execute(self, scenario: Scenario, timeout: float | None = None) -> ScenarioResult:

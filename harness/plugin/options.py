@@ -69,6 +69,12 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                          "`harness-runner --serve` held open in its workspace) or in a new "
                          "runner process (process); both start with no backend, program or "
                          "context")
+    group.addoption("--valgrind", choices=("memcheck", "helgrind", "drd"), default=None,
+                    help="run each scenario's runner under valgrind on the HTP simulator "
+                         "(memcheck: invalid reads and writes, uninitialised values, definite "
+                         "leaks; helgrind or drd: data races); implies --scenario-isolation "
+                         "process, the runner timeout x50. Select the tests to run this way "
+                         "with -k or node ids (docs/valgrind.md)")
     group.addoption("--soak-cycles", type=_soak_cycles, default=16, metavar="N",
                     help="load -> execute -> destroy cycles of each soak test (default 16; a "
                          "night's run takes hundreds: the fitted slope narrows with N)")
@@ -238,7 +244,28 @@ def options_from_config(config: pytest.Config) -> Options:
         lg_coordinator=lg_coordinator if lg_tags else None, lg_place_tags=lg_tags,
         scenario_isolation=config.getoption("scenario_isolation"),
         scenario_jobs=config.getoption("scenario_jobs"),
-        dsp_heap=config.getoption("dsp_heap"), soak_cycles=config.getoption("soak_cycles"))
+        dsp_heap=config.getoption("dsp_heap"), soak_cycles=config.getoption("soak_cycles"),
+        valgrind=_valgrind(config.getoption("valgrind"), devices, config.getoption("simulator"),
+                           bool(lg_tags), config.getoption("runner")))
+
+
+def _valgrind(tool: str | None, devices: list[str], simulator: bool, farm: bool,
+              runner: str) -> str:
+    """--valgrind's tool, checked: runners run under valgrind on the host simulator only, and
+    only the native runner (under valgrind the Python runner is the interpreter's own noise)."""
+    if not tool:
+        return ""
+    from harness.runner.valgrind import check_tool
+
+    if (devices and not simulator) or farm:
+        where = ", ".join(devices) or "labgrid places"
+        raise HarnessError(f"--valgrind={tool} runs runners on the host HTP simulator only, not "
+                           f"on {where}: drop --device/--farm/--lg-place-tags (or add "
+                           "--simulator) to run the selected tests under valgrind")
+    if runner == "python":
+        raise HarnessError(f"--valgrind={tool} runs the native runner; --runner python would "
+                           "report the Python interpreter's own memory use: drop --runner python")
+    return check_tool(tool)
 
 
 def _soak_cycles(text: str) -> int:

@@ -21,3 +21,5 @@ class RunOutput:
     # What the device saw about a failed run beyond its output (a full disk, an output limit):
     # part of the run's headline.
     notes: list[str] = dataclasses.field(default_factory=list)
+    # The runner ran under valgrind (--valgrind): its XML report (harness.results.valgrind).
+    valgrind_xml: str = ""

@@ -115,6 +115,8 @@ def run_entry(result: ScenarioResult, failures: list[Failure], *, nodeid: str, i
                     for name, m in result.scenario.models.items()},
         "steps": [step_entry(i, s) for i, s in enumerate(result.steps)],
         "failures": [failure_entry(f) for f in failures],
+        # valgrind's findings (--valgrind): kind, stacks, sizes, library
+        "memory_errors": [f.entry() for f in result.memory_findings],
         "xnnpack": list(xnnpack),
         "soak": result.soak,
         # the calls the ABI bridge rewrote in this run: a library-side failure after one may be

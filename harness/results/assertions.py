@@ -51,6 +51,17 @@ def assert_completed(result: ScenarioResult) -> None:
                                                          result.scenario.name))
 
 
+def assert_no_memory_errors(result: ScenarioResult) -> None:
+    """valgrind (--valgrind) reported nothing of the run: no invalid access, uninitialised
+    value, definite leak or data race outside the project's suppressions."""
+    found = [f for f in run_failures(result) if f.kind == "memory"]
+    if found:
+        lines = "\n".join(f"  {f.describe()}" for f in found)
+        first = "\n    ".join(found[0].message.splitlines()[1:40])
+        raise HilFailure(f"scenario {result.scenario.name}: valgrind reported {len(found)} "
+                         f"finding(s):\n{lines}\nfirst:\n    {first}", found[0])
+
+
 def assert_nemesis(result: ScenarioResult) -> None:
     """The run made the interleavings and failures its scenario's nemesis rules state
     (harness.protocol.nemesis): no rendezvous timed out, and (in a finished run) every rule

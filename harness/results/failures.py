@@ -12,7 +12,8 @@ would not run the scenario), "protocol" (the runner wrote an event the runner pr
 not allow: a runner defect, never a known runtime issue), "nemesis" (the run did not make the
 interleaving or the QNN failure its scenario's nemesis rules state: a rendezvous timed out, or
 a rule never took effect; never a known runtime issue either), "check" (a harness check over a
-finished run: isolation, live counts, memory, compile facts).
+finished run: isolation, live counts, memory, compile facts), "memory" (valgrind, under
+--valgrind, reported a memory error, a definite leak or a data race: harness.results.valgrind).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from harness.protocol.values import read_value
 from harness.protocol.values import shown as values_shown
 from harness.results.crash_site import crash_site_line, without_crash_report
 from harness.results.run import ScenarioResult, StepResult, log_tail
+from harness.results.valgrind import Finding
 from harness.scenario import Step
 
 FailureKind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "protocol",
-                      "nemesis", "check"]
+                      "nemesis", "check", "memory"]
 KINDS: tuple[str, ...] = get_args(FailureKind)
 RUNTIME_KINDS = tuple(k for k in KINDS if k != "check")
 
@@ -113,7 +115,43 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
     out += [Failure("nemesis", problem, name) for problem in
             nemesis_problems(result.scenario.qnn_nemesis, nemesis_events(result.trace),
                              finished=result.completed)]
+    return out + memory_failures(result)
+
+
+def memory_failures(result: ScenarioResult) -> list[Failure]:
+    """valgrind's findings of the run (--valgrind) as failures, each at the step its stack
+    says: errors come in the order they happened, so each goes to the next step (from the
+    last one placed) of the op whose runner function is on its stack; a leak (reported at
+    exit, its stack the allocation's) to the only step of that op. Else the run's."""
+    findings = result.memory_findings
+    if not findings:
+        return []
+    steps = result.scenario.steps
+    xml = f"\nvalgrind report: {result.artifacts / 'valgrind.xml'}" if result.artifacts else ""
+    out: list[Failure] = []
+    cursor = 0
+    for finding in findings:
+        op = finding.runner_op()
+        of_op = [i for i, s in enumerate(steps)
+                 if op and (s.op == op or any(sub.op == op for sub in s.substeps))]
+        index: int | None = None
+        if finding.kind.startswith("Leak_"):
+            index = of_op[0] if len(of_op) == 1 else None
+        else:
+            index = next((i for i in of_op if i >= cursor), None)
+            cursor = index if index is not None else cursor
+        where = steps[index].describe() if index is not None else "the run"
+        out.append(Failure("memory", finding.signature() + "\n" + _finding_words(finding) + xml,
+                           result.scenario.name, index, where))
     return out
+
+
+def _finding_words(finding: Finding) -> str:
+    """valgrind's words and stacks, as its own text report lays them out."""
+    lines = [finding.what] + [f"    at {f.describe()}" for f in finding.stack]
+    for words, stack in finding.aux:
+        lines += [f"  {words}"] + [f"    at {f.describe()}" for f in stack]
+    return "\n".join(lines)
 
 
 def reference_words(result: ScenarioResult, step: Step, ordinal: int | None) -> str:

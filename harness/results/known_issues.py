@@ -57,7 +57,7 @@ PROJECT_ROOT = DATA_ROOT  # the project's own test patterns are relative to it
 
 # Every failure kind but "protocol" and "nemesis": a runner that breaks the protocol, or a run
 # that did not make the interleaving or failure its scenario states, is never a known issue.
-Kind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "check"]
+Kind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "check", "memory"]
 assert set(Kind.__args__) == set(KINDS) - {"protocol", "nemesis"}  # type: ignore[attr-defined]
 NonEmpty = Annotated[str, Field(min_length=1)]
 Where = Literal["executorch", "qnn", "export", "design", "environment"]

@@ -19,6 +19,8 @@ from harness.protocol.wire import (STEP_MARKER, ExitCode, is_protocol_line, read
                                    step_marker_index)
 from harness.protocol.events import EventError, parse_event
 from harness.qnn.trace import TraceRecord, TraceState, replay, replay_by_offsets
+from harness.results.valgrind import Finding
+from harness.results.valgrind import parse as parse_valgrind
 from harness.scenario import Scenario, Step
 
 
@@ -246,6 +248,11 @@ class ScenarioResult:
             return (f"runner exited with code {out.returncode} without its end event: the run "
                     "did not finish")
         return f"runner exited with code {out.returncode}"
+
+    @functools.cached_property
+    def memory_findings(self) -> list[Finding]:
+        """What valgrind reported of the run (--valgrind; none without it), in its order."""
+        return parse_valgrind(self.output.valgrind_xml)
 
     @functools.cached_property
     def trace_state(self) -> TraceState:

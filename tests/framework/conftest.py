@@ -27,6 +27,8 @@ FILE_KIND = {
     "test_known_issues.py": "unit",
     "test_known_issue_signatures.py": "unit",
     "test_crash_site.py": "unit",
+    "test_valgrind_findings.py": "unit",
+    "test_valgrind.py": "simulator",
     "test_bug_report.py": "simulator",
     "test_bad_input.py": "unit",  # python -m pytest / python -m harness processes
     "test_export_safety.py": "unit",  # python -m harness processes, run directories by hand
