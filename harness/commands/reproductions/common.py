@@ -86,12 +86,25 @@ def _wheel_layout() -> Path:
     return lib
 
 
+def versions() -> str:
+    """What ran, as versions: executorch, torch and the QNN libraries."""
+    from importlib import metadata
+
+    found = []
+    for name in ("executorch", "torch"):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return ", ".join(found + [f"QNN libraries {qnn_libraries()}"])
+
+
 def qnn_libraries() -> str:
     """Which QNN libraries run, in words (the wheel's release and QAIRT version, or the SDK)."""
     from importlib import metadata
 
     if os.environ.get("QNN_SDK_ROOT"):
-        return "QNN_SDK_ROOT"
+        return "of QNN_SDK_ROOT"
     try:
         dist = metadata.distribution("onnxruntime-qnn")
     except metadata.PackageNotFoundError:
@@ -152,6 +165,7 @@ def report(bug: bool, expected: str, actual: str, evidence: str = "") -> int:
     print(f"actual:   {actual}")
     if evidence:
         print("the runtime's own words:\n  " + "\n  ".join(evidence.strip().splitlines()[-12:]))
+    print(f"versions: {versions()}")
     print("RESULT " + json.dumps({"bug_present": bug}))
     print("BUG PRESENT" if bug else "not reproduced: the behaviour is correct")
     return BUG if bug else FIXED

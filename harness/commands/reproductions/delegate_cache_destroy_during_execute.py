@@ -31,7 +31,8 @@ def crash_signature(err: str) -> str:
     fatal = re.search(r"FATAL (\w+) thread=(.+?) phase=(during|after) B's destroy", err)
     if not fatal:
         return ""
-    frames = [line for line in err[fatal.end():].splitlines() if QNN_FRAME.search(line)]
+    frames = [re.sub(r"^\S*/", "", line) for line in err[fatal.end():].splitlines()
+              if QNN_FRAME.search(line)]  # the library's name, not where it is installed
     return "\n".join([fatal.group(0), *frames[:8]]) if frames else ""
 
 
