@@ -54,7 +54,6 @@ def qnn_environment() -> dict[str, str]:
         env["QNN_SDK_ROOT"] = str(lib.parent.parent)
     inherited = env.get("LD_LIBRARY_PATH")
     env["LD_LIBRARY_PATH"] = f"{lib}:{inherited}" if inherited else str(lib)
-    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     _ENV.update(env)
     return env
 
