@@ -118,17 +118,20 @@ def entries_for(reproduction: str, issues: list[KnownIssue]) -> list[KnownIssue]
 def requirements(repro: Reproduction) -> str:
     """requirements.txt: what a fresh venv needs to run (and regenerate) the folder."""
     from harness.qnn.releases import UNBRIDGED
+    from harness.runtime import current
 
+    executorch = current().version.split("+")[0]  # the release the programs were made with
     lines = [
-        "# A fresh venv (x86_64 Linux, Python 3.10-3.12):",
+        "# A fresh venv (x86_64 Linux; checked with Python 3.11):",
         "#   python3 -m venv venv && venv/bin/pip install -r requirements.txt \\",
         "#       --extra-index-url https://download.pytorch.org/whl/cpu",
         "# torch: the CPU build. From PyPI alone torch==2.13.0 resolves to the CUDA build",
         "# (several GB of nvidia-* wheels); the index above has torch==2.13.0+cpu.",
         "torch==2.13.0",
-        "executorch==1.5.1",
+        f"executorch=={executorch}",
         "# The QNN libraries (x86_64 QAIRT 2.49: libQnnHtp.so runs the HTP simulator) unless",
-        "# QNN_SDK_ROOT names a QAIRT SDK; 2.49 needs no ABI bridge with executorch 1.5.1.",
+        "# QNN_SDK_ROOT names a QAIRT SDK; 2.49 needs no ABI bridge with executorch 1.5.1",
+        "# (2.51, onnxruntime-qnn 2.7.0, does: 'unknown custom config socModel 0').",
         f"onnxruntime-qnn=={UNBRIDGED}",
         "numpy",
     ]
