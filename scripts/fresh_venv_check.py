@@ -15,9 +15,9 @@ made from the public API with the wheel's QNN libraries.
 With --fix-model, every folder's `reproduce` also runs under the backend-registry model of the
 seed's fix (docs/runtime-variants.md), built against the venv's own executorch and preloaded as
 runner processes get it (LD_PRELOAD and HARNESS_RUNTIME_VARIANT=fix-model). A folder of a root
-the seed fixes (the root of the entries harness.runtime.variants.fixed_by names: the delegate
-cache) must exit 0 there, which shows its reproduction judges that defect and not something the
-fix leaves; every other folder must still exit 1 (the fix, and the model, leave those defects).
+the seed fixes (harness.commands.bug_report.fixed_by_seed: the delegate cache) must exit 0
+there, which shows its reproduction judges that defect and not something the fix leaves; every
+other folder must still exit 1 (the fix, and the model, leave those defects).
 
 Exit 0 when every folder gave what it must; 1 otherwise. The table and timings are printed and
 written to WORK/fresh-venv.json.
@@ -36,8 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.commands.bug_report import fixed_by_seed
 from harness.results.known_issues import load_known_issues
-from harness.runtime.variants import LIB_NAME, WRAPPER_ENV, fixed_by, wrapper_command
+from harness.runtime.variants import LIB_NAME, WRAPPER_ENV, wrapper_command
 
 KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TERM", "USER")
 """The only variables of this environment a folder's run sees (a maintainer's shell has these)."""
@@ -101,18 +102,6 @@ def run(venv: Path, folder: Path, name: str, cwd: Path,
     return status, time.monotonic() - started, text
 
 
-def seed_fixed(repro_id: str) -> bool:
-    """Whether every entry resting on this reproduction is of a root the seed fixes (the root
-    of the entries the fix model is meant to fix: the delegate cache). By root, not by entry:
-    the shared mutable buffer is the delegate cache's too, though its tests still fail on the
-    fix model for the uninitialised buffer, a defect of its own that its reproduction leaves
-    out."""
-    issues = load_known_issues()
-    roots = {i.root for i in issues if fixed_by("fix-model", i.id) and i.root}
-    entries = [i for i in issues if i.reproduce == repro_id]
-    return bool(entries) and all(i.root in roots for i in entries)
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", type=Path, help="what bug-report --all --out wrote")
@@ -138,6 +127,7 @@ def main(argv: list[str]) -> int:
     work.mkdir(parents=True, exist_ok=True)
     elsewhere = work / "elsewhere"  # the working directory: neither the folder nor its copy
     elsewhere.mkdir(exist_ok=True)
+    issues = load_known_issues()
     venvs: dict[str, Path] = {}
     timings: dict[str, float] = {}
     wrappers: dict[Path, Path] = {}
@@ -175,7 +165,7 @@ def main(argv: list[str]) -> int:
                 wrappers[venv] = fix_model_wrapper(venv, work / f"wrapper-{key}")
             status, seconds, output = run(venv, copy, "reproduce", elsewhere, {
                 "LD_PRELOAD": str(wrappers[venv]), WRAPPER_ENV: "fix-model"})
-            want = 0 if seed_fixed(folder.name) else 1
+            want = 0 if fixed_by_seed(folder.name, issues) else 1
             row["fix_model"], row["fix_model_s"] = status, round(seconds, 1)
             (work / f"{folder.name}.fix-model.log").write_text(output)
             if status != want:
