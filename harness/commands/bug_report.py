@@ -1,24 +1,29 @@
-"""`python -m harness bug-report ID --out DIR`: a folder upstream can run with executorch alone.
+"""`python -m harness bug-report ID --out DIR`: a folder upstream can run in a fresh venv.
 
 For a known issue that is a runtime defect (`where: executorch` or `qnn`, its `reproduce:` id),
-the folder holds the smallest program(s) that show it (compiled here, for SM8650), their inputs,
-a Python script on executorch's public API (the pybindings, or the backend's public C API
-through ctypes; no harness runner, no interposer), and two executables:
+the folder holds everything a maintainer needs and nothing of this machine:
 
-    DIR/reproduce   exit 1 while the bug is present, 0 on a fixed runtime, 2 when it cannot run
-    DIR/control     the same script on a case that must work (exit 0)
+    requirements.txt  every package it uses, pinned (torch CPU, executorch, onnxruntime-qnn
+                      for the QNN libraries; cmake and ninja where it builds C++)
+    models/, export.py, programs.json
+                      the model sources and the script that regenerates every program
+                      (and the damaged one) with executorch's public lowering API
+    programs/, inputs/ the programs as compiled here (SM8650, fp16 HTP) and their inputs
+    reproduce         exit 1 while the bug is present, 0 on a fixed runtime, 2 when it cannot run
+    control           the same script on a case that must work (exit 0)
+    README.md         expected against actual in the runtime's own words, versions, pairing
 
-Both use `QNN_SDK_ROOT` / `LD_LIBRARY_PATH` when set, else the QNN libraries the folder was made
-with (`qnn_env.sh`): QAIRT 2.49 from onnxruntime-qnn 2.5.0, which reads the HTP device config
-where executorch 1.5.1 writes it, so no ABI bridge stands between the runtime and the library.
-README.md gives expected against actual in the runtime's own words (from running both once),
-the versions and the SDK pairing, and the upstream source that causes it.
+`reproduce` and `control` run on the interpreter they were started with (`venv/bin/python
+reproduce`, or `./reproduce` with the venv active) and find the QNN libraries at run time:
+`QNN_SDK_ROOT` when set, else the installed onnxruntime-qnn wheel (QAIRT 2.49 from 2.5.0 reads
+the HTP device config where executorch 1.5.1 writes it, so no ABI bridge stands between them).
 
     python -m harness bug-report --list
     python -m harness bug-report ID --out DIR [--no-run]
     python -m harness bug-report --all --out DIR     # every reproduction and control, a table;
                                                      # exit 1 unless each reproduces and each
-                                                     # control passes (CI)
+                                                     # control passes
+scripts/fresh_venv_check.py runs the folders in fresh venvs made from their requirements.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shlex
 import shutil
 import stat
 import subprocess
@@ -115,6 +119,48 @@ def entries_for(reproduction: str, issues: list[KnownIssue]) -> list[KnownIssue]
     return [i for i in issues if i.reproduce == reproduction]
 
 
+def requirements(repro: Reproduction) -> str:
+    """requirements.txt: what a fresh venv needs to run (and regenerate) the folder."""
+    from harness.qnn.releases import UNBRIDGED
+    from harness.runtime import current
+
+    executorch = current().version.split("+")[0]  # the release the programs were made with
+    lines = [
+        "# A fresh venv (x86_64 Linux; checked with Python 3.11):",
+        "#   python3 -m venv venv && venv/bin/pip install -r requirements.txt \\",
+        "#       --extra-index-url https://download.pytorch.org/whl/cpu",
+        "# torch: the CPU build. From PyPI alone torch==2.13.0 resolves to the CUDA build",
+        "# (several GB of nvidia-* wheels); the index above has torch==2.13.0+cpu.",
+        "torch==2.13.0",
+        f"executorch=={executorch}",
+        "# The QNN libraries (x86_64 QAIRT 2.49: libQnnHtp.so runs the HTP simulator) unless",
+        "# QNN_SDK_ROOT names a QAIRT SDK; 2.49 needs no ABI bridge with executorch 1.5.1",
+        "# (2.51, onnxruntime-qnn 2.7.0, does: 'unknown custom config socModel 0').",
+        f"onnxruntime-qnn=={UNBRIDGED}",
+        "numpy",
+    ]
+    if repro.native:
+        lines += ["# cpp/module_repro.cpp: executorch's CMake package needs CMake >= 3.28",
+                  f"cmake=={CMAKE}", f"ninja=={NINJA}"]
+    return "\n".join(lines) + "\n"
+
+
+CMAKE, NINJA = "4.4.5", "1.13.2"
+"""The build tools from PyPI a native folder pins (a C++ compiler is the system's)."""
+
+LAUNCHER = '''#!/usr/bin/env python3
+"""{id}: {what}; 2 when it cannot run.
+
+Runs on the interpreter it was started with: `venv/bin/python {name}`, or `./{name}` with
+the venv active. QNN libraries: QNN_SDK_ROOT when set, else the installed onnxruntime-qnn."""
+import os
+import sys
+
+script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "{script}")
+os.execv(sys.executable, [sys.executable, script{extra}, *sys.argv[1:]])
+'''
+
+
 def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
     """Compile the programs with the libraries of `qnn_root` and lay the folder out."""
     from harness.programs.compile import compile_model
@@ -124,12 +170,19 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
 
     roots = source_roots()
     sources = [SCRIPTS / name for name in ("common.py", repro.script, *repro.extra)]
+    if repro.programs:
+        sources.append(SCRIPTS / "export.py")
     native = [SCRIPTS / "cpp" / name for name in ("module_repro.cpp", "CMakeLists.txt")]
-    for source in sources + (native if repro.native else []):
+    models = sorted({get_model(p.model).path for p in repro.programs})
+    for source in sources + (native if repro.native else []) + models:
         confined_file(source, roots)  # every one before the first is written
     out.mkdir(parents=True, exist_ok=True)
     for source in sources:
         shutil.copy(source, out / source.name)
+    if models:
+        (out / "models").mkdir(exist_ok=True)
+        for model_path in models:
+            shutil.copy(model_path, out / "models" / model_path.name)
     if repro.native:
         (out / "cpp").mkdir(exist_ok=True)
         for source in native:
@@ -154,39 +207,74 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
             os.environ.pop("QNN_SDK_ROOT", None)
         else:
             os.environ["QNN_SDK_ROOT"] = previous
-    from harness.qnn.releases import library_path
-
-    (out / "qnn_env.sh").write_text(
-        "# The QNN libraries this folder was made and checked with; `reproduce` and `control`\n"
-        "# source this only when QNN_SDK_ROOT is not set.\n"
-        f"export QNN_SDK_ROOT={shlex.quote(str(qnn_root))}\n"
-        f"export LD_LIBRARY_PATH={shlex.quote(library_path(qnn_root))}"
-        "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n")
-    for name, extra in (("reproduce", ""), ("control", " --control")):
+    if repro.programs:
+        (out / "programs.json").write_text(json.dumps(
+            [{"stem": p.stem, "model": p.model, "soc": SOC, "precision": p.precision,
+              "options": dict(p.options), "damaged": p.damaged} for p in repro.programs],
+            indent=1) + "\n")
+    (out / "requirements.txt").write_text(requirements(repro))
+    for name, extra in (("reproduce", ""), ("control", ", \"--control\"")):
         path = out / name
         what = ("exits 1 while the bug is present, 0 on a fixed runtime" if not extra
                 else f"the control: {repro.control} (exit 0)")
-        path.write_text(
-            "#!/usr/bin/env bash\n"
-            f"# {repro.id}: {what};\n"
-            "# 2 when it cannot run. Needs python with executorch; QNN libraries from\n"
-            "# QNN_SDK_ROOT and LD_LIBRARY_PATH, else those of qnn_env.sh.\n"
-            "set -uo pipefail\n"
-            'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
-            'if [ -z "${QNN_SDK_ROOT:-}" ]; then . "$here/qnn_env.sh"; fi\n'
-            f'PYTHON="${{PYTHON:-{shlex.quote(sys.executable)}}}"\n'
-            'command -v "$PYTHON" >/dev/null || PYTHON=python3\n'
-            f'exec "$PYTHON" "$here/{repro.script}"{extra}\n')
+        path.write_text(LAUNCHER.format(id=repro.id, what=what, name=name, script=repro.script,
+                                        extra=extra))
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def scrub(out: Path) -> None:
+    """Remove what a run leaves in the folder that names this machine: bytecode (it records
+    its source's absolute path) and the C++ build (its CMake cache)."""
+    for junk in [*out.rglob("__pycache__"), *out.glob("cpp/build-*")]:
+        if junk.is_dir():
+            shutil.rmtree(junk, ignore_errors=True)
+    for log in out.glob("cpp/build-*.log"):
+        log.unlink(missing_ok=True)
+
+
+def local_paths() -> list[str]:
+    """This machine's directories a folder must not name: home, the harness cache, this
+    checkout (longest first, so the most specific is replaced first)."""
+    from harness.cache import cache_root
+
+    repo = Path(__file__).resolve().parents[2]
+    paths = {str(Path.home()), str(cache_root()), str(cache_root().resolve()), str(repo),
+             sys.prefix, sys.base_prefix}
+    return sorted((p for p in paths if len(p) > 1), key=len, reverse=True)
+
+
+def local_paths_in(out: Path) -> list[str]:
+    """Each file of the folder that names one of this machine's directories (local_paths), as
+    "file: path"; bytes too (a program or a build product could carry one)."""
+    needles = [(p, p.encode()) for p in local_paths()]
+    found = []
+    for path in sorted(out.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            hits = [p for p, b in needles if b in data]
+            if hits:
+                found.append(f"{path.relative_to(out)}: {hits[0]}")
+    return found
+
+
+def anonymized(text: str, out: Path) -> str:
+    """A run's output with the folder's own path as `.` and this machine's directories named
+    by what they are."""
+    text = text.replace(str(out.resolve()), ".").replace(str(out), ".")
+    for path in local_paths():
+        text = text.replace(path, "<local>")
+    return text
 
 
 def source_roots() -> list[tuple[str, Path]]:
     """Where a folder's files may be copied from (harness.storage.confined_file): the shipped
-    reproductions and the harness cache, which holds the programs compiled for it and their
-    inputs; the folder is made to be attached to a public issue."""
+    reproductions, the project's model sources and the harness cache, which holds the programs
+    compiled for it and their inputs; the folder is made to be attached to a public issue."""
     from harness.cache import cache_root
+    from harness.config.paths import MODELS_DIR
 
-    return [("the reproductions", SCRIPTS.resolve()), ("the harness cache", cache_root().resolve())]
+    return [("the reproductions", SCRIPTS.resolve()), ("the model sources", MODELS_DIR.resolve()),
+            ("the harness cache", cache_root().resolve())]
 
 
 def _save_inputs(model, stem: str, directory: Path, roots: list[tuple[str, Path]]) -> None:
@@ -206,43 +294,81 @@ def _save_inputs(model, stem: str, directory: Path, roots: list[tuple[str, Path]
             data.tofile(directory / f"{name}_{i}.bin")  # the C++ program
 
 
-def run_one(path: Path, timeout: float = 600) -> tuple[int, str, float]:
-    """Run `reproduce` or `control` in a clean environment (no harness variables, no
-    interposer): (exit status, its output, seconds)."""
+def run_one(path: Path, timeout: float = 600, python: str | None = None, cwd: Path | None = None,
+            extra_env: dict[str, str] | None = None) -> tuple[int, str, float]:
+    """Run `reproduce` or `control` with `python` (default: this interpreter) in a clean
+    environment (no harness variables, no interposer, plus `extra_env`): (exit status, its
+    output, seconds)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HARNESS_", "EXECUTORCH_HIL_")) and k not in ("QNN_SDK_ROOT",
                                                                              "LD_PRELOAD")}
     env.pop("LD_LIBRARY_PATH", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra_env or {})
     started = time.monotonic()
     try:
-        proc = subprocess.run([str(path)], capture_output=True, text=True, errors="replace",
-                              timeout=timeout, env=env, cwd=path.parent)
+        proc = subprocess.run([python or sys.executable, str(path)], capture_output=True,
+                              text=True, errors="replace", timeout=timeout, env=env,
+                              cwd=cwd or path.parent)
         return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
     except subprocess.TimeoutExpired:
         return 2, f"timed out after {timeout:.0f} s", time.monotonic() - started
 
 
-def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str,
-           bug: tuple[int, str] | None, control: tuple[int, str] | None) -> str:
+def versions(qnn_version: str) -> list[str]:
+    """The versions the folder was made and checked with, as versions (no paths)."""
+    import platform
+    from importlib import metadata
+
     from harness.runtime import current
 
+    runtime = current()
+    torch = metadata.version("torch")
+    return [f"executorch {runtime.version}" + (f" (git {runtime.git_revision})"
+                                               if runtime.git_revision else ""),
+            f"torch {torch}", f"QNN libraries: {qnn_version}",
+            f"Python {platform.python_version()}, {platform.machine()} {platform.system()}"]
+
+
+def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str, qnn_version: str,
+           bug: tuple[int, str] | None, control: tuple[int, str] | None,
+           fixed: bool = False) -> str:
     title = entries[0].id if entries else repro.id
     lines = [f"# {title}", ""]
     for entry in entries:
         lines += [f"Known issue `{entry.id}` (defect in: {entry.where}), executorch "
                   f"{', '.join(entry.executorch)}.", "", entry.reason, ""]
-    lines += ["## Run it", "", "```bash", "./reproduce   # exit 1 while the bug is present, 0 on a "
-              "fixed runtime, 2 when it cannot run", f"./control     # {repro.control}: exit 0",
+    native = ("; `cmake`, `ninja` (from `requirements.txt`) and a C++ compiler build "
+              "`cpp/module_repro.cpp` on first run against the installed executorch's CMake "
+              "package" if repro.native else "")
+    gdb = "; `gdb` (a system package) records the QNN calls" if "qnn_calls_gdb.py" in \
+        repro.extra else ""
+    lines += ["## Run it", "", "```bash",
+              "python3 -m venv venv",
+              "venv/bin/pip install -r requirements.txt "
+              "--extra-index-url https://download.pytorch.org/whl/cpu",
+              "venv/bin/python reproduce   # exit 1 while the bug is present, 0 on a fixed "
+              "runtime, 2 when it cannot run",
+              f"venv/bin/python control     # {repro.control}: exit 0",
               "```", "",
-              "Needs Python with `executorch` (its pybindings) and numpy"
-              + ("; CMake >= 3.28 and a C++ compiler for `cpp/module_repro.cpp`, built on first "
-                 "run against the installed executorch's CMake package" if repro.native else "")
-              + "; nothing of the framework "
-              "that made this folder. The QNN libraries come from `QNN_SDK_ROOT` and "
-              "`LD_LIBRARY_PATH` when set, else from `qnn_env.sh` (the ones it was checked with). "
-              f"The programs in `programs/` were compiled for {SOC} (fp16 HTP) with those "
-              "libraries; their inputs are in `inputs/`.", "",
-              "## Versions", "", f"- {current().describe()}", f"- SDK pairing: {pairing}", ""]
+              "Nothing of the framework that made this folder" + native + gdb + ". The QNN "
+              "libraries are found at run time: `QNN_SDK_ROOT` (a QAIRT SDK's "
+              "`lib/x86_64-linux-clang`) when set, else the installed `onnxruntime-qnn` wheel.",
+              ""]
+    if repro.programs:
+        lines += [f"The programs in `programs/` were compiled for {SOC} (fp16 HTP unless "
+                  "`programs.json` says otherwise) from the model sources in `models/`; "
+                  "`venv/bin/python export.py` regenerates every one of them (the damaged one "
+                  "too) and their inputs in `inputs/` with executorch's public lowering API, "
+                  "with the QNN libraries you run (on another QAIRT, regenerate first).", ""]
+    if fixed:
+        lines += ["On a runtime with the delegate cache isolated per Module (upstream's \"Isolate "
+                  "cached delegates by Module lifetime\", PR 24462) `reproduce` must exit 0: "
+                  "it does under a model of that fix at the backend registry (per-Module cache "
+                  "keys and user counts; not the PR's code), with which the framework checks "
+                  "it.", ""]
+    lines += ["## Versions", ""] + [f"- {v}" for v in versions(qnn_version)] + [
+        f"- SDK pairing: {pairing}", ""]
     for name, outcome in (("reproduce", bug), ("control", control)):
         if outcome is None:
             continue
@@ -266,19 +392,42 @@ def make(repro_id: str, out: Path, run: bool = True, qnn_root: Path | None = Non
     write_folder(repro, out, root)
     version = (root / "sdk.yaml").read_text().strip() if (root / "sdk.yaml").is_file() else root.name
     qairt = qairt_version(QnnSdk("QNN_SDK_ROOT", root, (), root, version))
-    pairing = session_pairing(qairt, f"{version}, {root}", "none (no interposer)").describe()
+    libraries = version.split("(", 1)[1].rstrip(")") if "(" in version else version
+    pairing = session_pairing(qairt, libraries, "none (no interposer)").describe()
     bug = control = None
-    result: dict[str, object] = {"id": repro_id, "out": str(out)}
+    result: dict[str, object] = {"id": repro_id}
     if run:
-        status, text, seconds = run_one(out / "reproduce")
-        bug = (status, text)
-        cstatus, ctext, cseconds = run_one(out / "control")
-        control = (cstatus, ctext)
+        # The libraries the folder was compiled with, as a maintainer without an SDK would have
+        # them: QNN_SDK_ROOT names their layout (the project's interpreter has 2.7.0 installed).
+        env = {"QNN_SDK_ROOT": str(root)}
+        status, text, seconds = run_one(out / "reproduce", extra_env=env)
+        bug = (status, anonymized(text, out))
+        cstatus, ctext, cseconds = run_one(out / "control", extra_env=env)
+        control = (cstatus, anonymized(ctext, out))
         result.update(reproduce=status, control=cstatus, seconds=round(seconds + cseconds, 1))
-    entries = entries_for(repro_id, load_known_issues())
-    (out / "README.md").write_text(readme(repro, entries, pairing, bug, control))
+        scrub(out)
+    issues = load_known_issues()
+    entries = entries_for(repro_id, issues)
+    (out / "README.md").write_text(readme(repro, entries, pairing, version, bug, control,
+                                          fixed_by_seed(repro_id, issues)))
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    leaked = local_paths_in(out)
+    if leaked:
+        raise BugReportError(f"the folder {out} names this machine's directories, which a "
+                             f"maintainer does not have: {'; '.join(leaked[:5])}")
     return result
+
+
+def fixed_by_seed(repro_id: str, issues: list[KnownIssue]) -> bool:
+    """Whether every entry resting on this reproduction is of a root the seed fixes (the root of
+    the entries the fix model is meant to fix: the delegate cache). By root, not by entry: the
+    shared mutable buffer is the delegate cache's too, though its suite tests still fail on the
+    fix model for the uninitialised buffer, a defect of its own its reproduction leaves out."""
+    from harness.runtime.variants import fixed_by
+
+    roots = {i.root for i in issues if fixed_by("fix-model", i.id) and i.root}
+    entries = entries_for(repro_id, issues)
+    return bool(entries) and all(i.root in roots for i in entries)
 
 
 def resolve_reproduction(name: str, issues: list) -> str | None:
@@ -348,10 +497,16 @@ def main(argv: list[str]) -> int:
             return 0 if result["reproduce"] == 1 and result["control"] == 0 else 1
         rows = []
         for repro_id in sorted(REPRODUCTIONS):
-            result = make(repro_id, args.out / repro_id, True, args.qnn_sdk_root)
+            result = make(repro_id, args.out / repro_id, not args.no_run, args.qnn_sdk_root)
             rows.append(result)
+            if args.no_run:
+                print(f"{repro_id}: written", flush=True)
+                continue
             print(f"{repro_id}: reproduce exit {result['reproduce']} (1: reproduced), control "
                   f"exit {result['control']} (0: passes), {result['seconds']} s", flush=True)
+        if args.no_run:  # scripts/fresh_venv_check.py runs them, each in a fresh venv
+            (args.out / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+            return 0
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

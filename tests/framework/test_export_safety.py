@@ -243,7 +243,10 @@ def test_bug_report_copies_only_from_its_reproductions_and_the_cache(tmp_path, m
     import harness.programs.compile
     import harness.programs.models
     import harness.qnn.sdk
+    from types import SimpleNamespace
+
     from harness.commands.bug_report import REPRODUCTIONS, write_folder
+    from harness.config.paths import MODELS_DIR
     from harness.errors import UnsafeFileError
 
     cache = tmp_path / "cache"
@@ -255,7 +258,8 @@ def test_bug_report_copies_only_from_its_reproductions_and_the_cache(tmp_path, m
     for pte, why in ((key, "outside those directories"), (planted, "a symbolic link")):
         model = type("Model", (), {"pte": pte, "methods": {}})()
         monkeypatch.setattr(harness.qnn.sdk, "discover", lambda: None)
-        monkeypatch.setattr(harness.programs.models, "get_model", lambda name: name)
+        monkeypatch.setattr(harness.programs.models, "get_model",
+                            lambda name: SimpleNamespace(path=MODELS_DIR / f"{name}.py"))
         monkeypatch.setattr(harness.programs.compile, "compile_model",
                             lambda *args, model=model, **kwargs: model)
         out = tmp_path / f"out-{pte.name}"

@@ -5,19 +5,117 @@ Each reproduction runs its scenario in a child process (the delegate cache is pr
 a crash must not take the verdict with it), reads the runtime's own words from the child's
 stderr, prints expected against actual, and exits 1 while the bug is present, 0 when it is not
 (a fixed runtime), 2 when it could not run at all.
+
+Every process it starts runs on the interpreter this one was started with (`sys.executable`,
+a venv's own, never the base interpreter behind it) with the QNN libraries found at run time
+(`qnn_environment`): `QNN_SDK_ROOT` when set, else the installed `onnxruntime-qnn` wheel.
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BUG, FIXED, CANNOT_RUN = 1, 0, 2
+HOST_LIB = Path("lib") / "x86_64-linux-clang"  # where ExecuTorch looks under QNN_SDK_ROOT
+ALIASES = {"libQnnHtpPrepare.so": "libHtpPrepare.so"}  # ExecuTorch's name: the wheel's name
+_ENV: dict[str, str] = {}
+
+
+def qnn_environment() -> dict[str, str]:
+    """os.environ with QNN_SDK_ROOT and LD_LIBRARY_PATH naming the QNN libraries (the dynamic
+    loader reads LD_LIBRARY_PATH when a process starts, so every QNN process is a child).
+
+    QNN_SDK_ROOT when set (a QAIRT SDK: lib/x86_64-linux-clang); else the installed
+    onnxruntime-qnn wheel, whose x86_64 QAIRT libraries (libQnnHtp.so: the HTP simulator) are
+    laid out as an SDK in a temporary directory: ExecuTorch looks for libQnnHtpPrepare.so (the
+    wheel's libHtpPrepare.so), and the wheel's private libc++ (onnxruntime_qnn.libs/, found
+    through $ORIGIN, which a symlinked library does not keep) must sit beside them."""
+    if _ENV:
+        return dict(_ENV)
+    env = os.environ.copy()
+    root = env.get("QNN_SDK_ROOT")
+    if root:
+        lib = Path(root) / HOST_LIB
+        if not (lib / "libQnnHtp.so").is_file():
+            print(f"cannot run: QNN_SDK_ROOT has no {HOST_LIB / 'libQnnHtp.so'}")
+            raise SystemExit(CANNOT_RUN)
+    else:
+        lib = _wheel_layout()
+        env["QNN_SDK_ROOT"] = str(lib.parent.parent)
+    inherited = env.get("LD_LIBRARY_PATH")
+    env["LD_LIBRARY_PATH"] = f"{lib}:{inherited}" if inherited else str(lib)
+    _ENV.update(env)
+    return env
+
+
+def _wheel_layout() -> Path:
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("onnxruntime-qnn")
+    except metadata.PackageNotFoundError:
+        print("cannot run: no QNN libraries: set QNN_SDK_ROOT to a QAIRT SDK or "
+              "`pip install -r requirements.txt` (onnxruntime-qnn)")
+        raise SystemExit(CANNOT_RUN) from None
+    files = [Path(str(dist.locate_file(f))) for f in dist.files or ()
+             if f.parts[0] in ("onnxruntime_qnn", "onnxruntime_qnn.libs") and ".so" in f.name]
+    if not any(f.name == "libQnnHtp.so" for f in files):
+        print(f"cannot run: onnxruntime-qnn {dist.version} ships no libQnnHtp.so")
+        raise SystemExit(CANNOT_RUN)
+    root = Path(tempfile.mkdtemp(prefix="qnn-sdk-"))
+    atexit.register(shutil.rmtree, root, True)
+    lib = root / HOST_LIB
+    lib.mkdir(parents=True)
+    for f in files:
+        if not (lib / f.name).exists():
+            (lib / f.name).symlink_to(f)
+    for alias, target in ALIASES.items():
+        if (lib / target).exists() and not (lib / alias).exists():
+            (lib / alias).symlink_to(lib / target)
+    return lib
+
+
+def versions() -> str:
+    """What ran, as versions: executorch, torch and the QNN libraries."""
+    from importlib import metadata
+
+    found = []
+    for name in ("executorch", "torch"):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return ", ".join(found + [f"QNN libraries {qnn_libraries()}"])
+
+
+def qnn_libraries() -> str:
+    """Which QNN libraries run, in words (the wheel's release and QAIRT version, or the SDK)."""
+    from importlib import metadata
+
+    if os.environ.get("QNN_SDK_ROOT"):
+        return "of QNN_SDK_ROOT"
+    try:
+        dist = metadata.distribution("onnxruntime-qnn")
+    except metadata.PackageNotFoundError:
+        return "none found"
+    info = Path(str(dist.locate_file("onnxruntime_qnn/build_and_package_info.py")))
+    qairt = ""
+    if info.is_file():
+        import re
+
+        found = re.search(r"qnn_version\s*=\s*'([0-9.]+)'", info.read_text())
+        qairt = f" (QAIRT {found.group(1)})" if found else ""
+    return f"onnxruntime-qnn {dist.version}{qairt}"
 
 
 def pybindings():
@@ -52,7 +150,7 @@ def child(mode: str, *args: str, timeout: float = 300) -> tuple[int, str, str]:
     status is -SIGNAL when a signal killed it."""
     script = sys.argv[0]
     proc = subprocess.run([sys.executable, script, "--child", mode, *args], capture_output=True,
-                          text=True, errors="replace", timeout=timeout, env=os.environ.copy())
+                          text=True, errors="replace", timeout=timeout, env=qnn_environment())
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -66,6 +164,7 @@ def report(bug: bool, expected: str, actual: str, evidence: str = "") -> int:
     print(f"actual:   {actual}")
     if evidence:
         print("the runtime's own words:\n  " + "\n  ".join(evidence.strip().splitlines()[-12:]))
+    print(f"versions: {versions()}")
     print("RESULT " + json.dumps({"bug_present": bug}))
     print("BUG PRESENT" if bug else "not reproduced: the behaviour is correct")
     return BUG if bug else FIXED
@@ -79,16 +178,21 @@ def cpp_binary() -> Path:
     """cpp/module_repro, built once against the installed executorch's CMake package (CMake >=
     3.28 and ninja, e.g. `pip install 'cmake>=3.28' ninja`); SystemExit(2) when it cannot be."""
     import importlib.util
-    import shutil
 
-    build = HERE / "cpp" / "build"
+    spec = importlib.util.find_spec("executorch")
+    if spec is None or not spec.submodule_search_locations:
+        print("cannot build cpp/module_repro.cpp: no executorch package for this interpreter")
+        raise SystemExit(2)
+    prefix = next(iter(spec.submodule_search_locations))
+    # One build per (this folder, this executorch, the sources): a copied folder or another
+    # venv builds afresh instead of reusing a CMake cache made elsewhere.
+    key = hashlib.sha256("\0".join([str(HERE), prefix, sys.executable] + [
+        (HERE / "cpp" / n).read_text() for n in ("module_repro.cpp", "CMakeLists.txt")])
+        .encode()).hexdigest()[:12]
+    build = HERE / "cpp" / f"build-{key}"
     binary = build / "module_repro"
     if binary.exists():
         return binary
-    spec = importlib.util.find_spec("executorch")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(2)
-    prefix = next(iter(spec.submodule_search_locations))
     bindir = Path(sys.executable).parent
     cmake = shutil.which("cmake", path=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     ninja = shutil.which("ninja", path=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -111,7 +215,7 @@ def cpp_binary() -> Path:
 def native(*args: str, timeout: float = 600) -> tuple[int, str, str]:
     """Run cpp/module_repro ARGS: (status, stdout, stderr); -SIGNAL when a signal killed it."""
     proc = subprocess.run([str(cpp_binary()), *args], capture_output=True, text=True,
-                          errors="replace", timeout=timeout)
+                          errors="replace", timeout=timeout, env=qnn_environment())
     return proc.returncode, proc.stdout, proc.stderr
 
 

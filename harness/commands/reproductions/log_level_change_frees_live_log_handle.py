@@ -15,13 +15,12 @@ mlp_tanh.pte at the same level as A.
 """
 
 import gc
-import os
 import re
 import shutil
 import subprocess
 import sys
 
-from common import HERE, inputs, program, pybindings, report
+from common import HERE, inputs, program, pybindings, qnn_environment, report
 
 
 def run(a: str, b: str) -> None:
@@ -64,10 +63,12 @@ def main() -> int:
         print("cannot run: gdb is needed (the evidence is a call sequence)")
         return 2
     b = "mlp_tanh" if "--control" in sys.argv else "mlp_tanh_debug"
-    python = os.path.realpath(sys.executable)
+    # This interpreter as it was started (a venv's python, not the base one behind its link):
+    # the child must import the executorch installed for it.
     proc = subprocess.run([gdb, "-q", "-batch", "-x", str(HERE / "qnn_calls_gdb.py"), "--args",
-                           python, sys.argv[0], "--child", "run", "linear_relu", b],
-                          capture_output=True, text=True, errors="replace", timeout=600)
+                           sys.executable, sys.argv[0], "--child", "run", "linear_relu", b],
+                          capture_output=True, text=True, errors="replace", timeout=600,
+                          env=qnn_environment())
     calls = []
     for line in proc.stdout.splitlines():
         m = re.match(r"QNNCALL (\w+) arg0=(0x[0-9a-f]+)(?: out=(0x[0-9a-f]+))?", line)

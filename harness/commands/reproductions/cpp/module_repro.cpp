@@ -8,7 +8,11 @@
 //                                                       (exit 0; a crash is the finding)
 //
 // Exit 0 when the behaviour is correct, 2 when it could not run. A crash is the caller's to
-// report (it runs this in a child process).
+// judge (it runs this in a child process): a fatal signal prints one line
+//   FATAL <signal> thread=<A's executor|main> phase=<before|during|after> B's destroy
+// and the crashing thread's frames (glibc backtrace: library+offset), so the caller can tell
+// the defect's crash (in A's execute, inside the QNN backend, once B's destroy began) from any
+// other.
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/backend/backend_options_map.h>
@@ -16,6 +20,7 @@
 #include <executorch/runtime/backend/options.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include <execinfo.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -38,6 +43,30 @@ using executorch::runtime::EValue;
 using executorch::runtime::Span;
 
 namespace {
+
+// Where the run is, for the crash line: 0 before B's destroy, 1 during it, 2 after.
+std::atomic<int> g_phase{0};
+thread_local const char* t_role = "main";
+
+void on_fatal(int sig) {
+  static const char* phases[] = {"before", "during", "after"};
+  char line[160];
+  int n = std::snprintf(line, sizeof line, "FATAL %s thread=%s phase=%s B's destroy\n",
+                        sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGABRT
+                        ? "SIGABRT" : "signal", t_role, phases[g_phase.load() % 3]);
+  if (n > 0) (void)!write(2, line, static_cast<size_t>(n));
+  void* frames[48];
+  int depth = backtrace(frames, 48);
+  backtrace_symbols_fd(frames, depth, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void catch_fatal_signals() {
+  void* warm[1];
+  backtrace(warm, 1);  // loads libgcc_s now, not inside the handler
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) signal(sig, on_fatal);
+}
 
 // A float32 [1, N] input from a raw file.
 TensorPtr input(const char* path) {
@@ -91,20 +120,25 @@ int wrong_type_option(const char* backend, const char* key) {
 }
 
 int destroy_during_execute(const char* a_pte, const char* b_pte, const char* in) {
+  catch_fatal_signals();
   TensorPtr x = input(in);
   Module a(a_pte);
   std::string first = run(a, x, "A");
   if (first.empty()) return 2;
   std::atomic<bool> failed{false};
   for (int round = 0; round < 20 && !failed; ++round) {
+    g_phase = 0;
     Module* b = new Module(b_pte);
     if (run(*b, x, "B").empty()) return 2;
     std::thread executor([&] {
+      t_role = "A's executor";
       for (int i = 0; i < 5; ++i) {
         if (run(a, x, "A (racing B's destroy)") != first) failed = true;
       }
     });
+    g_phase = 1;
     delete b;  // B's destroy while A executes
+    g_phase = 2;
     executor.join();
     if (run(a, x, "A (after B's destroy)") != first) failed = true;
   }
