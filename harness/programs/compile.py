@@ -96,6 +96,11 @@ class MethodReference:
     # A stateful method's executes with its mutable buffers started at zero (what a runtime
     # that never loads the initial value gives), where the reference could compute them.
     zero_start: tuple[tuple[TensorFile, ...], ...] = ()
+    # Why the method's outputs have no usable reference, "" when they have one: its solo run,
+    # made twice with the heap filled differently, read uninitialised memory
+    # (harness.drive.solo). Its executes are then not judged by their outputs; each run that
+    # executes it says this once instead (harness.results.failures.undefined_references).
+    undefined: str = ""
 
     @property
     def stateful(self) -> bool:

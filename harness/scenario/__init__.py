@@ -86,6 +86,10 @@ class Scenario:
     # Run in a new runner process that has loaded nothing, never a fork of a server holding
     # the QNN libraries: a scenario about the runtime really unloading them needs that.
     fresh_process: bool = False
+    # Variables added to the runner process's environment (a heap fill, MALLOC_PERTURB_, for
+    # a reference read twice): a scenario with any runs in a new process, as fresh_process
+    # (the allocator reads them at start). Host-side only: the scenario file never says them.
+    run_env: dict[str, str] = dataclasses.field(default_factory=dict)
     # Rules for the QNN interposer (harness.protocol.nemesis): threads held at named points and
     # QNN calls made to fail, so the scenario states an interleaving or a failure as data.
     qnn_nemesis: list[str] = dataclasses.field(default_factory=list)
