@@ -274,7 +274,7 @@ class HilSession:
         from harness.drive.solo import (HEAP_FILLS, judged_against_meaning, perturbed,
                                         solo_failure_text, solo_scenario, start_words,
                                         uninitialised_reads, unusable_words, with_reference,
-                                        with_undefined)
+                                        with_undefined, with_uninitialised)
         from harness.programs.user import constant_references, meaning_tolerance, program_model
 
         path = Path(path).resolve()
@@ -327,6 +327,7 @@ class HilSession:
                 unusable = unusable_words(info, reads, f"each execute is judged against "
                                                        f"{model.reference}")
                 model, notes = judged_against_meaning(model, runs[0], info, work / "reference")
+                model = with_uninitialised(model, unusable)
             # Once a session, whichever worker says it first (each made its own solo runs).
             said = [(text, f"program {info.sha256} unusable {method}")
                     for method, text in unusable.items()]

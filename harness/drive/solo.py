@@ -59,11 +59,19 @@ with 0x55, so no byte of memory nobody wrote is the same in both."""
 SHOWN_ELEMENTS = 8
 
 
+HEAP_ENV = {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0",
+            "MALLOC_MMAP_THRESHOLD_": "33554432"}
+"""Beside MALLOC_PERTURB_: glibc's per-thread cache hands a freed chunk back as it was, never
+filled (a recycled 512-byte buffer read the same bytes in both runs), so it is off; and
+allocations up to 32 MiB (glibc's largest threshold) come from the heap, which is filled,
+not from fresh zero pages (which hid a 3 MiB buffer nobody initialised)."""
+
+
 def perturbed(scenario: Scenario, fill: str) -> Scenario:
     """`scenario` in a new runner process whose heap glibc fills with `fill`."""
     sc = copy.deepcopy(scenario)
     sc.name = f"{scenario.name}_heap{fill}"[:64]
-    sc.run_env = {**scenario.run_env, "MALLOC_PERTURB_": fill}
+    sc.run_env = {**scenario.run_env, **HEAP_ENV, "MALLOC_PERTURB_": fill}
     return sc
 
 
@@ -167,9 +175,18 @@ def unusable_words(info: ProgramInfo, reads: list[UninitialisedRead],
 def with_undefined(model: CompiledModel, words: dict[str, str]) -> CompiledModel:
     """`model` with the methods of `words` marked as having no usable reference."""
     methods = {name: (dataclasses.replace(ref, expected=(), sequence=(), variants=(),
-                                          zero_start=(), undefined=words[name])
+                                          zero_start=(), undefined=words[name],
+                                          uninitialised=words[name])
                       if name in words else ref)
                for name, ref in model.methods.items()}
+    return dataclasses.replace(model, methods=methods)
+
+
+def with_uninitialised(model: CompiledModel, words: dict[str, str]) -> CompiledModel:
+    """`model` with the methods of `words` marked as reading uninitialised memory on this
+    runtime, their reference (another one than the solo run) kept."""
+    methods = {name: (dataclasses.replace(ref, uninitialised=words[name])
+                      if name in words else ref) for name, ref in model.methods.items()}
     return dataclasses.replace(model, methods=methods)
 
 

@@ -101,6 +101,10 @@ class MethodReference:
     # (harness.drive.solo). Its executes are then not judged by their outputs; each run that
     # executes it says this once instead (harness.results.failures.undefined_references).
     undefined: str = ""
+    # Whether its executes read uninitialised memory on the session's runtime (the words of
+    # harness.drive.solo), whatever the reference: their bytes differ from run to run, so a
+    # run is never held to another run's bytes (the fault sweep's baseline).
+    uninitialised: str = ""
 
     @property
     def stateful(self) -> bool:

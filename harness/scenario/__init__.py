@@ -90,6 +90,10 @@ class Scenario:
     # a reference read twice): a scenario with any runs in a new process, as fresh_process
     # (the allocator reads them at start). Host-side only: the scenario file never says them.
     run_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The outputs are judged by the caller against another run of the scenario (a fault
+    # sweep's run with nothing injected), not by harness.results.failures: neither between
+    # the run's own executes nor a method's missing reference. Host-side only.
+    outputs_judged_elsewhere: bool = False
     # Rules for the QNN interposer (harness.protocol.nemesis): threads held at named points and
     # QNN calls made to fail, so the scenario states an interleaving or a failure as data.
     qnn_nemesis: list[str] = dataclasses.field(default_factory=list)

@@ -1,6 +1,7 @@
 """User programs judged by what they mean (tests/framework/stateful_programs.py exports them):
 no FAIL where the runtime's outputs are what the program means, none passing where they are
-not. Each run is pytest in a separate directory, as the user's project would run it.
+not. Each run is pytest in a separate directory, as the user's project would run it; the fault
+sweep judges their failure paths whatever their outputs.
 
 - A buffer held by the runtime with no initial value serialized (exported without
   InitializedMutableBufferPass): its start is undefined, so the runtime's zero start is right;
@@ -110,3 +111,17 @@ def test_an_uninitialised_delegated_buffer_is_the_programs_finding(pytester, pro
     assert "mutable buffer b_causal_mask of forward: inside the QnnBackend delegate" in out
     assert "outputs differ from the reference beyond tolerance" not in out, out
     assert "max abs diff 131007" not in out
+
+
+@pytest.mark.parametrize("name", ["causal_mask", "acc_delegated"])
+def test_the_fault_sweep_judges_failure_paths_of_a_program_wrong_anyway(pytester, programs,
+                                                                         name):
+    """The sweep holds each injected run to the same scenario's run with nothing injected:
+    a program whose outputs are wrong (acc_delegated against its ETRecord) or have no usable
+    reference (causal_mask) still gets its failure-path verdicts, as a correct one does
+    (they failed on the no-injection run's outputs before)."""
+    pte = _copy(programs, name, pytester.path)
+    sweep = str(SUITES_DIR / "test_fault_sweep.py")
+    result = run(pytester, sweep, f"--pte={pte}", "-k",
+                 "program and (QnnGraph_execute or QnnContext_free or QnnDevice_create)")
+    result.assert_outcomes(passed=3)
