@@ -92,6 +92,14 @@ class QnnDelegate:
         object.__setattr__(self, "socs", tuple(self.socs) or (self.soc,))
 
 
+PROGRAM_SHAPES = {
+    "delegated-mutable-buffer": "a mutable buffer inside a QNN delegate",
+    "undefined-start-buffer": "a mutable buffer held by the runtime with no initial value",
+    "two-delegated-methods": "two or more methods with QNN delegates (one shared context)",
+}
+"""Program shapes inspect finds (ProgramInfo.shapes), by name, with what each means."""
+
+
 @dataclasses.dataclass(frozen=True)
 class MutableBuffer:
     """A buffer a method mutates: its state lives across executes of one Module.
@@ -187,6 +195,17 @@ class ProgramInfo:
     def stateful(self) -> bool:
         """Whether some method carries state across executes (a mutable buffer)."""
         return bool(self.mutable_buffers)
+
+    @property
+    def shapes(self) -> frozenset[str]:
+        """The PROGRAM_SHAPES this program has: what a known issue's `programs:` names, so an
+        entry for a defect of a program shape covers a user's program of that shape."""
+        delegated = {d.method for d in self.qnn_delegates}
+        found = {"delegated-mutable-buffer": any(b.delegated for b in self.mutable_buffers),
+                 "undefined-start-buffer": any(b.initialized is False
+                                               for b in self.mutable_buffers),
+                 "two-delegated-methods": len(delegated) >= 2}
+        return frozenset(name for name, has in found.items() if has)
 
     @property
     def backends(self) -> tuple[str, ...]:
