@@ -71,6 +71,7 @@ FILE_KIND = {
     "test_etrecord.py": "simulator",
     "test_program_meaning.py": "simulator",
     "test_stateful_reference.py": "unit",
+    "test_solo_reference.py": "unit",
     "test_dtypes.py": "simulator",
     "test_unplanned_io_runners.py": "simulator",
     "test_corpus.py": "unit",
