@@ -309,7 +309,9 @@ def judged_against_meaning(model: CompiledModel, result: ScenarioResult, info: P
       says from the start it gave, so the solo run becomes the reference (each Module and
       each reload must go the same way), and a finding says so;
     - otherwise the runtime's solo run is wrong for the program: the meaning stays the
-      reference, and a finding names the first execute that differs.
+      reference, a finding names the first execute that differs, and every execute of the
+      program reports its outputs (CompiledModel.emit_outputs), so each suite's mismatch
+      names its pattern, which a known issue matches.
 
     Methods with no usable reference (MethodReference.undefined) are left as they are.
     Returns the model and the findings (said once per session)."""
@@ -317,6 +319,7 @@ def judged_against_meaning(model: CompiledModel, result: ScenarioResult, info: P
     methods = dict(model.methods)
     notes: list[str] = []
     switched: list[str] = []
+    wrong = False  # the runtime's solo run is wrong for some method: emit every output
     for method, ref in model.methods.items():
         steps = [(n, step) for m, n, step in _solo_executes(model, result) if m == method]
         if ref.undefined or all(step.ok for _, step in steps):
@@ -329,11 +332,12 @@ def judged_against_meaning(model: CompiledModel, result: ScenarioResult, info: P
             switched.append(method)
             continue
         n, step = next((n, step) for n, step in steps if not step.ok)
+        wrong = True
         notes.append(f"{info.path.name}: its solo run (one module, nothing else live) "
                      f"disagrees with {model.reference} at execute {n} of {method!r}: "
                      f"{step.describe()}; every execute of it is judged against that reference")
     if not switched:
-        return dataclasses.replace(model, methods=methods), notes
+        return dataclasses.replace(model, methods=methods, emit_outputs=wrong), notes
     names = ", ".join(f"{b.name} of {b.method}" for m in switched for b in undefined_start(info, m))
     words = (f"{model.reference} for what is defined: method(s) {', '.join(switched)} start "
              f"their state undefined ({names}: no initial value serialized), so their executes "
@@ -342,4 +346,5 @@ def judged_against_meaning(model: CompiledModel, result: ScenarioResult, info: P
     notes.append(f"{info.path.name}: its solo run gives what its edge program gives with the "
                  f"undefined buffer(s) {names} started at zero: the runtime advances the state "
                  "as the program says from the start it gave")
-    return dataclasses.replace(model, methods=methods, reference=words), notes
+    return dataclasses.replace(model, methods=methods, reference=words,
+                               emit_outputs=wrong), notes

@@ -146,6 +146,10 @@ class CompiledModel:
     # feed, first_variant, steps (the loop's executes are those variants of `method`); {} for
     # a model without one.
     decode_loop: dict = dataclasses.field(default_factory=dict)
+    # Every execute reports its outputs' bytes (Scenario.execute): a user's program whose solo
+    # run already disagreed with its meaning, so each mismatch's words can name its pattern
+    # (the zero start, another execute's state) in every suite, not only the stateful ones.
+    emit_outputs: bool = False
 
     @property
     def stateful(self) -> bool:

@@ -136,6 +136,8 @@ class Scenario:
         execute, as an LLM app's KV manager does (the protocol's `decode`).
         `shared_inputs`: the inputs go to QNN shared memory (QnnExecuTorchAllocCustomMem), as
         an app passes them to a program compiled with shared_buffer."""
+        model = self.models.get(module)
+        emit_outputs = emit_outputs or (model is not None and model.emit_outputs)
         args: dict[str, Any] = {"emit_outputs": True} if emit_outputs else {}
         if shared_inputs:
             args["shared_inputs"] = True
