@@ -247,6 +247,7 @@ class ProgramInfo:
             "backends": list(self.backends),
             "socs": list(self.socs),
             "multi_context": self.multi_context,
+            "shapes": sorted(self.shapes),
         }
 
     @classmethod
@@ -299,6 +300,8 @@ class ProgramInfo:
             lines += [f"  {b.describe()}" for b in self.mutable_buffers]
         else:
             lines.append("  mutable buffers: none (no method carries state across executes)")
+        if self.shapes:  # what a known issue's `programs:` may name
+            lines.append(f"  program shapes: {', '.join(sorted(self.shapes))}")
         return "\n".join(lines)
 
 
