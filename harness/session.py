@@ -70,9 +70,10 @@ class HilSession:
         for key, text in keyed.items():
             self._notices.add(text, key)
 
-    def notice(self, text: str) -> None:
-        """Say `text` in the log and in the session's header and summary."""
-        notice(_log, text, self)
+    def notice(self, text: str, key: str | None = None) -> None:
+        """Say `text` in the log and in the session's header and summary; `key` makes
+        notices of other texts one (an xdist worker's own count of the same finding)."""
+        notice(_log, text, self, key)
 
     # Pieces --------------------------------------------------------------------------------
     @property
@@ -270,8 +271,11 @@ class HilSession:
         from harness.programs.etrecord import etrecord_for, etrecord_references
         from harness.programs.pte_reader import read_program
         from harness.drive.llm_loop import with_decode_loop
-        from harness.drive.solo import solo_failure_text, solo_scenario, with_reference
-        from harness.programs.user import constant_references, program_model
+        from harness.drive.solo import (HEAP_FILLS, judged_against_meaning, perturbed,
+                                        solo_failure_text, solo_scenario, start_words,
+                                        uninitialised_reads, unusable_words, with_reference,
+                                        with_undefined, with_uninitialised)
+        from harness.programs.user import constant_references, meaning_tolerance, program_model
 
         path = Path(path).resolve()
         if path in self._program_errors:
@@ -288,7 +292,7 @@ class HilSession:
             model = program_model(info, device.info.soc, work)
             record = etrecord_for(path, self.options.etrecords)
             if record is not None:
-                # The program's meaning is known: judged against it, not against itself.
+                # The program's meaning is known: the solo run is judged against it first.
                 try:
                     # A constant method (a metadata method) has no edge program: its
                     # reference is the value the program serializes.
@@ -299,26 +303,39 @@ class HilSession:
                 except ModelError as exc:
                     self._program_errors[path] = exc  # once, not again per test
                     raise
-                words = etrecord_describe(record)
-                undefined = [f"{b.name} of {b.method}" for b in info.mutable_buffers
-                             if b.initialized is False]
-                if undefined:  # the ETRecord starts from values the program does not carry
-                    words += (f"; the program serializes no initial value for "
-                              f"{', '.join(undefined)}, which ExecuTorch then leaves "
-                              "undefined (export with InitializedMutableBufferPass)")
-                model = dataclasses.replace(model, methods=refs, reference=words)
-                self._programs[path] = with_decode_loop(
-                    model, info, ScenarioDriver(device, work / "loop", self.timeout),
-                    work / "decode_loop")
-                return self._programs[path]
+                atol, rtol = meaning_tolerance(info)
+                model = dataclasses.replace(model, methods=refs, atol=atol, rtol=rtol,
+                                            reference=etrecord_describe(record))
             driver = ScenarioDriver(device, work / "solo", self.timeout)
-            result = driver.run(solo_scenario(model), allow_crash=True)
-            failures = run_failures(result)
+            # Twice, the heap filled differently: what differs is uninitialised memory.
+            runs = [driver.run(perturbed(solo_scenario(model), fill), allow_crash=True)
+                    for fill in HEAP_FILLS]
+            failures = [f for run in runs for f in run_failures(run) if f.kind != "mismatch"]
             if failures:
                 error = ModelError(solo_failure_text(info, failures[0], work / "solo"))
                 self._program_errors[path] = error
                 raise error
-            model = with_reference(model, result, work / "reference")
+            reads = uninitialised_reads(model, *runs)
+            if record is None:
+                # The solo run is the reference: where it read uninitialised memory, none.
+                unusable = unusable_words(info, reads)
+                model = with_undefined(with_reference(model, runs[0], work / "reference"),
+                                       unusable)
+                notes: list[str] = []
+            else:
+                # The ETRecord stays the reference; the runtime's outputs are undefined there.
+                unusable = unusable_words(info, reads, f"each execute is judged against "
+                                                       f"{model.reference}")
+                model, notes = judged_against_meaning(model, runs[0], info, work / "reference")
+                model = with_uninitialised(model, unusable)
+            # Once a session, whichever worker says it first (each made its own solo runs).
+            said = [(text, f"program {info.sha256} unusable {method}")
+                    for method, text in unusable.items()]
+            said += [(text, f"program {info.sha256} meaning {n}") for n, text in enumerate(notes)]
+            if start_words(info):
+                said.append((start_words(info), f"program {info.sha256} undefined start"))
+            for text, key in said:
+                self.notice(text, key)
             # An LLM export's decode loop, its reference from its own solo run.
             self._programs[path] = with_decode_loop(
                 model, info, ScenarioDriver(device, work / "loop", self.timeout),

@@ -141,11 +141,12 @@ class SimulatorDevice(Device):
         started = time.monotonic()
         valgrind_xml = ""
         base = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(None, self.abi_bridge),
-                **self.runner.environment(), dsp_heap.ENV: "1" if self.dsp_heap else "0"}
+                **self.runner.environment(), dsp_heap.ENV: "1" if self.dsp_heap else "0",
+                **scenario.run_env}
         base.pop(TRACE_ENV, None)  # each run's own, set by _run; a server's environment lacks it
         for name in HARNESS_ONLY_ENV:
             base.pop(name, None)
-        if self.isolation == "fork" and not scenario.fresh_process:
+        if self.isolation == "fork" and not (scenario.fresh_process or scenario.run_env):
             qnn = any(uses_qnn(model.backend) for model in scenario.models.values())
             with self._pool(base, qnn).lease() as server:
                 server_dir = server.scratch
@@ -166,7 +167,7 @@ class SimulatorDevice(Device):
                        time.monotonic() - started, self.isolation)
         notes = list(proc.notes)
         if proc.returncode is None or proc.returncode < 0 or not run_ended(proc.stdout):
-            forked = self.isolation == "fork" and not scenario.fresh_process
+            forked = self.isolation == "fork" and not (scenario.fresh_process or scenario.run_env)
             full = storage.host_full_note(server_dir if forked else artifacts)
             notes += [full] if full else []
         return RunOutput(proc.returncode, proc.stdout, proc.stderr, trace, proc.timed_out,

@@ -10,7 +10,10 @@ says what went wrong, as failures a known issue may match:
 - the run crashed, hung or did not finish (kind crash / timeout / incomplete);
 - the step that made the failing call reported ok although the call it needed failed (check:
   "reported ok"), unless the runtime may go on without it (`TOLERATED`: the frees, the log);
-- an execute reported ok with outputs that differ from the reference (mismatch);
+- an execute reported ok with outputs other than the no-injection run's same execute
+  (mismatch): the sweep runs its scenario with no reference (`unjudged`) and holds each
+  injected run to the same scenario's run with nothing injected, so a program whose outputs
+  are wrong anyway, or have no usable reference, still gets its failure-path verdicts;
 - QNN handles still live once every module is destroyed (check: "QNN still holds handles"),
   not counting the one whose injected free never reached QNN;
 - the reload after it did not work (error in a step after the scenario's own).
@@ -26,12 +29,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import random
+from typing import Any
 
 from harness.programs.compile import CompiledModel
 from harness.protocol.nemesis import fail_at
 from harness.results.failures import Failure, run_failures
 from harness.results.run import ScenarioResult
-from harness.scenario import Scenario
+from harness.scenario import Scenario, Step
 
 # QNN trace kinds -> the QNN function that wrote them (context_create: with binary= it was
 # QnnContext_createFromBinary).
@@ -131,10 +135,88 @@ def injected(scenario: Scenario, site: CallSite, base_steps: int) -> Scenario:
     return sc
 
 
-def judge(result: ScenarioResult, site: CallSite) -> list[Failure]:
-    """What went wrong in `result`, a run with `site` failing (module docstring)."""
+def unjudged(model: CompiledModel) -> CompiledModel:
+    """`model` with no expected outputs, so a sweep's runs report their outputs' bytes
+    without judging them: `judge` holds each injected run's outputs to its no-injection
+    run's, not to a reference (a program whose outputs are wrong anyway, or have no usable
+    reference, still gets its failure-path verdicts). Stateful methods stay stateful (their
+    executes are counted from each load)."""
+    methods = {name: dataclasses.replace(ref, expected=(), sequence=(), variants=(),
+                                         zero_start=(), undefined="", uninitialised="")
+               for name, ref in model.methods.items()}
+    return dataclasses.replace(model, methods=methods)
+
+
+def judged_against_baseline(scenario: Scenario) -> Scenario:
+    """`scenario` (of `unjudged` models) marked so that its run, and its injected copies'
+    runs, leave their outputs to `judge` (Scenario.outputs_judged_elsewhere)."""
+    scenario.outputs_judged_elsewhere = True
+    return scenario
+
+
+def unjudged_methods(model: CompiledModel) -> frozenset[tuple[str, str]]:
+    """(program, method) of `model`'s methods whose executes read uninitialised memory (their
+    solo run, made twice, differed): their bytes differ from run to run, so `judge` compares
+    none."""
+    return frozenset((str(model.pte), name) for name, ref in model.methods.items()
+                     if ref.uninitialised or ref.undefined)
+
+
+def _output_key(result: ScenarioResult, step: Step, nth: int | None) -> tuple[str, str, int, str]:
+    model = result.scenario.models.get(step.module or "")
+    ref = model.methods.get(step.method or "") if model is not None else None
+    stateful = ref is not None and ref.stateful
+    return (str(model.pte) if model is not None else "", step.method or "",
+            (nth or 0) if stateful else 0, repr((step.variant, step.args.get("inputs"))))
+
+
+def _executes(result: ScenarioResult) -> list[tuple[int, Step, dict[str, Any], int | None]]:
+    """(step index, execute, its event, its number since the load) of every reported execute."""
+    out = []
+    for i, (s, ordinals) in enumerate(zip(result.steps, result.scenario.ordinals())):
+        if s.event is None:
+            continue
+        events = [s.event] if s.step.op != "parallel" else list(s.event.get("substeps") or [])
+        for k, (sub, ev) in enumerate(zip(s.step.flat, events)):
+            if sub.op == "execute" and ev:
+                out.append((i, sub, ev, ordinals[k] if k < len(ordinals) else None))
+    return out
+
+
+def output_changes(result: ScenarioResult, baseline: ScenarioResult,
+                   skip: frozenset[tuple[str, str]] = frozenset()) -> list[Failure]:
+    """Executes of the injected run `result` that reported ok with outputs other than the
+    no-injection run's same execute (same program, method, input set and, for a stateful
+    method, number since the load: a failed execute leaves the state as it was), except
+    those of `skip` (unjudged_methods)."""
+    before: dict[tuple[str, str, int, str], list[Any]] = {}
+    for _, sub, ev, nth in _executes(baseline):
+        if ev.get("status") == "ok":
+            before.setdefault(_output_key(baseline, sub, nth),
+                              [o.get("sha256") for o in ev.get("outputs") or []])
+    out = []
+    for i, sub, ev, nth in _executes(result):
+        key = _output_key(result, sub, nth)
+        if ev.get("status") != "ok" or key[:2] in skip or key not in before:
+            continue
+        got = [o.get("sha256") for o in ev.get("outputs") or []]
+        if got != before[key]:
+            out.append(Failure("mismatch", f"outputs differ from the no-injection run's same "
+                               f"execute of {sub.method}" + (f" (execute {nth} since its "
+                               "module loaded it)" if key[2] else ""), result.scenario.name,
+                               i, sub.describe()))
+    return out
+
+
+def judge(result: ScenarioResult, site: CallSite, baseline: ScenarioResult | None = None,
+          skip: frozenset[tuple[str, str]] = frozenset()) -> list[Failure]:
+    """What went wrong in `result`, a run with `site` failing (module docstring); with the
+    no-injection run `baseline`, outputs that differ from its (`output_changes`)."""
     name = result.scenario.name
     out = run_failures(result)
+    if baseline is not None:
+        out += output_changes(result, baseline, skip)
+        out.sort(key=lambda f: -1 if f.step is None else f.step)
     if not result.completed:
         return out
     step = result.steps[site.step]

@@ -96,6 +96,15 @@ class MethodReference:
     # A stateful method's executes with its mutable buffers started at zero (what a runtime
     # that never loads the initial value gives), where the reference could compute them.
     zero_start: tuple[tuple[TensorFile, ...], ...] = ()
+    # Why the method's outputs have no usable reference, "" when they have one: its solo run,
+    # made twice with the heap filled differently, read uninitialised memory
+    # (harness.drive.solo). Its executes are then not judged by their outputs; each run that
+    # executes it says this once instead (harness.results.failures.undefined_references).
+    undefined: str = ""
+    # Whether its executes read uninitialised memory on the session's runtime (the words of
+    # harness.drive.solo), whatever the reference: their bytes differ from run to run, so a
+    # run is never held to another run's bytes (the fault sweep's baseline).
+    uninitialised: str = ""
 
     @property
     def stateful(self) -> bool:
@@ -137,6 +146,10 @@ class CompiledModel:
     # feed, first_variant, steps (the loop's executes are those variants of `method`); {} for
     # a model without one.
     decode_loop: dict = dataclasses.field(default_factory=dict)
+    # Every execute reports its outputs' bytes (Scenario.execute): a user's program whose solo
+    # run already disagreed with its meaning, so each mismatch's words can name its pattern
+    # (the zero start, another execute's state) in every suite, not only the stateful ones.
+    emit_outputs: bool = False
 
     @property
     def stateful(self) -> bool:

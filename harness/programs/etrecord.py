@@ -8,7 +8,9 @@ agrees with itself). Upstream's devtools write an ETRecord beside the program
 dict of them per method) runs on CPU and carries buffer mutations across calls. This module
 finds the ETRecord (`NAME.etrecord` beside `NAME.pte`, or `--etrecord`) and runs each method
 `STATE_EXECUTES` times on the suites' inputs, in a child process (it imports torch and exir),
-giving the expected outputs of the 1st, 2nd, ... execute since a Module loaded the method.
+giving the expected outputs of the 1st, 2nd, ... execute since a Module loaded the method,
+and of a stateful method the same executes with its mutable buffers started at zero (what a
+runtime gives where the program serializes no initial value and its memory is fresh).
 
     python -m harness.programs.etrecord RECORD REQUEST.json OUT_DIR   (called by the session)
 """
@@ -116,8 +118,10 @@ def etrecord_references(record: Path, inputs: dict[str, tuple[TensorFile, ...]],
         sequence = tuple(tuple(TensorFile.from_json(t, out_dir) for t in outputs)
                          for outputs in method["sequence"])
         stateful = bool(method["mutable_buffers"])
+        zero = tuple(tuple(TensorFile.from_json(t, out_dir) for t in outputs)
+                     for outputs in method.get("zero_start") or ())
         refs[name] = MethodReference(inputs[name], sequence[0], sequence if stateful else (),
-                                     tuple(method["mutable_buffers"]))
+                                     tuple(method["mutable_buffers"]), zero_start=zero)
     return refs
 
 
@@ -161,8 +165,39 @@ def run(record: Path, request: dict[str, list], out_dir: Path) -> dict[str, Any]
                 outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
                 sequence.append([save_tensor(t, out_dir / name / f"exec{n + 1}_out{i}.bin")
                                  .to_json(out_dir) for i, t in enumerate(outputs)])
-        methods[name] = {"mutable_buffers": mutated, "sequence": sequence}
+        methods[name] = {"mutable_buffers": mutated, "sequence": sequence,
+                         "zero_start": _zero_start(program, mutated, inputs, out_dir, name)}
     return {"methods": methods}
+
+
+def _zero_start(program: Any, mutated: list[str], inputs: list[Any], out_dir: Path,
+                name: str) -> list[list[dict]]:
+    """The executes of a fresh instance of the method's module with its mutable buffers started
+    at zero: what a runtime that never sets the initial value gives (a buffer the program
+    serializes no initial value for starts wherever the runtime's memory is; fresh memory is
+    zero). [] for a stateless method or one that does not run so."""
+    import torch
+
+    from harness.protocol.tensors import save_tensor
+
+    if not mutated:
+        return []
+    module = program.module()
+    named = dict(module.named_buffers())
+    out = []
+    with torch.no_grad():
+        for buffer in mutated:
+            if buffer in named:
+                named[buffer].zero_()
+        for n in range(STATE_EXECUTES):
+            try:
+                outputs = module(*inputs)
+            except Exception:  # noqa: BLE001  (the user's program: no zero start then)
+                return []
+            outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+            out.append([save_tensor(t, out_dir / name / f"zero{n + 1}_out{i}.bin").to_json(out_dir)
+                        for i, t in enumerate(outputs)])
+    return out
 
 
 def main(argv: list[str]) -> int:

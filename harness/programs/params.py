@@ -85,7 +85,9 @@ def unmet_needs(model: CompiledModel, needs: tuple[str, ...]) -> str:
             "spill_fill": (bool(model.spill_fill_bytes), "no spill-fill size in its delegates"),
             "xnnpack": ("xnnpack" in model.backend.split("+") and not uses_qnn(model.backend),
                         f"its backend: {model.backend}"),
-            "stateful": (any(r.sequence for r in model.methods.values()),
+            # A method with no usable reference still runs them: each says so (undefined).
+            "stateful": (any(r.sequence or (r.stateful and r.undefined)
+                             for r in model.methods.values()),
                          "no method mutates a buffer (`python -m harness inspect` lists a "
                          "program's mutable buffers)"),
             "decode_loop": (bool(model.decode_loop),

@@ -92,6 +92,14 @@ class QnnDelegate:
         object.__setattr__(self, "socs", tuple(self.socs) or (self.soc,))
 
 
+PROGRAM_SHAPES = {
+    "delegated-mutable-buffer": "a mutable buffer inside a QNN delegate",
+    "undefined-start-buffer": "a mutable buffer held by the runtime with no initial value",
+    "two-delegated-methods": "two or more methods with QNN delegates (one shared context)",
+}
+"""Program shapes inspect finds (ProgramInfo.shapes), by name, with what each means."""
+
+
 @dataclasses.dataclass(frozen=True)
 class MutableBuffer:
     """A buffer a method mutates: its state lives across executes of one Module.
@@ -189,6 +197,17 @@ class ProgramInfo:
         return bool(self.mutable_buffers)
 
     @property
+    def shapes(self) -> frozenset[str]:
+        """The PROGRAM_SHAPES this program has: what a known issue's `programs:` names, so an
+        entry for a defect of a program shape covers a user's program of that shape."""
+        delegated = {d.method for d in self.qnn_delegates}
+        found = {"delegated-mutable-buffer": any(b.delegated for b in self.mutable_buffers),
+                 "undefined-start-buffer": any(b.initialized is False
+                                               for b in self.mutable_buffers),
+                 "two-delegated-methods": len(delegated) >= 2}
+        return frozenset(name for name, has in found.items() if has)
+
+    @property
     def backends(self) -> tuple[str, ...]:
         """Distinct backend ids over all methods, sorted (what the runtime must have linked)."""
         return tuple(sorted({d for m in self.methods.values() for d in m.delegates}))
@@ -228,6 +247,7 @@ class ProgramInfo:
             "backends": list(self.backends),
             "socs": list(self.socs),
             "multi_context": self.multi_context,
+            "shapes": sorted(self.shapes),
         }
 
     @classmethod
@@ -280,6 +300,8 @@ class ProgramInfo:
             lines += [f"  {b.describe()}" for b in self.mutable_buffers]
         else:
             lines.append("  mutable buffers: none (no method carries state across executes)")
+        if self.shapes:  # what a known issue's `programs:` may name
+            lines.append(f"  program shapes: {', '.join(sorted(self.shapes))}")
         return "\n".join(lines)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from harness.programs.compile import uses_qnn
 from harness.qnn.dsp_heap import error_name
 from harness.results.failures import (Failure, HilFailure, inconsistent_outputs, run_failures,
-                                      zero_start_words)
+                                      undefined_references, zero_start_words)
 from harness.scenario.reference import predict
 from harness.results.run import ScenarioResult
 from harness.results.soak import SoakFit
@@ -111,6 +111,13 @@ def assert_steps_ok(result: ScenarioResult) -> None:
         raise HilFailure(
             f"scenario {result.scenario.name}: step {index} {step.describe()}\n{judged}"
             f"runtime log:\n{runtime_log(result)}\nall steps:\n{result.summary()}", failure)
+    # Steps ok, but outputs of a method with no usable reference were judged by nothing.
+    unjudged = [] if result.scenario.outputs_judged_elsewhere else undefined_references(result)
+    if unjudged:
+        first = unjudged[0]
+        raise HilFailure(f"scenario {result.scenario.name}: step {first.step} {first.where}: "
+                         f"its outputs are not judged: {first.message}\nall steps:\n"
+                         f"{result.summary()}", first)
 
 
 def executed_outputs(result: ScenarioResult) -> list[tuple[int, Step, dict[str, Any]]]:
@@ -161,8 +168,9 @@ def state_divergences(result: ScenarioResult) -> list[str]:
         for sub, ev, nth in subs:
             model = result.scenario.models.get(sub.module or "")
             ref = model.methods.get(sub.method or "") if model is not None else None
-            if ref is None or not ref.stateful or ev.get("status") not in ("ok", "mismatch"):
-                continue
+            if (ref is None or not ref.stateful or ref.undefined
+                    or ev.get("status") not in ("ok", "mismatch")):
+                continue  # an undefined one's outputs read uninitialised memory: no state
             key = (str(model.pte), sub.method or "", nth or 0)  # type: ignore[union-attr]
             outputs = ev.get("outputs") or []
             if key not in first:

@@ -94,7 +94,9 @@ def run_failures(result: ScenarioResult) -> list[Failure]:
         elif status not in ("ok", "error"):
             out.append(Failure("error", _step_words(result, i, f"status {status}"), name, i,
                                s.step.describe()))
-    out += inconsistent_outputs(result)
+    if not result.scenario.outputs_judged_elsewhere:
+        out += inconsistent_outputs(result)
+        out += undefined_references(result)
     out.sort(key=lambda f: -1 if f.step is None else f.step)
     kind = result.failure_kind
     if kind is not None:
@@ -311,6 +313,31 @@ def _all_but_garbage(got: Any, want: Any, atol: float, rtol: float) -> str | Non
             f"to {float(np.abs(g[other]).max()):g} in magnitude: uninitialised memory)")
 
 
+def undefined_references(result: ScenarioResult) -> list[Failure]:
+    """Once per program's method that has no usable reference (MethodReference.undefined: its
+    solo run read uninitialised memory) and that the run executed: a failure at its first
+    execute saying so. Its outputs are judged by nothing else (no reference, no comparison
+    between executes), so the runtime's correct outputs are never called wrong, and a run that
+    executes such a method never passes as if they had been checked."""
+    out: list[Failure] = []
+    said: set[tuple[str, str]] = set()
+    for i, s in enumerate(result.steps):
+        if s.event is None:
+            continue
+        for _, sub, ev in _executes(s):
+            model = result.scenario.models.get(sub.module or "")
+            ref = model.methods.get(sub.method or "") if model is not None else None
+            if ref is None or not ref.undefined or ev.get("status") not in ("ok", "mismatch"):
+                continue
+            key = (str(model.pte), sub.method or "")  # type: ignore[union-attr]
+            if key in said:
+                continue
+            said.add(key)
+            out.append(Failure("mismatch", f"pattern: {ref.undefined}", result.scenario.name, i,
+                               sub.describe()))
+    return out
+
+
 def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
     """Ok executes whose outputs differ from the first ok execute of the same program's method
     on the same inputs (the reference inputs or the same variant), in step order. A stateful method's executes
@@ -326,6 +353,8 @@ def inconsistent_outputs(result: ScenarioResult) -> list[Failure]:
             if model is None or ev.get("status") != "ok":
                 continue
             ref = model.methods.get(sub.method or "")
+            if ref is not None and ref.undefined:
+                continue  # its outputs read uninitialised memory: undefined_references says so
             nth = (ordinals[i][k] or 0) if ref is not None and ref.stateful else 0
             # An execute on another input set (a variant; a replayed step's own input files)
             # is held only to executes on the same inputs.

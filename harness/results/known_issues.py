@@ -114,6 +114,9 @@ class IssueEntry(StrictModel):
     executorch: NonEmpty | list[NonEmpty] = Field(min_length=1)
     qnn: NonEmpty | None = None  # QAIRT versions it applies to (">=2.47"); any when absent
     tests: list[NonEmpty] = Field(min_length=1)  # "tests/hil/test_x.py::test_y*" (fnmatch)
+    # Program shapes (harness.programs.pte.PROGRAM_SHAPES) the defect belongs to: the entry also
+    # covers any test of a user's program (--pte) that inspect finds of one of them
+    programs: list[NonEmpty] | None = None
     kind: list[Kind] = Field(min_length=1)  # which failures it covers
     match: NonEmpty  # regex searched in the failing step's own words
     reason: NonEmpty
@@ -163,6 +166,17 @@ class IssueEntry(StrictModel):
             version_specifier(value)
         return value
 
+    @field_validator("programs")
+    @classmethod
+    def _shapes(cls, value: list[str] | None) -> list[str] | None:
+        from harness.programs.pte import PROGRAM_SHAPES
+
+        unknown = [v for v in value or () if v not in PROGRAM_SHAPES]
+        if unknown:
+            raise ValueError(f"programs: unknown shape(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(PROGRAM_SHAPES)}")
+        return value
+
     @field_validator("match")
     @classmethod
     def _regex(cls, value: str) -> str:
@@ -193,6 +207,7 @@ class KnownIssue:
     reproduce: str | None = None  # harness.bugreport's id for it
     size: tuple[float, float] | None = None  # the captured size's range (IssueEntry.size)
     root: str | None = None  # the distinct defect (IssueEntry.root); None: not a bug
+    programs: tuple[str, ...] = ()  # program shapes it covers in --pte tests (IssueEntry)
 
     @property
     def defect(self) -> str:
@@ -224,6 +239,11 @@ class KnownIssue:
 
     def matches_test(self, path: Path, name: str) -> bool:
         return bool(self.matching_patterns(path, name))
+
+    def covers_program(self, shapes: frozenset[str]) -> bool:
+        """Whether a test of a user's program with these shapes (ProgramInfo.shapes) is one
+        of this entry's, whatever its name."""
+        return bool(set(self.programs) & shapes)
 
     def covers(self, failure: Failure) -> bool:
         """Whether `failure` is this bug: of one of its kinds, with `match` found in
@@ -266,7 +286,8 @@ def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> li
     issues = [KnownIssue(e.id, tuple(_specifiers(e.executorch)), tuple(e.tests),
                          " ".join(e.reason.split()), e.match, tuple(e.kind), path, base,
                          e.intermittent, e.qnn, e.where, e.reproduce,
-                         (e.size[0], e.size[1]) if e.size else None, e.root)
+                         (e.size[0], e.size[1]) if e.size else None, e.root,
+                         tuple(e.programs or ()))
               for e in entries]
     _check_unique(issues)
     return issues
@@ -298,10 +319,15 @@ def issue_for(path: Path, name: str, version: str, issues: list[KnownIssue],
 
 
 def issues_for(path: Path, name: str, version: str, issues: list[KnownIssue],
-               qairt: str | None = None) -> list[KnownIssue]:
+               qairt: str | None = None,
+               shapes: frozenset[str] | None = None) -> list[KnownIssue]:
     """Every entry that names the test, in file order: a test that can end in two known ways
-    (a race whose endings are two bugs) is excused when each failure is one of them."""
-    return [i for i in issues if i.applies_to(version, qairt) and i.matches_test(path, name)]
+    (a race whose endings are two bugs) is excused when each failure is one of them. With
+    `shapes` (the test runs a user's program of those shapes), also the entries of a shape
+    it has, for every test of the project's suites."""
+    return [i for i in issues if i.applies_to(version, qairt) and (
+        i.matches_test(path, name)
+        or (shapes is not None and i.covers_program(shapes) and i.test_key(path, name)))]
 
 
 def uncovered(issue: KnownIssue | list[KnownIssue], failures: list[Failure]) -> list[Failure]:

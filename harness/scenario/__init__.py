@@ -86,6 +86,14 @@ class Scenario:
     # Run in a new runner process that has loaded nothing, never a fork of a server holding
     # the QNN libraries: a scenario about the runtime really unloading them needs that.
     fresh_process: bool = False
+    # Variables added to the runner process's environment (a heap fill, MALLOC_PERTURB_, for
+    # a reference read twice): a scenario with any runs in a new process, as fresh_process
+    # (the allocator reads them at start). Host-side only: the scenario file never says them.
+    run_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The outputs are judged by the caller against another run of the scenario (a fault
+    # sweep's run with nothing injected), not by harness.results.failures: neither between
+    # the run's own executes nor a method's missing reference. Host-side only.
+    outputs_judged_elsewhere: bool = False
     # Rules for the QNN interposer (harness.protocol.nemesis): threads held at named points and
     # QNN calls made to fail, so the scenario states an interleaving or a failure as data.
     qnn_nemesis: list[str] = dataclasses.field(default_factory=list)
@@ -128,6 +136,8 @@ class Scenario:
         execute, as an LLM app's KV manager does (the protocol's `decode`).
         `shared_inputs`: the inputs go to QNN shared memory (QnnExecuTorchAllocCustomMem), as
         an app passes them to a program compiled with shared_buffer."""
+        model = self.models.get(module)
+        emit_outputs = emit_outputs or (model is not None and model.emit_outputs)
         args: dict[str, Any] = {"emit_outputs": True} if emit_outputs else {}
         if shared_inputs:
             args["shared_inputs"] = True

@@ -72,7 +72,9 @@ FILE_KIND = {
     "test_user_program.py": "simulator",
     "test_value_outputs.py": "simulator",
     "test_etrecord.py": "simulator",
+    "test_program_meaning.py": "simulator",
     "test_stateful_reference.py": "unit",
+    "test_solo_reference.py": "unit",
     "test_dtypes.py": "simulator",
     "test_unplanned_io_runners.py": "simulator",
     "test_corpus.py": "unit",
@@ -109,6 +111,7 @@ FILE_COST = {
     "test_replay_export.py": 65, "test_wheel.py": 64, "test_protocol_conformance.py": 55,
     "test_executorch_prefix.py": 50, "test_native_build.py": 50, "test_sessions.py": 40,
     "test_plugin.py": 35, "test_dtypes.py": 30, "test_report.py": 25, "test_etrecord.py": 60,
+    "test_program_meaning.py": 90,
     "test_unplanned_io_runners.py": 60,
     # the adb-server group
     "test_arm64_build.py": 60, "test_adb_device.py": 48, "test_adb_fork.py": 33,

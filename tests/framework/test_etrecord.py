@@ -64,13 +64,20 @@ def test_a_program_that_keeps_its_state_passes_against_its_etrecord(pytester, ex
 
 def test_a_qnn_program_fails_s4_against_its_etrecord_naming_it(pytester, exported):
     """The QNN build drops the buffer's initial value: S4, which passes against the program's
-    own solo run, fails against the ETRecord, and the message names the reference used."""
+    own solo run, fails against the ETRecord, and the message names the reference used and
+    the pattern (its solo run disagreed with the ETRecord, so every execute reports its
+    outputs); the known issue of a buffer inside a QNN delegate covers it by that shape."""
     pte = _copy(exported, "qnn", pytester.path)
-    result = run(pytester, ISOLATION, f"--pte={pte}", "-k", "s4")
+    result = run(pytester, ISOLATION, f"--pte={pte}", "-k", "s4", "--ignore-known-issues")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert f"reference: the ETRecord {pte.with_suffix('.etrecord')} (its edge program on CPU), " \
            "carrying the state: execute 1 of forward since module A loaded it" in out, out
+    assert "pattern: output 0 is the method's output with its mutable buffers started at zero" \
+        in out, out
+    known = run(pytester, ISOLATION, f"--pte={pte}", "-k", "s4")
+    known.assert_outcomes(xfailed=1)
+    assert "known issue qnn-mutable-buffer-initial-value" in known.stdout.str()
 
 
 def test_etrecord_option_names_the_record(pytester, exported, tmp_path):

@@ -328,3 +328,25 @@ def test_a_bug_entry_without_a_root_is_refused(tmp_path):
     path.write_text(ENTRY.replace("where: design", "where: executorch\n  reproduce: r"))
     with pytest.raises(ConfigError, match="needs `root:`"):
         load_known_issues(path)
+
+
+def test_an_entry_of_a_program_shape_covers_a_programs_tests_whatever_their_name(tmp_path):
+    """`programs:` names program shapes (ProgramInfo.shapes): the entry covers any test of
+    the project's suites run on a user's program of such a shape, and no other."""
+    from harness.results.known_issues import issues_for, load_known_issues
+
+    suite = ISOLATION
+    entry = next(i for i in load_known_issues() if i.id == "qnn-mutable-buffer-initial-value")
+    assert entry.programs == ("delegated-mutable-buffer",)
+    name = "test_s4_cleanup_and_reload[mine]"
+    assert issues_for(suite, name, "1.5.1", [entry]) == []
+    assert issues_for(suite, name, "1.5.1", [entry], shapes=frozenset()) == []
+    assert issues_for(suite, name, "1.5.1", [entry],
+                      shapes=frozenset({"delegated-mutable-buffer"})) == [entry]
+    assert issues_for(tmp_path / "test_mine.py", "test_x", "1.5.1", [entry],
+                      shapes=frozenset({"delegated-mutable-buffer"})) == []
+    bad = tmp_path / "issues.yaml"
+    bad.write_text("- id: x\n  executorch: '1.5.1'\n  where: design\n  tests: ['t.py::t']\n"
+                   "  kind: [error]\n  match: 'x'\n  reason: r\n  programs: [round-buffer]\n")
+    with pytest.raises(ConfigError, match="unknown shape"):
+        load_known_issues(bad)

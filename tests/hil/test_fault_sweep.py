@@ -2,9 +2,11 @@
 
 The interposer makes one call fail with a real QNN error code without calling QNN (a nemesis
 `fail` rule, harness.protocol.nemesis), one run per call site (harness.drive.fault_sweep). After
-each: the step that made the call reports an error (never a crash, a hang, or Ok with wrong
-outputs), every QNN handle is freed once the modules are destroyed, and the next load of the
-same program in the same process works. One test per scenario and QNN function; in CI each
+each: the step that made the call reports an error (never a crash, a hang, or Ok with outputs
+other than the same scenario's with nothing injected), every QNN handle is freed once the
+modules are destroyed, and the next load of the same program in the same process works. The
+sweep judges failure paths, not a program's outputs: its baseline is its own run with nothing
+injected (whose outputs the control judges against the reference). One test per scenario and QNN function; in CI each
 function's first call (sampled), with `--fault-sweep` every call.
 
 Memory: the same load/destroy cycle repeated with every call of a function failing must not
@@ -70,7 +72,8 @@ SCENARIOS = {
     "two_methods": (("prefill_decode",), two_methods),
     "beside_live_module": (("linear_relu", "mlp_tanh"), beside_live_module),
     # a stateful program (its buffer held by the runtime, correct on 1.5.1): every execute is
-    # judged against eager PyTorch carrying the state, before and after the injected failure
+    # held to the same execute of the run with nothing injected (the control: eager PyTorch
+    # carrying the state), before and after the injected failure
     "stateful": (("stateful_accumulator_rt",), lifecycle),
 }
 APIS = ("QnnInterface_getProviders", "QnnLog_create", "QnnBackend_create", "QnnDevice_create",
@@ -78,22 +81,28 @@ APIS = ("QnnInterface_getProviders", "QnnLog_create", "QnnBackend_create", "QnnD
         "QnnContext_free", "QnnDevice_free", "QnnBackend_free", "QnnLog_free")
 
 
-def recorded(scenario_driver, compiled_model, which: str, program=None):
+def recorded(scenario_driver, compiled_model, which: str, program=None, judged: bool = True):
     """The scenario `which` with its reload, and its run with nothing injected; `program`
-    (a user's --pte) replaces the scenario's own."""
+    (a user's --pte) replaces the scenario's own. Not `judged`: its models have no reference
+    (fault_sweep.unjudged), the run being the baseline injected runs are held to."""
     programs, build = SCENARIOS[which]
     models = [program] if program is not None else [compiled_model(p) for p in programs]
+    skip = frozenset().union(*map(fault_sweep.unjudged_methods, models))
+    if not judged:
+        models = [fault_sweep.unjudged(m) for m in models]
     model = models[0]
     base = build(models if len(models) > 1 else model, f"sweep_{which}")
     full = fault_sweep.with_reload(base, model, next(iter(model.methods)))
+    if not judged:
+        full = fault_sweep.judged_against_baseline(full)
     result = scenario_driver.run(full)
-    return full, len(base.steps), result
+    return full, len(base.steps), result, skip
 
 
 @pytest.mark.parametrize("which", list(SCENARIOS))
 def test_fault_sweep_control_nothing_injected(compiled_model, scenario_driver, which):
     """The scenario and its reload pass with nothing injected, and make QNN calls to sweep."""
-    _, base_steps, result = recorded(scenario_driver, compiled_model, which)
+    _, base_steps, result, _ = recorded(scenario_driver, compiled_model, which)
     assert_steps_ok(result)
     assert result.last.live.released, result.summary()
     sites = fault_sweep.call_sites(result, base_steps)
@@ -112,7 +121,8 @@ def test_fault_sweep_control_xnnpack_makes_no_qnn_call(compiled_model, scenario_
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("which", list(SCENARIOS))
 def test_fault_sweep(request, compiled_model, scenario_driver, which, api):
-    sweep(request, *recorded(scenario_driver, compiled_model, which), scenario_driver, which, api)
+    sweep(request, *recorded(scenario_driver, compiled_model, which, judged=False),
+          scenario_driver, which, api)
 
 
 @pytest.mark.hil_programs("linear_relu", needs=("qnn",))
@@ -121,11 +131,13 @@ def test_fault_sweep_program(request, hil_program, compiled_model, scenario_driv
     """The lifecycle sweep on the session's program (a user's --pte, else linear_relu)."""
     if "forward" not in hil_program.methods:
         pytest.skip(f"{hil_program.name} has no forward method")
-    record = recorded(scenario_driver, compiled_model, "lifecycle", hil_program)
+    record = recorded(scenario_driver, compiled_model, "lifecycle", hil_program, judged=False)
     sweep(request, *record, scenario_driver, "lifecycle", api)
 
 
-def sweep(request, full, base_steps, record, scenario_driver, which, api) -> None:
+def sweep(request, full, base_steps, record, skip, scenario_driver, which, api) -> None:
+    # The baseline: the same scenario, no reference, nothing injected; every step ok. Each
+    # injected run's outputs are held to its outputs.
     assert_steps_ok(record)
     sites = [s for s in fault_sweep.call_sites(record, base_steps) if s.api == api]
     if not sites:
@@ -136,7 +148,7 @@ def sweep(request, full, base_steps, record, scenario_driver, which, api) -> Non
     for site in sites:
         result = scenario_driver.run(fault_sweep.injected(full, site, base_steps),
                                      allow_crash=True)
-        findings += [(site, f) for f in fault_sweep.judge(result, site)]
+        findings += [(site, f) for f in fault_sweep.judge(result, site, record, skip)]
     if findings:
         kind = next((f.kind for _, f in findings if f.kind == "check"), findings[0][1].kind)
         words = "\n".join(f"{site.describe()}: {f.describe()}\n    "

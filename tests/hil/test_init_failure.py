@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from harness.programs.damage import damaged_context_binary
-from harness.results.assertions import assert_completed
+from harness.results.assertions import assert_completed, assert_steps_ok
 from harness.scenario import Scenario
 from harness.scenario.library import first_method
 
@@ -33,7 +33,8 @@ def test_s6_failed_init_releases_every_handle(hil_program, scenario_driver, tmp_
     assert_completed(result)
     failed = result.step("failed_init")
     assert failed.status == "error", f"a damaged context binary was accepted:\n{result.summary()}"
-    assert result.step("good_executed").ok, \
+    # The next load works: it executes (its outputs are judged last, with every step's).
+    assert result.step("good_executed").status in ("ok", "mismatch"), \
         f"the next load of a good program failed:\n{result.summary()}"
     checked = ("after_failed_init", "after_destroy", "released")
     leaks = {sc.labels[c]: result.step(c).live for c in checked if not result.step(c).live.released}
@@ -49,3 +50,4 @@ def test_s6_failed_init_releases_every_handle(hil_program, scenario_driver, tmp_
                         for i, live in leaks.items())
             + "\nQNN objects created by the failed init (none freed since):\n    " + "\n    ".join(created)
             + f"\nruntime log:\n{runtime}\nsteps:\n{result.summary()}")
+    assert_steps_ok(result)

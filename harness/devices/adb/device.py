@@ -235,7 +235,8 @@ class AdbDevice(ShellDevice):
                                  "server runs it", server.pid, scenario.name, gone)
         nonce = uuid.uuid4().hex[:16]
         text, timed_out, pid, start, cut, stream_total = self._stream(
-            self._run_command(run_dir, scenario_sha=sha, nonce=nonce), timeout, stdin=content)
+            self._run_command(run_dir, scenario_sha=sha, nonce=nonce, env=scenario.run_env),
+            timeout, stdin=content)
         stdout, outputs, notes, sent, code = self._process_output(text, stream_total, nonce)
         if sent:
             self._remote_sha[str(run_dir / SCENARIO_FILE)] = sha
@@ -260,7 +261,8 @@ class AdbDevice(ShellDevice):
         first use; None when scenarios run as processes: --scenario-isolation process, a test's
         own runner in place of the harness's, or a server that could not start (said once)."""
         if (self.isolation != "fork" or self.fork_refused or self.runner_source is None
-                or scenario.fresh_process or self.runner_path != self.workspace / RUNNER_NAME):
+                or scenario.fresh_process or scenario.run_env
+                or self.runner_path != self.workspace / RUNNER_NAME):
             return None
         qnn = bool(self.qnn_libraries) and any(uses_qnn(m.backend)
                                                for m in scenario.models.values())
@@ -336,7 +338,7 @@ class AdbDevice(ShellDevice):
             return ""
 
     def _run_command(self, run_dir: PurePosixPath, scenario_sha: str = "",
-                     nonce: str = "") -> str:
+                     nonce: str = "", env: dict[str, str] | None = None) -> str:
         """The runner in its own process group (`setsid`), so a timeout can kill everything it
         started; its pid in the run's pid file while it may run (for a later session to find);
         the device time at the start, so crash logs are taken from the run's own window.
@@ -349,7 +351,7 @@ class AdbDevice(ShellDevice):
         program = q(str(self.runner_path))
         directory = q(str(run_dir))
         stderr_file, trace_file = q(str(run_dir / STDERR_FILE)), q(str(run_dir / TRACE_FILE))
-        env = f"{self._runner_variables()} {TRACE_ENV}={trace_file}"
+        variables = f"{self._runner_variables(env)} {TRACE_ENV}={trace_file}"
         # Every process the shell starts costs about a millisecond of the scenario's time, so
         # the command sticks to shell builtins where it can: the run directory is named by the
         # scenario's sha256 and its file written whole (temporary file, then mv), so a
@@ -366,13 +368,13 @@ class AdbDevice(ShellDevice):
         outputs = (_print_outputs(stderr_file, trace_file, nonce) if nonce else "")
         return (f"{enter}: > {trace_file} && {{ now=${{EPOCHREALTIME:-$(date +%s)}}; "
                 f"echo HARNESS_START ${{now%%[.,]*}}; "
-                f"{env} setsid {program} scenario.json </dev/null 2>{stderr_file} & "
+                f"{variables} setsid {program} scenario.json </dev/null 2>{stderr_file} & "
                 f"pid=$!; echo $pid > {q(PID_FILE)}; echo HARNESS_PID $pid; "
                 # The exit line starts a line of its own whatever the runner's last line was
                 # (a runtime's text without a newline would otherwise hide it).
                 f"wait $pid; c=$?; echo; echo HARNESS_EXIT $c; rm -f {q(PID_FILE)}{outputs}; }}")
 
-    def _runner_variables(self) -> str:
+    def _runner_variables(self, extra: dict[str, str] | None = None) -> str:
         """The runner's variables as shell assignments (the trace's aside): the workspace first
         on the library path, the DSP's library path, the allocator's and the run's settings."""
         ws = str(self.workspace)
@@ -380,7 +382,8 @@ class AdbDevice(ShellDevice):
                          "/dsp"])
         env = f"LD_LIBRARY_PATH={q(ws)}:\"$LD_LIBRARY_PATH\" ADSP_LIBRARY_PATH={q(adsp)}"
         return env + "".join(f" {k}={q(v)}"
-                             for k, v in sorted({**ALLOCATOR_ENV, **self.run_env}.items()))
+                             for k, v in sorted({**ALLOCATOR_ENV, **self.run_env,
+                                                 **(extra or {})}.items()))
 
     def _stream(self, command: str, timeout: float,
                 stdin: bytes = b"") -> tuple[str, bool, str, int | None, str, int]:

@@ -209,17 +209,19 @@ class SshDevice(ShellDevice):
                                     timeout)
         return self._run_process(scenario, artifacts, run_dir, content, before, timeout)
 
-    def _runner_variables(self) -> str:
+    def _runner_variables(self, extra: dict[str, str] | None = None) -> str:
         ws = str(self.workspace)
         adsp = ";".join([ws, str(self.workspace / QNN_DIR), "/usr/lib/rfsa/adsp", "/dsp"])
         env = (f"LD_LIBRARY_PATH={q(ws)}:{q(str(self.workspace / QNN_DIR))}:\"$LD_LIBRARY_PATH\" "
                f"ADSP_LIBRARY_PATH={q(adsp)}")
         return env + "".join(f" {k}={q(v)}"
-                             for k, v in sorted({**ALLOCATOR_ENV, **self.run_env}.items()))
+                             for k, v in sorted({**ALLOCATOR_ENV, **self.run_env,
+                                                 **(extra or {})}.items()))
 
     # Forks ---------------------------------------------------------------------------------
     def _fork_server(self, scenario: Scenario) -> ServedRunner | None:
         if (self.isolation != "fork" or self.fork_refused or scenario.fresh_process
+                or scenario.run_env
                 or self.runner_path != self.workspace / RUNNER_NAME or self.payload is None):
             return None
         qnn = any(uses_qnn(m.backend) for m in scenario.models.values()) and bool(
@@ -261,13 +263,14 @@ class SshDevice(ShellDevice):
         return self._fork_output(done, timed_out, logs, before)
 
     # Processes -----------------------------------------------------------------------------
-    def _run_command(self, run_dir: PurePosixPath, nonce: str) -> str:
+    def _run_command(self, run_dir: PurePosixPath, nonce: str,
+                     extra: dict[str, str] | None = None) -> str:
         """The run directory and scenario file (from stdin, kept when there), the runner in
         its own process group with a pid file, the start time, and after the exit line the
         runner's stderr and the QNN trace (`print_outputs`)."""
         directory = q(str(run_dir))
         stderr_file, trace_file = q(str(run_dir / STDERR_FILE)), q(str(run_dir / TRACE_FILE))
-        env = f"{self._runner_variables()} {TRACE_ENV}={trace_file}"
+        env = f"{self._runner_variables(extra)} {TRACE_ENV}={trace_file}"
         return (f"mkdir -p {directory} && cd {directory} && "
                 "if [ -f scenario.json ]; then cat >/dev/null; echo HARNESS_SCENARIO kept; "
                 "else cat > .scenario.json.tmp && mv -f .scenario.json.tmp scenario.json && "
@@ -283,7 +286,7 @@ class SshDevice(ShellDevice):
         nonce = uuid.uuid4().hex[:16]
         self._check_not_lost()
         try:
-            proc = self.transport.popen(self._run_command(run_dir, nonce))
+            proc = self.transport.popen(self._run_command(run_dir, nonce, scenario.run_env))
         except SshError as exc:
             raise self._offline("starting the runner", exc) from exc
         _, chunks, errors = self._output_buffers()
