@@ -67,7 +67,8 @@ FILE_KIND = {
     "test_program.py": "simulator",
     "test_runner_parity.py": "simulator",
     "test_fork_server.py": "simulator",  # and cc (a library that starts a thread)
-    "test_isolation_parity.py": "simulator",  # runs tests/hil twice (minutes)
+    "test_isolation_parity.py": "simulator",  # one test per scenario kind, twice
+    "test_isolation_parity_compare.py": "unit",
     "test_sessions.py": "simulator",
     "test_user_program.py": "simulator",
     "test_value_outputs.py": "simulator",
@@ -107,7 +108,7 @@ ADB_FILES = {"test_arm64_build.py"}
 # `--durations=0`), as a hil_cost on their first test: under xdist the costliest groups start
 # first (harness/plugin/xdist_order.py), so none of these starts last and runs alone.
 FILE_COST = {
-    "test_isolation_parity.py": 320, "test_program.py": 120, "test_user_program.py": 100,
+    "test_isolation_parity.py": 25, "test_program.py": 120, "test_user_program.py": 100,
     "test_replay_export.py": 65, "test_wheel.py": 64, "test_protocol_conformance.py": 55,
     "test_executorch_prefix.py": 50, "test_native_build.py": 50, "test_sessions.py": 40,
     "test_plugin.py": 35, "test_dtypes.py": 30, "test_report.py": 25, "test_etrecord.py": 60,

@@ -2,7 +2,7 @@
 a fork gives what a new process gives, a hung fork is killed and the server goes on, and a
 server whose libraries started a thread refuses to fork.
 
-The whole HIL suite in both isolation modes is compared in test_isolation_parity.py.
+One test of every scenario kind in both isolation modes is compared in test_isolation_parity.py.
 """
 
 import json

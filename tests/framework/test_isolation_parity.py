@@ -1,19 +1,27 @@
 """The HIL suite gives the same verdicts with each scenario a fork of the pre-loaded runner
 (the default) as with each scenario a new runner process.
 
-The sample is one test per test function of `tests/hil` (its first parametrization): every
-scenario kind the suites drive (fixed orderings, explorations, races, fault injection, soak,
-stateful, XNNPACK) runs in both modes, at a third of the suite's cost; what isolation can change
-is how a scenario's process starts, which the parameters (program, dtype, module) do not touch.
-Both runs go through `--hil-report`; compared: every test's outcome and number of scenario
-runs, and for every run the report keeps its exit code, whether it completed, and per step the
-status, error code, live QNN counts (backends, devices, contexts) and the sub-steps' statuses.
-The report keeps every run with a failure and the first 100 others of each test (about 800 of
-the suite's 9900 runs); a run it drops passed every check of its test in both modes, and those
-checks are the same per-step facts (statuses and live counts against the reference model).
-Memory readings are not compared: a fork starts with the QNN libraries already mapped, so
-absolute Rss differs, and the suite's memory assertions compare a scenario's steps with each
-other (growth over cycles, heap against mapped bytes), never with a value from another process.
+The sample is one test per scenario kind: `tests/hil/scenario_kinds.txt` (a pytest argument
+file, `python -m pytest @tests/hil/scenario_kinds.txt`), one node id per suite of tests/hil,
+since each suite drives one kind of scenario (fixed orderings, ordering exploration, S5 races,
+concurrent executes, fault injection, soak, stateful, XNNPACK cache and lifecycle, ...).
+`test_the_sample_has_one_test_of_every_kind` holds it to that: a new suite without a line
+fails. What isolation can change is how a scenario's process starts (a fork of a server that
+holds the QNN libraries, or of one that holds none for XNNPACK-only programs, or a new
+process), which a test's parameters (program, dtype, module) do not touch; so a second test
+of the same kind runs the same start-up again. The whole suite twice cost 378 s of step 1's
+test time on a cold run; the sample costs about 20 s, and with the ordering explorations it
+still compares about 80 scenario runs and 800 steps. The same file is what CI runs per
+transport (.ci/run steps 3 and 9; docs/ci-coverage.md).
+
+Both runs go through `--hil-report`; compared (`differences`): every test's outcome and number
+of scenario runs, and for every run the report keeps its exit code, whether it completed, and
+per step the status, error code, live QNN counts (backends, devices, contexts) and the
+sub-steps' statuses. Memory readings are not compared: a fork starts with the QNN libraries
+already mapped, so absolute Rss differs, and the suite's memory assertions compare a
+scenario's steps with each other (growth over cycles, heap against mapped bytes), never with a
+value from another process. `test_isolation_parity_compare.py` shows the comparison fails on
+each kind of disagreement.
 
 The S5 cold-load tests are compared by outcome only: they stop at the first launch the runtime
 crashes in (a race in the simulator, known issue qnn-concurrent-first-context-create-crash), and
@@ -29,6 +37,7 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+KINDS_FILE = REPO_ROOT / "tests" / "hil" / "scenario_kinds.txt"
 # A race inside one QNN call (the first-context create), forced into overlap or not, and the
 # concurrent executes: their number of launches and endings vary by run.
 RACY = ("tests/hil/test_concurrency.py::test_s5_parallel_cold_load",
@@ -37,21 +46,23 @@ RACY = ("tests/hil/test_concurrency.py::test_s5_parallel_cold_load",
 
 
 def sample() -> list[str]:
-    """One node id per test function of tests/hil: the first of its parametrizations."""
+    """The node ids of tests/hil/scenario_kinds.txt (one argument a line, as pytest reads it)."""
+    return [line for line in KINDS_FILE.read_text().splitlines() if line]
+
+
+def collected() -> list[str]:
     proc = subprocess.run([sys.executable, "-m", "pytest", "tests/hil", "--collect-only", "-q",
                           "-p", "no:cacheprovider"], cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=600)
-    first: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        if "::" in line and not line.startswith(" "):
-            first.setdefault(line.split("[", 1)[0], line.strip())
-    assert first, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return list(first.values())
+    nodeids = [line.strip() for line in proc.stdout.splitlines()
+               if "::" in line and not line.startswith(" ")]
+    assert nodeids, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return nodeids
 
 
-def run_suite(tmp_path: Path, isolation: str, nodeids: list[str]) -> dict:
+def run_suite(tmp_path: Path, isolation: str) -> dict:
     report = tmp_path / isolation
-    argv = [sys.executable, "-m", "pytest", *nodeids, "-q", "-p", "no:cacheprovider",
+    argv = [sys.executable, "-m", "pytest", f"@{KINDS_FILE}", "-q", "-p", "no:cacheprovider",
             "--scenario-isolation", isolation, f"--hil-report={report}",
             f"--artifacts-dir={tmp_path / f'artifacts-{isolation}'}"]
     proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=3600)
@@ -78,32 +89,59 @@ def runs_by_key(doc: dict) -> dict:
             if not r["nodeid"].startswith(RACY)}
 
 
-def test_fork_and_process_give_the_same_verdicts(tmp_path):
-    nodeids = sample()
-    fork, process = (run_suite(tmp_path, mode, nodeids) for mode in ("fork", "process"))
-    tests = {mode: {t["nodeid"]: t for t in doc["tests"]} for mode, doc in
-             (("fork", fork), ("process", process))}
-    assert tests["fork"].keys() == tests["process"].keys()
-    assert len(tests["fork"]) >= 50, sorted(tests["fork"])
-    for nodeid, f in tests["fork"].items():
-        p = tests["process"][nodeid]
-        assert outcome(f) == outcome(p), f"{nodeid}: fork {f['outcome']} ({f['message']}) " \
-                                         f"vs process {p['outcome']} ({p['message']})"
-        if not nodeid.startswith(RACY):
-            assert f["scenario_runs"] == p["scenario_runs"], nodeid
-
-    runs = {"fork": runs_by_key(fork), "process": runs_by_key(process)}
-    assert runs["fork"].keys() == runs["process"].keys()
-    assert len(runs["fork"]) > 500  # the explorations' kept runs, not only the fixed scenarios
-    compared_steps = 0
-    for key, f in runs["fork"].items():
-        p = runs["process"][key]
+def differences(fork: dict, process: dict) -> tuple[list[str], int]:
+    """Where two results.json documents of the same tests disagree, and how many steps were
+    compared."""
+    found: list[str] = []
+    tests = [{t["nodeid"]: t for t in doc["tests"]} for doc in (fork, process)]
+    if tests[0].keys() != tests[1].keys():
+        found.append(f"tests differ: {sorted(tests[0].keys() ^ tests[1].keys())}")
+    for nodeid in tests[0].keys() & tests[1].keys():
+        f, p = tests[0][nodeid], tests[1][nodeid]
+        if outcome(f) != outcome(p):
+            found.append(f"{nodeid}: fork {f['outcome']} ({f['message']}) vs process "
+                         f"{p['outcome']} ({p['message']})")
+        elif not nodeid.startswith(RACY) and f["scenario_runs"] != p["scenario_runs"]:
+            found.append(f"{nodeid}: {f['scenario_runs']} scenario runs as forks, "
+                         f"{p['scenario_runs']} as processes")
+    runs = [runs_by_key(doc) for doc in (fork, process)]
+    if runs[0].keys() != runs[1].keys():
+        found.append(f"runs differ: {sorted(runs[0].keys() ^ runs[1].keys())[:10]}")
+    compared = 0
+    for key in sorted(runs[0].keys() & runs[1].keys()):
+        f, p = runs[0][key], runs[1][key]
         where = " ".join(map(str, key))
-        assert f["runner"] == p["runner"] == "native", where
-        assert (f["returncode"], f["completed"], f["failure_kind"]) == \
-            (p["returncode"], p["completed"], p["failure_kind"]), where
-        assert len(f["steps"]) == len(p["steps"]), where
+        if not f["runner"] == p["runner"] == "native":
+            found.append(f"{where}: runners {f['runner']}, {p['runner']} (native expected)")
+        ends = [(r["returncode"], r["completed"], r["failure_kind"]) for r in (f, p)]
+        if ends[0] != ends[1]:
+            found.append(f"{where}: fork ended {ends[0]}, process {ends[1]}")
+        if len(f["steps"]) != len(p["steps"]):
+            found.append(f"{where}: {len(f['steps'])} steps as a fork, {len(p['steps'])} as "
+                         f"a process")
         for fs, ps in zip(f["steps"], p["steps"]):
-            assert step_facts(fs) == step_facts(ps), f"{where}: fork {fs} vs process {ps}"
-            compared_steps += 1
-    assert compared_steps > 4000
+            if step_facts(fs) != step_facts(ps):
+                found.append(f"{where}: fork {step_facts(fs)} vs process {step_facts(ps)}")
+            compared += 1
+    return found, compared
+
+
+def test_the_sample_has_one_test_of_every_kind():
+    nodeids, every = sample(), collected()
+    suites = {n.split("::")[0] for n in every}
+    picked = [n.split("::")[0] for n in nodeids]
+    assert sorted(picked) == sorted(suites), (
+        f"{KINDS_FILE.name} needs exactly one test of each suite of tests/hil: missing "
+        f"{sorted(suites - set(picked))}, more than one in "
+        f"{sorted({s for s in picked if picked.count(s) > 1})}")
+    assert not set(nodeids) - set(every), "a line names no collected test"
+
+
+def test_fork_and_process_give_the_same_verdicts(tmp_path):
+    fork, process = (run_suite(tmp_path, mode) for mode in ("fork", "process"))
+    assert {t["nodeid"] for t in fork["tests"]} == set(sample())
+    found, compared = differences(fork, process)
+    assert not found, "\n".join(found)
+    # Every kind but the timing-judged races compared run by run, not only by outcome.
+    assert {k[0] for k in runs_by_key(fork)} == {n for n in sample() if not n.startswith(RACY)}
+    assert compared > 500, compared  # the explorations' steps, not only the fixed scenarios

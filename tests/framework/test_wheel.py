@@ -25,9 +25,13 @@ NOT_SOURCES = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__p
 
 def _run(cmd: list, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     # Nothing of this pytest run may leak in: no PYTHONPATH to the checkout, no xdist worker
-    # or HIL session ids.
+    # or HIL session ids. The harness cache stays: the installed package builds the same
+    # runner and compiles the same programs (keyed by their sources), so it reuses what this
+    # run already built instead of building it again in another cache (CI's cache is a new one).
     env = {k: v for k, v in os.environ.items()
            if k != "PYTHONPATH" and not k.startswith(("PYTEST_", "EXECUTORCH_HIL_"))}
+    if "EXECUTORCH_HIL_CACHE" in os.environ:
+        env["EXECUTORCH_HIL_CACHE"] = os.environ["EXECUTORCH_HIL_CACHE"]
     return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
