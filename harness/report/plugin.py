@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.log import disk_full_tolerated
+from harness.log import FULL, disk_full_tolerated
 from harness.results.failures import failure_of, run_failures
 from harness.plugin.keys import DRIVER, ISSUE, SESSION, is_hil
 from harness.plugin.known_issues import unmatched_issues
@@ -86,8 +86,11 @@ def pytest_configure(config: pytest.Config) -> None:
             try:
                 report_dir, notice = claim(report_dir)
             except OSError as exc:
-                raise pytest.UsageError(f"--hil-report {report_dir}: cannot write there: "
-                                        f"{exc.strerror or exc}") from None
+                if exc.errno not in FULL:
+                    raise pytest.UsageError(f"--hil-report {report_dir}: cannot write there: "
+                                            f"{exc.strerror or exc}") from None
+                # a full disk: the session runs unclaimed, and its report's writes say it once
+                # (disk_full_tolerated) with the verdicts kept
             os.environ[REDIRECT_ENV] = str(report_dir)
         if not config.option.htmlpath:
             config.option.htmlpath = str(report_dir / PAGE_NAME)
