@@ -38,18 +38,9 @@ from harness.results.failures import HilFailure, run_failures
 from harness.results.xnnpack import (HEAP_LIMIT, assert_fallback, assert_no_fallback,
                                      classify_load)
 from harness.results.xnnpack_launches import Launch, judge
-from harness.drive.xnnpack_cache import (FOOTER, MODEL, PACKS, PRECISION, PYTHON_RUNNER_SKIP,
-                                         Cache, new_cache)
+from harness.drive.xnnpack_cache import FOOTER, PACKS, Cache
 
 FIU = "/usr/lib/fiu"
-
-
-@pytest.fixture
-def xnn(request, hil_session, hil_device, compiled_model, scenario_driver) -> Cache:
-    if hil_session.device_runner == "python":
-        pytest.skip(PYTHON_RUNNER_SKIP)
-    return new_cache(hil_device, scenario_driver, compiled_model(MODEL, PRECISION),
-                     request.node.name)
 
 
 @pytest.fixture

@@ -34,26 +34,16 @@ from __future__ import annotations
 import posixpath
 import struct
 
-import pytest
 
 from harness.results.failures import Failure, HilFailure
 from harness.results.xnnpack import (HEAP_LIMIT, MAPPED_MIN, assert_fallback,
                              assert_no_fallback)
-from harness.drive.xnnpack_cache import (FOOTER, MODEL, PACKS, PRECISION,
-                                         PYTHON_RUNNER_SKIP, Cache, new_cache)
+from harness.drive.xnnpack_cache import FOOTER, PACKS
 
 # Expected outcomes of the bad-cache cases, as executorch 1.5.1 behaves (see module docstring).
 TRUNCATED_CACHE_OUTCOME = "rewritten"  # same launch: mapped, file back to full size
 FOREIGN_CACHE_OUTCOME = "fallback-every-launch"  # heap on every launch, file never extended
 SEED_MISMATCH_OUTCOME = "heals"  # re-packed into the file once (PR #22183); "permanent" before it
-
-
-@pytest.fixture
-def xnn(request, hil_session, hil_device, compiled_model, scenario_driver) -> Cache:
-    if hil_session.device_runner == "python":
-        pytest.skip(PYTHON_RUNNER_SKIP)
-    return new_cache(hil_device, scenario_driver, compiled_model(MODEL, PRECISION),
-                     request.node.name)
 
 
 def test_no_cache(xnn):
