@@ -121,14 +121,17 @@ class Cache:
     def launch(self, tag: str, cache: str | None,
                modules: tuple[tuple[str, str], ...] = (("A", "forward"),),
                load_mode: str | None = None, environment: dict[str, str] | None = None,
-               allow_crash: bool = False) -> ScenarioResult:
+               allow_crash: bool = False,
+               drop_capabilities: tuple[str, ...] = ()) -> ScenarioResult:
         """Run one launch in a fresh process; check it completed with correct outputs.
         `environment`: variables the runner process gets on top of the session's (a new
         process rather than a fork, since a fork server's environment is fixed at its start);
-        `allow_crash`: a run that did not complete is returned for the caller to judge."""
+        `allow_crash`: a run that did not complete is returned for the caller to judge;
+        `drop_capabilities`: the runner starts without them (Scenario.drop_capabilities)."""
         self.launches += 1
         sc = Scenario(f"x1_{self.launches}_{tag}")
         sc.fresh_process = environment is not None
+        sc.drop_capabilities = list(drop_capabilities)
         self.environment = environment or {}
         if cache:
             sc.watch_mappings.append(cache)

@@ -220,9 +220,11 @@ def _classify_load(result: ScenarioResult, weight_bytes: int, module: str | None
     found = classify_span(result, weight_bytes, before, after, cache_path, module or "",
                           result.steps[after].step.method or "")
     xnn = (result.steps[load].step.args.get("backend_options") or {}).get(BACKEND) or {}
+    earlier = sum(1 for s in result.steps[:load] if s.step.op == "load_module"
+                  and cache_path and requested_cache_path(s) == cache_path)
     why = xnnpack_log.launch_reason(found.runtime_log, xnn.get("packed_cache_path"),
                                     bool(xnn.get("weight_cache_enabled", bool(xnn))),
-                                    found.classification)
+                                    found.classification, earlier)
     return dataclasses.replace(found, branch=why.branch, errno=why.errno, reason=why.reason,
                                loaded_entries=why.loaded_entries)
 

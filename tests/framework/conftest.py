@@ -53,6 +53,7 @@ FILE_KIND = {
     "test_dsp_heap_chain.py": "simulator",  # and gcc (the DSP heap emulation library)
     "test_xnnpack_classify.py": "unit",
     "test_xnnpack_launches.py": "unit",
+    "test_privileges.py": "unit",
     "test_report_data.py": "unit",
     "test_native_build.py": "compiler",
     "test_qnn_sdk.py": "compiler",
