@@ -26,17 +26,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import posixpath
 import re
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.log import notice
 from harness.results import xnnpack_log
 from harness.results.run import ScenarioResult, StepResult
 from harness.scenario import Scenario
 
+_log = logging.getLogger(__name__)
 BACKEND = "XnnpackBackend"
 HEAP_LIMIT = 0.10  # of the weight bytes: more than this on the heap is a fallback
 MAPPED_MIN = 0.90  # of the weight bytes: a mapped load has at least this in the cache file
@@ -371,10 +373,6 @@ def assert_cache_steps_ok(result: ScenarioResult) -> None:
 
 
 # Runtime counters ----------------------------------------------------------------------------
-class RuntimeCountersUnavailable(UserWarning):
-    """The runtime does not publish packed-cache counters; only measured memory is checked."""
-
-
 def add_counter_probes(scenario: Scenario, keys: tuple[str, ...] = COUNTER_KEYS) -> Scenario:
     """Two `get_option` steps per counter: a string-typed probe, then the int-typed read."""
     for key in keys:
@@ -482,12 +480,21 @@ def assert_counters_agree(counters: RuntimeCounters, load: CacheLoad,
                              f"({load.describe()}):\n  " + "\n  ".join(problems))
 
 
-_warned: set[str] = set()
+_said: set[str] = set()  # runtime versions whose missing counters this process has said
+
+
+def counters_notice_key(version: str) -> str:
+    """What makes two notices about missing counters one: the runtime version (an xdist
+    worker's and the controller's, or two workers', are the same finding)."""
+    return f"xnnpack-counters:{version}"
 
 
 def note_counters(counters: RuntimeCounters, version: str, artifacts: Path | None = None) -> None:
-    """Record what the runtime publishes: in the artifacts, and once per session as a warning
-    when it publishes none of the counters (not a failure: the measurement stands alone)."""
+    """Record what the runtime publishes: in the artifacts, and, when it publishes none of the
+    counters, one session notice (not a failure: the measurement stands alone). A notice, not
+    a warning: pytest lists a warning under every test that raised it and each xdist worker
+    raises its own; the session says a notice once, the controller once for all its workers
+    (harness.plugin.terminal)."""
     if artifacts is not None:
         from harness.log import disk_full_tolerated
 
@@ -495,12 +502,12 @@ def note_counters(counters: RuntimeCounters, version: str, artifacts: Path | Non
             artifacts.mkdir(parents=True, exist_ok=True)
             (artifacts / "xnnpack_counters.json").write_text(json.dumps(
                 {"executorch": version, **counters.to_json()}, indent=1))
-    if counters.missing and not counters.exposed and version not in _warned:
-        _warned.add(version)
-        warnings.warn(RuntimeCountersUnavailable(
-            f"executorch {version}: XnnpackBackend publishes no packed-cache counters "
-            f"({', '.join(counters.missing)}: get_option leaves the value untouched); "
-            "packed-weight placement is checked from measured memory only"), stacklevel=2)
+    if counters.missing and not counters.exposed and version not in _said:
+        _said.add(version)
+        notice(_log, f"executorch {version}: XnnpackBackend publishes no packed-cache counters "
+               f"({', '.join(counters.missing)}: get_option leaves the value untouched); "
+               "packed-weight placement is checked from measured memory only", True,
+               key=counters_notice_key(version))
 
 
 def _mib(n: int) -> str:
