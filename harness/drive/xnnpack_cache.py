@@ -77,14 +77,17 @@ class Cache:
             else FileState(None)
 
     def story(self, tag: str, cache: str | None, n: int = LAUNCHES, method: str = "forward",
-              packs: int | None = PACKS, **launch: Any) -> CacheStory:
+              packs: int | None = PACKS, expect: str | tuple[str, ...] | None = None,
+              **launch: Any) -> CacheStory:
         """`n` launches of one program on one cache path, judged together (printed, and in
-        the report)."""
+        the report). `expect`: the placement the test expects of every launch, or of each
+        ("mapped", "fallback"), for the report (the test asserts it itself)."""
+        expected = (expect,) * n if expect is None or isinstance(expect, str) else expect
         launches = []
         for i in range(n):
             before = self.state(cache)
             result = self.launch(f"{tag}{i + 1}", cache, (("A", method),), **launch)
-            load = classify_load(result, self.weights[method])
+            load = classify_load(result, self.weights[method], expected=expected[i])
             launches.append(Launch(load, before, self.state(cache)))
             self.record(result, load)
         story = judge(tag, launches, packs)

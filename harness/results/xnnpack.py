@@ -188,14 +188,16 @@ def cache_log(result: ScenarioResult) -> tuple[str, ...]:
 
 
 def classify_load(result: ScenarioResult, weight_bytes: int, module: str | None = None,
-                  cache_path: str | None = None) -> CacheLoad:
+                  cache_path: str | None = None, expected: str | None = None) -> CacheLoad:
     """Classify the packed-weight placement of `module` (default: the first module loaded).
 
     `cache_path` defaults to the `packed_cache_path` of the module's `load_module` step; it
     must be in the scenario's `watch_mappings` for its mapped bytes to be measured.
+    `expected`: the placement the test expects ("mapped", "fallback"), for the report only
+    (the test asserts it itself).
     """
     load = _classify_load(result, weight_bytes, module, cache_path)
-    _note_verdict(load, None)
+    _note_verdict(load, expected)
     return load
 
 

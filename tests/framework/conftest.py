@@ -54,6 +54,7 @@ FILE_KIND = {
     "test_xnnpack_classify.py": "unit",
     "test_xnnpack_launches.py": "unit",
     "test_privileges.py": "unit",
+    "test_xnnpack_table.py": "unit",
     "test_xnnpack_init_error.py": "unit",
     "test_xnnpack_counters_notice.py": "simulator",
     "test_report_data.py": "unit",

@@ -99,7 +99,8 @@ def test_open_o_creat_fails_erofs_read_only_mount(host, mount):
     os.makedirs(writable)
     readonly = mount("--bind", "-o", "ro", writable, host.path("ro"))
     subprocess.run(["mount", "-o", "remount,bind,ro", readonly], check=False)
-    story = host.story("erofs", posixpath.join(readonly, "stack.xnncache"), n=2)
+    story = host.story("erofs", posixpath.join(readonly, "stack.xnncache"), n=2,
+                       expect="fallback")
     for launch in story.launches:
         assert (launch.load.branch, launch.load.errno) == ("open_failed", errno.EROFS), \
             launch.load.describe()
@@ -133,7 +134,7 @@ def test_open_o_creat_fails_eacces_runner_not_root(host):
     os.chown(directory, 65534, 65534)  # nobody:nogroup on Debian and Android alike
     os.chmod(directory, 0o755)
     story = host.story("eacces", posixpath.join(directory, "stack.xnncache"), n=2,
-                       drop_capabilities=NOT_ROOT)
+                       expect="fallback", drop_capabilities=NOT_ROOT)
     for launch in story.launches:
         assert (launch.load.branch, launch.load.errno) == ("open_failed", errno.EACCES), \
             launch.load.describe()
@@ -174,7 +175,7 @@ def test_reserve_space_unnamed_constant_is_heap(host, compiled_model, request):
     unnamed = new_cache(host.device, host.driver,
                         compiled_model(MODEL, PRECISION, unnamed_weights=True),
                         request.node.name + "-unnamed")
-    story = unnamed.story("unnamed", unnamed.path("stack.xnncache"), n=2)
+    story = unnamed.story("unnamed", unnamed.path("stack.xnncache"), n=2, expect="fallback")
     for launch in story.launches:
         load = launch.load
         assert (load.branch, load.errno) == ("unnamed_constant", None), load.describe()
@@ -206,7 +207,7 @@ def test_flock_fails_ewouldblock_while_another_process_holds_it(host):
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
-    story = host.story("after_unlock", cache, n=2)
+    story = host.story("after_unlock", cache, n=2, expect="mapped")
     assert [launch.load.branch for launch in story.launches] == ["fresh_write", "loaded"], \
         story.text
     assert story.verdict == "reused", story.text
@@ -268,7 +269,7 @@ def test_index_write_fails_room_for_packs_not_index(host, mount):
     start, _, _ = host.index(probe)  # the index's offset: the packs' bytes, page-aligned
     directory = mount("-t", "tmpfs", "-o", f"size={start}", "tmpfs", host.path("tight"))
     cache = posixpath.join(directory, "stack.xnncache")
-    story = host.story("index_enospc", cache)
+    story = host.story("index_enospc", cache, expect="mapped")
     for launch in story.launches:
         load = launch.load
         assert (load.branch, load.errno) == ("index_write_failed", errno.ENOSPC), load.describe()
@@ -291,7 +292,8 @@ def test_read_only_cache_file(host, mount, entries):
         host.write(cache, size - FOOTER + 8, struct.pack("<I", entries))
     readonly = mount("--bind", "-o", "ro", writable, host.path("ro"))
     subprocess.run(["mount", "-o", "remount,bind,ro", readonly], check=False)
-    story = host.story(f"read_only_{entries}", posixpath.join(readonly, "stack.xnncache"), n=2)
+    story = host.story(f"read_only_{entries}", posixpath.join(readonly, "stack.xnncache"), n=2,
+                       expect="mapped" if entries == PACKS else "fallback")
     for launch in story.launches:
         load = launch.load
         assert (load.branch, load.errno, load.loaded_entries) == \
@@ -334,15 +336,18 @@ def test_two_processes_one_path(host):
         try:
             middle_before = host.state(cache)
             second = host.launch("while_held", cache)
-            middle = Launch(classify_load(second, host.weights["forward"]), middle_before,
+            middle = Launch(classify_load(second, host.weights["forward"], expected="fallback"),
+                            middle_before,
                             host.state(cache))
         finally:
             os.kill(pid, signal.SIGCONT)
         holder = first.result(timeout=120)  # raises what the first launch raised
     third_before = host.state(cache)  # what the first launch left, once it ended
-    head = Launch(classify_load(holder, host.weights["forward"]), before, third_before)
+    head = Launch(classify_load(holder, host.weights["forward"], expected="mapped"), before,
+                  third_before)
     third = host.launch("after_exit", cache)
-    last = Launch(classify_load(third, host.weights["forward"]), third_before, host.state(cache))
+    last = Launch(classify_load(third, host.weights["forward"], expected="mapped"), third_before,
+                  host.state(cache))
     story = judge("two_processes", [head, middle, last], PACKS)
     print(f"two_processes: {story.text}")
     assert head.load.branch == "fresh_write" and head.load.classification == "mapped", \
@@ -377,6 +382,6 @@ def test_full_disk_is_not_a_crash(host, mount):
                 f"{site.fault_mapping} (an 8 MiB tmpfs holding {host.size(cache)} bytes of the "
                 f"file), not a heap fallback\n{failure.message}", failure)
         assert_completed(result)  # any other crash, as it is
-    load = classify_load(result, host.weights["forward"])
+    load = classify_load(result, host.weights["forward"], expected="fallback")
     host.record(result, load)
     assert load.classification == "fallback" and load.errno == errno.ENOSPC, load.describe()
