@@ -153,9 +153,9 @@ def launch_reason(lines: tuple[str, ...] | list[str], requested: str | None, ena
         text = f"{FAILURES[failure.event]} (errno {errno_name(failure.errno)})"
         return reason(failure.event, text, failure.errno)
     if any(e.event == "unnamed" for e in found) and placement == "fallback":
-        return reason("unnamed_constant", "look_up: the program's constants carry no name "
-                      "(last_lookup_unnamed_), so reserve_space packs them into heap, never "
-                      "into the file, on every launch")
+        return reason("unnamed_constant", "look_up: the weights of a pack carry no name "
+                      "(last_lookup_unnamed_), so reserve_space packs it into heap, never into "
+                      "the file, on every launch")
     if seeds:
         return reason("seed_mismatch", f"{len(seeds)} cached entries have another XNNPACK seed "
                       "(an XNNPACK upgrade): treated as misses, re-packed into heap "
