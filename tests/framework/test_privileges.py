@@ -35,3 +35,20 @@ def test_no_capabilities_is_no_prefix_and_a_bad_name_is_refused():
     assert capabilities_dropped([]) == []
     with pytest.raises(HarnessError, match="spell them as setpriv does"):
         capabilities_dropped(["CAP_DAC_OVERRIDE"])
+
+
+@pytest.mark.parametrize("where", ["adb", "ssh"])
+def test_a_device_refuses_a_scenario_with_capabilities_dropped(where, tmp_path):
+    """setpriv runs on the host: a phone's or a board's runner cannot honour it, so the device
+    says so instead of running the scenario with root's capabilities."""
+    from harness.devices.adb.device import AdbDevice
+    from harness.devices.ssh.device import SshDevice
+    from harness.errors import DeviceError
+    from harness.scenario import Scenario
+
+    kind = AdbDevice if where == "adb" else SshDevice
+    device = kind.__new__(kind)  # refused before it touches a device
+    scenario = Scenario("eacces")
+    scenario.drop_capabilities = NOT_ROOT
+    with pytest.raises(DeviceError, match="host simulator only"):
+        device.run(scenario, tmp_path, 10)
