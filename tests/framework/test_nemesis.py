@@ -135,6 +135,30 @@ def test_an_injected_failure_is_the_call_the_rule_names(native_only, compiled_mo
     assert doc["qnn_nemesis"] == ["fail QnnGraph_execute#1 rc=6001"]  # replayable data
 
 
+@pytest.mark.parametrize("lib, words", [
+    ("libQnnHtp.so", "Cannot Open QNN library libQnnHtp.so"),
+    ("libQnnSystem.so", "Cannot Open QNN library libQnnSystem.so")])
+def test_an_injected_dlopen_failure_is_the_runtimes_own_and_the_next_load_works(
+        native_only, compiled_model, scenario_driver, lib, words):
+    """The runtime's first attempt to open the QNN library fails (the dlopen shim: its probe
+    with RTLD_NOLOAD and the open after it, with the loader's own dlerror), the load reports an
+    error with the runtime's words, every QNN handle of the attempt is freed, and a second
+    module's load in the same process works."""
+    model = compiled_model("linear_relu")
+    sc = Scenario("nemesis_dlopen").load_module("A", model).load_method("A", "forward")
+    sc.allow_error().destroy_module("A")
+    sc.load_module("B", model).load_method("B", "forward").execute("B", "forward")
+    sc.destroy_module("B").snapshot()
+    sc.nemesis(fail_at(f"dlopen.{lib}", 1))
+    result = scenario_driver.run(sc)
+    assert result.steps[1].status == "error", result.summary()
+    assert words in result.output.stderr and "harness-injected-failure" in result.output.stderr
+    assert result.steps[4].ok and result.steps[5].ok and result.last.live.released
+    opens = [r for r in result.trace if r.kind == "dlopen" and r.fields["lib"] == lib]
+    assert opens[0].fields.get("injected") == "1", opens
+    assert any(r.rc == 0 for r in opens[1:]), opens  # B's load opened it
+
+
 def test_a_hold_orders_two_threads(native_only, compiled_model, scenario_driver):
     """B's load waits until A's load returned: the trace shows B held, then released after
     A's context was created."""
