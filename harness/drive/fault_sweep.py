@@ -48,7 +48,7 @@ _TRACE_APIS = {
     "mem_register": "QnnMem_register", "mem_deregister": "QnnMem_deregister",
 }
 FREES = ("QnnLog_free", "QnnBackend_free", "QnnDevice_free", "QnnContext_free",
-         "QnnMem_deregister")
+         "QnnMem_deregister", "QnnSystemContext_free")
 # Calls whose failure the runtime may go on from, the step reporting ok: the frees (nothing to
 # report them to), and the log handle (ExecuTorch warns "Failed to create log_handle for
 # backend" and creates the backend without one: backends/qualcomm/runtime/backends/

@@ -62,9 +62,14 @@ built with it (core API 2.27: 69 entries, a 592-byte QnnInterface_t): the interp
 every entry but the two that take a struct by value (QnnBackend_validateOpConfig,
 QnnGraph_addNode, never called once a program is prepared), the 14 it traces by kind and the
 rest as `call api=NAME rc=N`."""
+QNN_SYSTEM_TABLE = ("QnnSystemContext_create", "QnnSystemContext_getBinaryInfo",
+                    "QnnSystemContext_getMetadata", "QnnSystemContext_free")
+"""The first entries of libQnnSystem.so's function table (QnnSystemInterface.h order), which
+the dlopen shim wraps when the runtime opens that library (the rest take a struct by value
+or serve the ahead-of-time DLC flow)."""
 QNN_APIS = tuple(name for name in QNN_TABLE
                  if name not in ("QnnBackend_validateOpConfig", "QnnGraph_addNode")
-                 ) + ("QnnInterface_getProviders",)
+                 ) + QNN_SYSTEM_TABLE + ("QnnInterface_getProviders",)
 """The QNN functions a rule may name (QnnInterface_getProviders: a failure there is the
 library being unusable after it loaded)."""
 STEP_POINTS = tuple(f"step.{op}" for op in

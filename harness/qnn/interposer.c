@@ -183,7 +183,8 @@ static void trace(const char *fmt, ...) {
  * one trace line. */
 
 enum { API_GET_PROVIDERS = FN_COUNT, API_STEP_FIRST, API_DLOPEN_FIRST = API_STEP_FIRST + 5,
-       API_COUNT = API_DLOPEN_FIRST + 4 };
+       API_SYSTEM_FIRST = API_DLOPEN_FIRST + 4, SYSTEM_COUNT = 4,
+       API_COUNT = API_SYSTEM_FIRST + SYSTEM_COUNT };
 
 /* Every entry of the function table by its QNN function's name (QnnInterface.h order), so a
  * rule may name any of them and the trace names every call (`call api=...`). */
@@ -222,6 +223,11 @@ static const char *const api_names[API_COUNT] = {
     [API_DLOPEN_FIRST + 1] = "dlopen.libQnnSystem.so",
     [API_DLOPEN_FIRST + 2] = "dlopen.libcdsprpc.so",
     [API_DLOPEN_FIRST + 3] = "dlopen.libQnnHtpPrepare.so",
+    /* libQnnSystem.so's function table, its first entries (the dlopen shim patches them) */
+    [API_SYSTEM_FIRST + 0] = "QnnSystemContext_create",
+    [API_SYSTEM_FIRST + 1] = "QnnSystemContext_getBinaryInfo",
+    [API_SYSTEM_FIRST + 2] = "QnnSystemContext_getMetadata",
+    [API_SYSTEM_FIRST + 3] = "QnnSystemContext_free",
 };
 
 enum { NEMESIS_MAX_RULES = 32, NEMESIS_MAX_ACTORS = 32, ACTOR_LEN = 16 };
@@ -523,6 +529,52 @@ static int from_runtime(void *caller) {
   return strstr(base ? base + 1 : info.dli_fname, "executorch") != NULL;
 }
 
+/* libQnnSystem.so's calls: QnnSystemInterface_t is {u32 backendId; const char *providerName;
+ * Qnn_Version_t systemApiVersion; table}, the table at byte 32 (checked against QAIRT 2.51's
+ * library); its first entries, systemContextCreate, GetBinaryInfo, GetMetadata and Free
+ * (QnnSystemInterface.h order), take pointers, handles and sizes. When the runtime opens the
+ * library, the shim asks it for its providers and puts traced wrappers (`call api=NAME rc=N`,
+ * open to rules like the interposer's) in those entries; the table goes with the library. */
+typedef qnn_err_t (*system_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+static void *system_real[SYSTEM_COUNT];
+#define SYSTEM_WRAPPER(i)                                                                    \
+  static qnn_err_t sys_##i(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e,       \
+                           uint64_t f) {                                                     \
+    qnn_err_t rc = 0;                                                                        \
+    if (!ENTER(API_SYSTEM_FIRST + i, rc)) rc = ((system_fn)system_real[i])(a, b, c, d, e, f); \
+    trace("call api=%s rc=%" PRIu64, api_names[API_SYSTEM_FIRST + i], rc);                   \
+    LEAVE(API_SYSTEM_FIRST + i);                                                             \
+    return rc;                                                                               \
+  }
+SYSTEM_WRAPPER(0) SYSTEM_WRAPPER(1) SYSTEM_WRAPPER(2) SYSTEM_WRAPPER(3)
+static void *const system_wrappers[SYSTEM_COUNT] = {(void *)sys_0, (void *)sys_1, (void *)sys_2,
+                                                    (void *)sys_3};
+
+static void patch_system_library(void *handle) {
+  typedef qnn_err_t (*providers_fn)(const void ***, uint32_t *);
+  providers_fn get = (providers_fn)dlsym(handle, "QnnSystemInterface_getProviders");
+  const void **providers = NULL;
+  uint32_t count = 0;
+  if (!get || get(&providers, &count) != 0 || !providers) return;
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  for (uint32_t k = 0; k < count; k++) {
+    const uint32_t *version = (const uint32_t *)((const char *)providers[k] + 16);
+    if (version[0] != 1) continue; /* only the v1 table's layout is known */
+    void **table = (void **)((char *)providers[k] + 32);
+    uintptr_t start = (uintptr_t)table & ~(page - 1);
+    if (mprotect((void *)start, (uintptr_t)&table[SYSTEM_COUNT] - start,
+                 PROT_READ | PROT_WRITE) != 0) {
+      trace("error mprotect errno=%d", errno);
+      continue;
+    }
+    for (int i = 0; i < SYSTEM_COUNT; i++) {
+      if (!table[i] || table[i] == system_wrappers[i]) continue;
+      system_real[i] = table[i];
+      table[i] = system_wrappers[i];
+    }
+  }
+}
+
 __attribute__((visibility("default"))) void *dlopen(const char *file, int mode) {
   static void *(*real_dlopen)(const char *, int) = NULL;
   if (!real_dlopen) real_dlopen = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
@@ -542,6 +594,7 @@ __attribute__((visibility("default"))) void *dlopen(const char *file, int mode) 
     void *handle = real_dlopen(injected ? missing : file, mode);
     trace("dlopen lib=%s rc=%d after_probe=1%s", lib, handle ? 0 : 1,
           injected ? " injected=1" : "");
+    if (handle && api == API_DLOPEN_FIRST + 1) patch_system_library(handle);
     return handle;
   }
   uint64_t rc = 0;
@@ -555,6 +608,7 @@ __attribute__((visibility("default"))) void *dlopen(const char *file, int mode) 
   void *handle = real_dlopen(file, mode);
   probe_failed[api] = probe && !handle ? 1 : 0;
   trace("dlopen lib=%s rc=%d noload=%d", lib, handle ? 0 : 1, probe);
+  if (handle && api == API_DLOPEN_FIRST + 1) patch_system_library(handle);
   LEAVE(api);
   return handle;
 }

@@ -117,3 +117,6 @@ def test_every_function_table_entry_and_dlopen_point_is_a_rule_target():
     block = block.split("[API_GET_PROVIDERS]", 1)[0]
     assert tuple(re.findall(r'"(Qnn\w+)"', block)) == QNN_TABLE
     assert all(f'"{p}"' in source for p in DLOPEN_POINTS)
+    from harness.protocol.nemesis import QNN_SYSTEM_TABLE
+
+    assert tuple(re.findall(r'\[API_SYSTEM_FIRST \+ \d\] = "(\w+)"', source)) == QNN_SYSTEM_TABLE

@@ -102,13 +102,16 @@ SCENARIOS = {
 # test_isolation.py): their steps that fail there may fail in an injected run too.
 MEETS_KNOWN_BUG = ("s1", "s3")
 # Every QNN call S1-S4's shapes make on the simulator (each occurrence with --fault-sweep): the
-# runtime's dlopen of each QNN library (the dlopen shim), the library's entry point, and the
-# function table's entries the runtime calls (the interposer traces every entry).
+# runtime's dlopen of each QNN library and libQnnSystem.so's calls (the dlopen shim), the HTP
+# library's entry point, and the entries of its function table the runtime calls (the
+# interposer traces every entry).
 APIS = ("dlopen.libQnnHtp.so", "dlopen.libQnnSystem.so",
         "QnnInterface_getProviders", "QnnLog_create", "QnnBackend_create", "QnnDevice_create",
         "QnnDevice_getInfrastructure", "QnnBackend_getApiVersion",
+        "QnnSystemContext_create", "QnnSystemContext_getMetadata",
         "QnnContext_createFromBinary", "QnnGraph_retrieve", "QnnGraph_execute",
-        "QnnContext_free", "QnnDevice_free", "QnnBackend_free", "QnnLog_free")
+        "QnnSystemContext_free", "QnnContext_free", "QnnDevice_free", "QnnBackend_free",
+        "QnnLog_free")
 
 
 def recorded(scenario_driver, compiled_model, which: str, program=None, judged: bool = True):
@@ -179,6 +182,7 @@ def sweep(request, full, base_steps, record, skip, scenario_driver, which, api) 
         pytest.skip(f"scenario {which} makes no {api} call")
     if not request.config.getoption("--fault-sweep"):
         sites = sites[:1]
+    request.node.user_properties.append(("fault_sweep_points", len(sites)))
     findings: list[tuple[fault_sweep.CallSite, Failure]] = []
     for site in sites:
         result = scenario_driver.run(fault_sweep.injected(full, site, base_steps, failing),
