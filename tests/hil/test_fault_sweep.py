@@ -227,7 +227,8 @@ def heap_per_cycle(result) -> float:
     return float(steps[len(steps) // 2])
 
 
-@pytest.mark.parametrize("api", ["QnnInterface_getProviders", "QnnBackend_create",
+@pytest.mark.parametrize("api", ["dlopen.libQnnHtp.so", "dlopen.libQnnSystem.so",
+                                 "QnnInterface_getProviders", "QnnBackend_create",
                                  "QnnDevice_create", "QnnContext_createFromBinary",
                                  "QnnGraph_retrieve", "QnnGraph_execute"])
 def test_repeated_injected_failures_neither_leak_nor_grow(compiled_model, scenario_driver, api):
