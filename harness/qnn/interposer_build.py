@@ -27,6 +27,7 @@ def interposer_command(output: Path, compiler: str = "gcc", android: bool = Fals
 
 
 DLOPEN_SHIM_NAME = "libharness_qnn_dlopen.so"
+DLOPEN_SHIM_ENV = "HARNESS_QNN_DLOPEN_SHIM"  # its path, as `python -m harness env` gives it
 DLOPEN_SHIM_FLAGS = ("-DHARNESS_DLOPEN_SHIM", "-Wno-unused-variable", "-Wno-unused-function")
 
 

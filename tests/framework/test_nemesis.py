@@ -249,3 +249,39 @@ def test_a_cpp_export_forces_the_interleaving_and_fails_a_rendezvous_that_cannot
     released = next(i for i, r in enumerate(trace) if r.kind == "nemesis_release"
                     and r.fields.get("rule") == "0")
     assert kinds.index("nemesis_hold") < kinds.index("context_create") < released, kinds
+
+
+def test_an_export_of_a_failed_dlopen_preloads_the_shim_or_says_it_cannot(
+        native_only, compiled_model, scenario_driver, tmp_path):
+    """A scenario whose rule fails the runtime's dlopen of libQnnSystem.so exports as a
+    standalone Python test whose run.sh preloads the framework's dlopen shim: standalone, the
+    first load fails as in the framework (its step expected to fail) and the rest passes, exit
+    0. Given QNN libraries of its own (QNN_SDK_ROOT) and no shim, run.sh says which rule needs
+    it, exit 2, instead of a test whose injected failure never happens."""
+    model = compiled_model("linear_relu")
+    sc = Scenario("dlopen_export").load_module("A", model).load_method("A", "forward")
+    sc.allow_error().destroy_module("A")
+    sc.load_module("B", model).load_method("B", "forward").execute("B", "forward")
+    sc.destroy_module("B")
+    sc.nemesis(fail_at("dlopen.libQnnSystem.so", 1))
+    ScenarioDriver(scenario_driver.device, tmp_path / "run", scenario_driver.timeout).run(sc)
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = tmp_path / "py"
+    proc = subprocess.run([sys.executable, "-m", "harness", "export", str(tmp_path / "run" /
+                           "dlopen_export"), "--format", "python", "--out", str(out)], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'export LD_PRELOAD="$HARNESS_QNN_DLOPEN_SHIM' in (out / "run.sh").read_text()
+    ran = subprocess.run(["bash", str(out / "run.sh")], env=env, capture_output=True, text=True,
+                         timeout=900)
+    said = ran.stdout + ran.stderr
+    assert ran.returncode == 0, said
+    assert "Cannot Open QNN library libQnnSystem.so" in said, said
+    own = {**env, "QNN_SDK_ROOT": str(tmp_path), "HARNESS_QNN_DLOPEN_SHIM": ""}
+    ran = subprocess.run(["bash", str(out / "run.sh")], env=own, capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert ("run.sh: rule(s) fail dlopen.libQnnSystem.so#1 rc=1100 need the dlopen shim of "
+            "executorch-qnn-hil") in ran.stderr, ran.stderr
