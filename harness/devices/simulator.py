@@ -33,6 +33,7 @@ from harness.devices.kinds import SIMULATOR, DeviceKind, OpenContext
 from harness.errors import HarnessError
 from harness.protocol.memory import ALLOCATOR_ENV
 from harness.process import ProcessOutput, kill_by_environment, run_process
+from harness.qnn.interposer_build import build_dlopen_shim
 from harness.qnn.sdk import TRACE_ENV, QnnSdk
 from harness.protocol.output import RunOutput
 from harness.runner.fork_server import ForkServerPool
@@ -144,6 +145,11 @@ class SimulatorDevice(Device):
         base = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(None, self.abi_bridge),
                 **self.runner.environment(), dsp_heap.ENV: "1" if self.dsp_heap else "0",
                 **scenario.run_env}
+        if any(uses_qnn(model.backend) for model in scenario.models.values()):
+            # The runtime's dlopen of each QNN library, traced and open to nemesis rules
+            # (harness/qnn/interposer.c, HARNESS_DLOPEN_SHIM), first among the preloads.
+            base["LD_PRELOAD"] = " ".join(p for p in (str(build_dlopen_shim()),
+                                                      base.get("LD_PRELOAD", "")) if p)
         base.pop(TRACE_ENV, None)  # each run's own, set by _run; a server's environment lacks it
         for name in HARNESS_ONLY_ENV:
             base.pop(name, None)
