@@ -81,7 +81,10 @@ def lower(entry: dict) -> bytes:
         debug=bool(options.get("debug_log")),  # QNN log level kLogLevelDebug
         shared_buffer=bool(options.get("shared_buffer")),  # I/O in QNN shared memory
     )
-    edge = to_edge_transform_and_lower_to_qnn(module, inputs, specs)
+    # A model may keep its mutable buffers out of the QNN delegate: the runtime holds them and
+    # the delegate computes (the lowering's skip_mutable_buffer=True).
+    skip = bool(getattr(model, "QNN_RUNTIME_HELD_BUFFERS", False))
+    edge = to_edge_transform_and_lower_to_qnn(module, inputs, specs, skip_mutable_buffer=skip)
     return edge.to_executorch(backend_config(buffers)).buffer
 
 
