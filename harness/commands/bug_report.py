@@ -112,10 +112,11 @@ REPRODUCTIONS = {r.id: r for r in (
                   Program("stateful_accumulator_rt", "stateful_accumulator_rt")),
                  "the same accumulator with its buffer held by the runtime "
                  "(skip_mutable_buffer=True): the same first output whatever malloc left",
-                 native=True, system=("valgrind (for --valgrind only)",),
-                 also="`venv/bin/python reproduce --valgrind`: the first execute under "
-                      "valgrind's memcheck (--track-origins=yes); exit 1 when libQnnHtp uses "
-                      "values created by the delegate's `new (std::nothrow) char[]`",
+                 native=True, system=("valgrind",),
+                 also="`venv/bin/python reproduce --valgrind` (needs valgrind; `reproduce` "
+                      "and `control` do not): the first execute under valgrind's memcheck "
+                      "(--track-origins=yes); exit 1 when libQnnHtp uses values created by the "
+                      "delegate's `new (std::nothrow) char[]`",
                  also_args=("--valgrind",)),
     Reproduction("qnn-context-free-invalid-read", "qnn_context_free_invalid_read.py",
                  (Program("linear_relu", "linear_relu"),
@@ -391,6 +392,10 @@ def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str, qnn_ver
                   "`venv/bin/python export.py` regenerates every one of them (the damaged one "
                   "too) and their inputs in `inputs/` with executorch's public lowering API, "
                   "with the QNN libraries you run (on another QAIRT, regenerate first).", ""]
+    if repro.models:
+        lines += ["The script lowers " + ", ".join(f"`models/{m}.py`" for m in repro.models)
+                  + " itself with executorch's public lowering API (no program is shipped: the "
+                  "lowering is what it judges).", ""]
     if fixed:
         lines += ["On a runtime with the delegate cache isolated per Module (upstream's \"Isolate "
                   "cached delegates by Module lifetime\", PR 24462) `reproduce` must exit 0: "

@@ -159,7 +159,14 @@ OWN = {
         "continue_execution_bkgrnd_thread [libQnnHtp.so] <- Graph::exec_bkgrnd_worker [libQnnHtp.so]"
         "; Uninitialised value was created by a heap allocation: ?? [libexecutorch_backend_qnn.so] "
         "<- ?? [libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so] <- "
-        "executorch::runtime::BackendDelegate::Init [libexecutorch.so]"))],
+        "executorch::runtime::BackendDelegate::Init [libexecutorch.so]")),
+        Failure("memory", (
+            "valgrind SyscallParam block=1921 in ?: harness::emit_event [harness-runner] <- "
+            "harness::Runner::run [harness-runner]; Address 0xcf54d3c is 236 bytes inside a block of "
+            "size 1,921 alloc'd: harness::::append_text [harness-runner]; Uninitialised value was "
+            "created by a heap allocation: ?? [libexecutorch_backend_qnn.so] <- ?? "
+            "[libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so] <- "
+            "executorch::runtime::BackendDelegate::Init [libexecutorch.so]"))],
     "qnn-context-free-reads-freed-block-qairt-2.49": [Failure("memory", (
         "valgrind InvalidRead size=4 block=27648 in libQnnHtp.so: ?? [libQnnHtp.so] <- ?? "
         "[libQnnHtp.so] <- ?? [libexecutorch_backend_qnn.so] <- executorch::runtime::Method::~Method "
