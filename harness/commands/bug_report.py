@@ -56,6 +56,7 @@ class Program:
     precision: str = "fp16"
     options: tuple[tuple[str, bool], ...] = ()
     damaged: bool = False  # its QNN context binary damaged (harness.programs.damage)
+    spec_renamed: bool = False  # its qnn_compile_spec key renamed (harness.programs.damage)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +128,11 @@ REPRODUCTIONS = {r.id: r for r in (
                  (Program("linear_relu", "linear_relu"), Program("mlp_tanh", "mlp_tanh")),
                  "the same steps of the two Modules handed off under a mutex: no race",
                  native=True, system=("valgrind",)),
+    Reproduction("delegate-without-compile-spec-crashes",
+                 "delegate_without_compile_spec_crashes.py",
+                 (Program("linear_relu", "linear_relu"),
+                  Program("linear_relu_no_spec", "linear_relu", spec_renamed=True)),
+                 "the same program with its compile spec: loads and executes", native=True),
     Reproduction("spill-fill-size-last-method-only", "spill_fill_size_last_method_only.py", (),
                  "prefill lowered alone: its delegate carries the size",
                  models=("prefill_decode_spill",)),
@@ -191,7 +197,7 @@ os.execv(sys.executable, [sys.executable, script{extra}, *sys.argv[1:]])
 def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
     """Compile the programs with the libraries of `qnn_root` and lay the folder out."""
     from harness.programs.compile import compile_model
-    from harness.programs.damage import damaged_context_binary
+    from harness.programs.damage import damaged_context_binary, without_qnn_compile_spec
     from harness.programs.models import get_model
     from harness.qnn.sdk import discover
 
@@ -227,6 +233,8 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
             target = out / "programs" / f"{program.stem}.pte"
             if program.damaged:
                 target.write_bytes(damaged_context_binary(pte.read_bytes()))
+            elif program.spec_renamed:
+                target.write_bytes(without_qnn_compile_spec(pte.read_bytes()))
             else:
                 shutil.copy(pte, target)
             _save_inputs(model, program.stem, out / "inputs", roots)
@@ -238,7 +246,8 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
     if repro.programs:
         (out / "programs.json").write_text(json.dumps(
             [{"stem": p.stem, "model": p.model, "soc": SOC, "precision": p.precision,
-              "options": dict(p.options), "damaged": p.damaged} for p in repro.programs],
+              "options": dict(p.options), "damaged": p.damaged,
+              **({"spec_renamed": True} if p.spec_renamed else {})} for p in repro.programs],
             indent=1) + "\n")
     (out / "requirements.txt").write_text(requirements(repro))
     for name, extra in (("reproduce", ""), ("control", ", \"--control\"")):

@@ -174,6 +174,11 @@ OWN = {
         "[libQnnHtp.so] <- ?? [libQnnHtp.so] <- gpe_delete [libQnnHtp.so] <- ?? [libQnnHtp.so]; "
         "Block was alloc'd at: ?? [libQnnHtp.so] <- ?? [libQnnHtp.so] <- "
         "hexagon_nn_deserialize_graph [libQnnHtp.so] <- ?? [libQnnHtp.so]"))],
+    "qnn-init-crashes-without-its-compile-spec": [Failure("crash", (
+        "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: #0 "
+        "libexecutorch_backend_qnn.so+0x1445d <- #1 libexecutorch_backend_qnn.so+0xf503 <- #2 "
+        "libexecutorch.so+0x14e0c executorch::runtime::BackendDelegate::Init+0x33c <- #3 "
+        "libexecutorch.so+0x1981f executorch::runtime::Method::init+0x34f"))],
     "qnn-delegate-maps-read-unlocked": [
         Failure("memory", (
             "valgrind Race size=8 in libexecutorch_backend_qnn.so: ?? [libexecutorch_backend_qnn.so]"

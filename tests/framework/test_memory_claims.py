@@ -1,8 +1,9 @@
-"""The defects shown by valgrind and by the lowering API (known issues
-qnn-delegated-mutable-buffer-read-uninitialised, qnn-context-free-reads-freed-block-qairt-2.49,
-qnn-delegate-maps-read-unlocked, qnn-spill-fill-size-last-program-only): their entries apply
-where they can be met, and their standalone folders reproduce on executorch 1.5.1 (the quick
-ones here; scripts/fresh_venv_check.py runs every folder in a fresh venv)."""
+"""The defects shown by valgrind, by the lowering API and by a program without its compile spec
+(known issues qnn-delegated-mutable-buffer-read-uninitialised,
+qnn-context-free-reads-freed-block-qairt-2.49, qnn-delegate-maps-read-unlocked,
+qnn-spill-fill-size-last-program-only, qnn-init-crashes-without-its-compile-spec): their entries
+apply where they can be met, and their standalone folders reproduce on executorch 1.5.1 (the
+quick ones here; scripts/fresh_venv_check.py runs every folder in a fresh venv)."""
 
 import json
 import subprocess
@@ -79,3 +80,13 @@ def test_the_spill_fill_folder_lowers_and_finds_prefill_without_the_size(tmp_pat
     folder = run_folder(tmp_path, "spill-fill-size-last-method-only")
     assert (folder["result"]["reproduce"], folder["result"]["control"]) == (1, 0)
     assert "prefill: [0]" in folder["readme"]
+
+
+def test_the_missing_compile_spec_folder_crashes_under_init_and_its_control_runs(tmp_path):
+    folder = run_folder(tmp_path, "delegate-without-compile-spec-crashes")
+    assert (folder["result"]["reproduce"], folder["result"]["control"]) == (1, 0)
+    assert "unknown argument: xnn_compile_spec" in folder["readme"]
+    assert "BackendDelegate4Init" in folder["readme"]
+    programs = json.loads((tmp_path / "delegate-without-compile-spec-crashes" /
+                           "programs.json").read_text())
+    assert [p.get("spec_renamed", False) for p in programs] == [False, True]

@@ -58,14 +58,18 @@ namespace {
 
 // Where the run is, for the crash line: 0 before B's destroy, 1 during it, 2 after.
 std::atomic<int> g_phase{0};
+bool g_phase_used = false;  // only destroy-during-execute has phases
 thread_local const char* t_role = "main";
 
 void on_fatal(int sig) {
   static const char* phases[] = {"before", "during", "after"};
   char line[160];
-  int n = std::snprintf(line, sizeof line, "FATAL %s thread=%s phase=%s B's destroy\n",
-                        sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGABRT
-                        ? "SIGABRT" : "signal", t_role, phases[g_phase.load() % 3]);
+  const char* name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGABRT
+                     ? "SIGABRT" : "signal";
+  int n = g_phase_used
+      ? std::snprintf(line, sizeof line, "FATAL %s thread=%s phase=%s B's destroy\n", name,
+                      t_role, phases[g_phase.load() % 3])
+      : std::snprintf(line, sizeof line, "FATAL %s thread=%s\n", name, t_role);
   if (n > 0) (void)!write(2, line, static_cast<size_t>(n));
   void* frames[48];
   int depth = backtrace(frames, 48);
@@ -132,6 +136,7 @@ int wrong_type_option(const char* backend, const char* key) {
 }
 
 int destroy_during_execute(const char* a_pte, const char* b_pte, const char* in) {
+  g_phase_used = true;
   catch_fatal_signals();
   TensorPtr x = input(in);
   Module a(a_pte);
@@ -316,6 +321,7 @@ int handoff(const char* a_pte, const char* a_in, const char* b_pte, const char* 
 }
 
 int execute_once(const char* pte, const char* in) {
+  catch_fatal_signals();  // a crash prints its frames (the caller judges them)
   executorch::runtime::runtime_init();
   Module m(pte);
   auto out = m.execute("forward", {EValue(shaped_input(m, in))});
