@@ -17,7 +17,8 @@ seed's fix (docs/runtime-variants.md), built against the venv's own executorch a
 runner processes get it (LD_PRELOAD and HARNESS_RUNTIME_VARIANT=fix-model). A folder of a root
 the seed fixes (harness.commands.bug_report.fixed_by_seed: the delegate cache) must exit 0
 there, which shows its reproduction judges that defect and not something the fix leaves; every
-other folder must still exit 1 (the fix, and the model, leave those defects).
+other folder must still exit 1 (the fix, and the model, leave those defects). A folder of the
+lowering flow alone (its entries `where: export`) runs no runtime: it is not run again.
 
 Exit 0 when every folder gave what it must; 1 otherwise. The table and timings are printed and
 written to WORK/fresh-venv.json.
@@ -36,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.commands.bug_report import fixed_by_seed
+from harness.commands.bug_report import entries_for, fixed_by_seed
 from harness.results.known_issues import load_known_issues
 from harness.runtime.variants import LIB_NAME, WRAPPER_ENV, wrapper_command
 
@@ -160,7 +161,13 @@ def main(argv: list[str]) -> int:
             if status != want:
                 bad.append(f"{folder.name} {name}: exit {status} (want {want}); "
                            f"{work / f'{folder.name}.{name}.log'}")
-        if args.fix_model:
+        # A folder of the lowering flow alone (its entries all `where: export`: it lowers and
+        # reads the program back, no runtime runs) has nothing a runtime variant can change.
+        lowering = bool(entries_for(folder.name, issues)) and all(
+            i.where == "export" for i in entries_for(folder.name, issues))
+        if args.fix_model and lowering:
+            row["fix_model"] = "n/a (the lowering flow: no runtime runs)"
+        elif args.fix_model:
             if venv not in wrappers:
                 wrappers[venv] = fix_model_wrapper(venv, work / f"wrapper-{key}")
             status, seconds, output = run(venv, copy, "reproduce", elsewhere, {

@@ -30,6 +30,7 @@ FILE_KIND = {
     "test_valgrind_findings.py": "unit",
     "test_valgrind.py": "simulator",
     "test_bug_report.py": "simulator",
+    "test_memory_claims.py": "simulator",
     "test_bad_input.py": "unit",  # python -m pytest / python -m harness processes
     "test_export_safety.py": "unit",  # python -m harness processes, run directories by hand
     "test_output_limit.py": "simulator",
