@@ -161,3 +161,23 @@ def test_the_known_issue_of_the_programs_shape_covers_its_tests(pytester, progra
            "qnn-mutable-buffer-initial-value" in out, out
     assert "test_s1_two_modules_same_program[causal_mask-A] - known issue " \
            "qnn-delegate-cache-module-lifetime (or qnn-mutable-buffer-initial-value" in out, out
+
+
+def test_a_wrong_output_before_the_known_error_fails_s1_and_lists_both(pytester, programs,
+                                                                       monkeypatch):
+    """The README's rule on a user's program: the runtime's first execute returns one element
+    off by 0.25 (a mutant at the backend boundary), then S1 meets the delegate cache's known
+    error. Against the program's meaning (its ETRecord) the wrong output is seen, so both S1
+    cases FAIL, each listing the mismatch as not covered and the known error as covered."""
+    monkeypatch.setenv("EXECUTORCH_HIL_RUNTIME_VARIANT", "stock")
+    monkeypatch.setenv("HARNESS_RUNTIME_MUTANT", "output_perturb:nth=1")
+    pte = _copy(programs, "acc_cpu_pass", pytester.path)
+    result = run(pytester, ISOLATION, f"--pte={pte}", "-k", "s1")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    for first, second in (("A", "B"), ("B", "A")):
+        assert (f"not covered mismatch in scenario s1_destroy_{first} step 2 "
+                "execute(A.forward): outputs differ from the reference") in out, out
+        assert (f"covered     error in scenario s1_destroy_{first} step 5 "
+                f"execute({second}.forward)") in out, out
+    assert "DelegateHandle has been deleted" in out
