@@ -350,3 +350,24 @@ def test_an_entry_of_a_program_shape_covers_a_programs_tests_whatever_their_name
                    "  kind: [error]\n  match: 'x'\n  reason: r\n  programs: [round-buffer]\n")
     with pytest.raises(ConfigError, match="unknown shape"):
         load_known_issues(bad)
+
+
+def test_the_delegate_cache_entry_covers_the_tests_of_a_two_method_program(tmp_path):
+    """A program with two delegated methods sharing one context (inspect's
+    two-delegated-methods) meets the delegate cache whenever one method is unloaded under the
+    other: the entry covers any test of the project's suites run on such a program, by the
+    runtime's own words, and no test of a one-method program it does not name."""
+    from harness.results.failures import Failure
+    from harness.results.known_issues import issues_for, load_known_issues
+
+    entry = next(i for i in load_known_issues() if i.id == "qnn-delegate-cache-module-lifetime")
+    assert "two-delegated-methods" in entry.programs
+    suite = ISOLATION.with_name("test_soak.py")
+    name = "test_soak_unload_each_method[multi_graphs]"
+    assert entry not in issues_for(suite, name, "1.5.1", [entry], shapes=frozenset())
+    assert issues_for(suite, name, "1.5.1", [entry],
+                      shapes=frozenset({"two-delegated-methods"})) == [entry]
+    assert entry.covers(Failure("error", "execute(prefill) failed: Error::Internal (0x1)\n"
+                                "DelegateHandle has been deleted", "soak_unload"))
+    assert not entry.covers(Failure("error", "execute(prefill) failed: Error::Internal (0x1)",
+                                    "soak_unload"))
