@@ -180,7 +180,8 @@ def mismatch_detail(result: ScenarioResult, index: int, ordinals: tuple[int | No
         words = reference_words(result, sub, nth)
         values = _values(result, sub, nth, ev)
         pattern = (_same_bytes_as_another(s, sub, ev) or zero_start_words(result, sub, nth, ev)
-                   or carried_state_words(result, index, sub, nth, ev))
+                   or carried_state_words(result, index, sub, nth, ev)
+                   or uninitialised_words(result, sub, nth, ev))
         parts.append(words + (f"; {values}" if values else "") +
                      (f"; pattern: {pattern}" if pattern else ""))
     return "; ".join(parts) or reference_words(result, s.step, ordinals[0] if ordinals else None)
@@ -296,6 +297,53 @@ def zero_start_words(result: ScenarioResult, step: Step, ordinal: int | None,
                     f"({start}), not at execute {ordinal}: it carries a state it did not make"
                     f"{garbage}")
     return ""
+
+
+def uninitialised_words(result: ScenarioResult, step: Step, ordinal: int | None,
+                        event: dict[str, Any]) -> str:
+    """A wrong output of a method whose solo runs read uninitialised memory
+    (MethodReference.uninitialised), as that finding, when every element that differs from
+    the reference is one the two heap fills showed uninitialised: those elements are undefined
+    on this runtime, whatever they read (a running mean divided by a garbage count reads 0).
+    "" otherwise, or without the outputs' bytes."""
+    import base64
+
+    import numpy as np
+
+    from harness.protocol.tensors import numpy_dtype
+
+    model = result.scenario.models.get(step.module or "")
+    ref = model.methods.get(step.method or "") if model is not None else None
+    if model is None or ref is None or not ref.uninitialised or not ref.uninitialised_elements:
+        return ""
+    try:
+        expected = result.scenario.expected_for(step, ordinal)
+    except HarnessError:
+        return ""
+    shown = []
+    for j, (out, want) in enumerate(zip(event.get("outputs") or [], expected)):
+        if "data" not in out or out.get("dtype") != want.dtype:
+            return ""
+        try:
+            got = np.frombuffer(base64.b64decode(out["data"]), dtype=numpy_dtype(out["dtype"]))
+            ref_values = np.fromfile(want.file, dtype=numpy_dtype(want.dtype))
+        except (OSError, ValueError, TypeError):
+            return ""
+        if got.shape != ref_values.shape:
+            return ""
+        other = np.flatnonzero(~np.isclose(got.astype(np.float64),
+                                           ref_values.astype(np.float64),
+                                           atol=model.atol, rtol=model.rtol))
+        allowed = set(ref.uninitialised_elements[j]) if j < len(ref.uninitialised_elements) \
+            else set()
+        if not set(other.tolist()) <= allowed:
+            return ""
+        if other.size:
+            shown.append(f"output {j}: {other.size} of {got.size}")
+    if not shown:
+        return ""
+    return (f"{'; '.join(shown)} element(s) differ, all of them elements read from memory "
+            f"nobody wrote: {ref.uninitialised}")
 
 
 ZERO_START_WORDS = re.compile(r"output \d+ is the method's output with its mutable buffers "
