@@ -297,7 +297,8 @@ class HilSession:
                     # A constant method (a metadata method) has no edge program: its
                     # reference is the value the program serializes.
                     refs = etrecord_references(
-                        record, {m: ref.inputs for m, ref in model.methods.items()
+                        record, {m: ref.input_sequence or (ref.inputs,)
+                                 for m, ref in model.methods.items()
                                  if m not in info.constants}, work / "etrecord")
                     refs.update(constant_references(info, work / "constants"))
                 except ModelError as exc:
@@ -327,7 +328,7 @@ class HilSession:
                 unusable = unusable_words(info, reads, f"each execute is judged against "
                                                        f"{model.reference}")
                 model, notes = judged_against_meaning(model, runs[0], info, work / "reference")
-                model = with_uninitialised(model, unusable)
+                model = with_uninitialised(model, unusable, reads)
             # Once a session, whichever worker says it first (each made its own solo runs).
             said = [(text, f"program {info.sha256} unusable {method}")
                     for method, text in unusable.items()]

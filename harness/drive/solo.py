@@ -182,11 +182,22 @@ def with_undefined(model: CompiledModel, words: dict[str, str]) -> CompiledModel
     return dataclasses.replace(model, methods=methods)
 
 
-def with_uninitialised(model: CompiledModel, words: dict[str, str]) -> CompiledModel:
+def with_uninitialised(model: CompiledModel, words: dict[str, str],
+                       reads: list[UninitialisedRead] | tuple[()] = ()) -> CompiledModel:
     """`model` with the methods of `words` marked as reading uninitialised memory on this
-    runtime, their reference (another one than the solo run) kept."""
-    methods = {name: (dataclasses.replace(ref, uninitialised=words[name])
-                      if name in words else ref) for name, ref in model.methods.items()}
+    runtime, their reference (another one than the solo run) kept, and per output the
+    elements `reads` found (over every execute)."""
+    methods = {}
+    for name, ref in model.methods.items():
+        if name not in words:
+            methods[name] = ref
+            continue
+        mine = [r for r in reads if r.method == name]
+        outputs = max((r.output + 1 for r in mine), default=0)
+        elements = tuple(tuple(sorted({e for r in mine if r.output == j for e in r.elements}))
+                         for j in range(outputs))
+        methods[name] = dataclasses.replace(ref, uninitialised=words[name],
+                                            uninitialised_elements=elements)
     return dataclasses.replace(model, methods=methods)
 
 

@@ -125,7 +125,10 @@ def build_plan(run: RunRecord) -> Plan:
     qnn = any(uses_qnn(m.backend) for m in sc.models.values())
     modules: list[str] = []
 
-    def plan_step(i: int, step, contexts: int, allowed: bool) -> PlanStep:
+    ordinals = sc.ordinals()
+
+    def plan_step(i: int, step, contexts: int, allowed: bool,
+                  nth: int | None = None) -> PlanStep:
         if (step.op not in EXPORTED_OPS or step.args.get("backend_options") or
                 step.args.get("feed") or step.args.get("shared_inputs") or
                 step.args.get("decode")):
@@ -144,8 +147,9 @@ def build_plan(run: RunRecord) -> Plan:
         if step.module and step.module not in modules:
             modules.append(step.module)
         if step.op == "parallel":
-            return PlanStep(**common, substeps=tuple(plan_step(i, sub, -1, allowed)
-                                                     for sub in step.substeps))
+            return PlanStep(**common, substeps=tuple(plan_step(i, sub, -1, allowed, k)
+                                                     for sub, k in zip(step.substeps,
+                                                                       ordinals[i])))
         if step.op == "snapshot":
             return PlanStep(**common)
         model = sc.models[step.module]
@@ -155,18 +159,21 @@ def build_plan(run: RunRecord) -> Plan:
         if step.op == "execute":
             ref = model.methods[step.method]
             extra["inputs"] = tuple(Tensor(data_name(t.file, False), t.dtype, tuple(t.shape))
-                                    for t in ref.inputs)
+                                    for t in (ref.variants[step.variant - 1][0]
+                                              if step.variant else ref.inputs_at(nth)))
             # The exports compare tensors; a method with a non-tensor output (a metadata
             # method's value) is run there unchecked, as a runner without its values would.
-            values = any(t.dtype in VALUE_KINDS for t in ref.expected)
+            expected = sc.expected_for(step, nth)  # a stateful method's: of its n-th execute
+            values = any(t.dtype in VALUE_KINDS for t in expected)
             extra["expected"] = () if values else tuple(
-                Tensor(data_name(t.file, False), t.dtype, tuple(t.shape)) for t in ref.expected)
+                Tensor(data_name(t.file, False), t.dtype, tuple(t.shape)) for t in expected)
             extra["atol"], extra["rtol"] = model.atol, model.rtol
         return PlanStep(**common, **extra)
 
     # A load expected to fail (an injected failure) loads nothing: a failed load must leave
     # no context behind.
     failed = frozenset(i for i in sc.allowed_errors if sc.steps[i].op == "load_method")
-    steps = [plan_step(i, step, expected.contexts if qnn else -1, i in sc.allowed_errors)
+    steps = [plan_step(i, step, expected.contexts if qnn else -1, i in sc.allowed_errors,
+                       ordinals[i][0])
              for i, (step, expected) in enumerate(zip(sc.steps, predict(sc, failed)))]
     return Plan(sc.name, run.directory, steps, files, modules, tuple(sc.qnn_nemesis))

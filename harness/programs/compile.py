@@ -111,6 +111,21 @@ class MethodReference:
     # harness.drive.solo), whatever the reference: their bytes differ from run to run, so a
     # run is never held to another run's bytes (the fault sweep's baseline).
     uninitialised: str = ""
+    # Per output, the elements its solo runs read from memory nobody wrote (they differed
+    # between the two heap fills, in any execute): any value there is uninitialised memory.
+    uninitialised_elements: tuple[tuple[int, ...], ...] = ()
+    # A stateful method's inputs of its 1st, 2nd, ... execute since a Module loaded it, where
+    # they change from execute to execute (a user's program with generated inputs): with one
+    # input every time, a state whose outputs do not depend on the step (a running mean
+    # started at zero) cannot show that a Module continued another's. `inputs` is the first.
+    input_sequence: tuple[tuple[TensorFile, ...], ...] = ()
+
+    def inputs_at(self, ordinal: int | None) -> tuple[TensorFile, ...]:
+        """The inputs of the `ordinal`-th execute (1-based) since the method was loaded:
+        `input_sequence`'s where it has one for that execute, else `inputs`."""
+        if self.input_sequence and ordinal and 1 <= ordinal <= len(self.input_sequence):
+            return self.input_sequence[ordinal - 1]
+        return self.inputs
 
     @property
     def stateful(self) -> bool:
@@ -188,6 +203,7 @@ class CompiledModel:
         for ref in self.methods.values():
             out += [t.file for t in (*ref.inputs, *ref.expected)]
             out += [t.file for outputs in ref.sequence[1:] for t in outputs]
+            out += [t.file for inputs in ref.input_sequence[1:] for t in inputs]
             out += [t.file for inputs, expected in ref.variants for t in (*inputs, *expected)]
         return out
 

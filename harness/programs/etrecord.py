@@ -80,18 +80,21 @@ def describe(record: Path) -> str:
     return f"the ETRecord {record} (its edge program on CPU)"
 
 
-def etrecord_references(record: Path, inputs: dict[str, tuple[TensorFile, ...]],
+def etrecord_references(record: Path, inputs: dict[str, tuple[tuple[TensorFile, ...], ...]],
                         out_dir: Path) -> dict[str, MethodReference]:
-    """Per method of `inputs`, its reference from the ETRecord's edge program: the expected
-    outputs of executes 1..STATE_EXECUTES on those inputs (a `sequence` when the method
-    mutates buffers, else one `expected`). Runs in a child process; a record that cannot be
-    read, lacks a method or does not run on the inputs is a ModelError naming it."""
+    """Per method of `inputs` (its input sets: of executes 1, 2, ... since a load, the last
+    one for every later execute; MethodReference.input_sequence), its reference from the
+    ETRecord's edge program: the expected outputs of executes 1..STATE_EXECUTES on those
+    inputs (a `sequence` when the method mutates buffers, else one `expected`). Runs in a
+    child process; a record that cannot be read, lacks a method or does not run on the inputs
+    is a ModelError naming it."""
     from harness.process import run_process
 
     out_dir.mkdir(parents=True, exist_ok=True)
     request = out_dir / "request.json"
-    request.write_text(json.dumps({name: [t.to_json(out_dir) for t in tensors]
-                                   for name, tensors in inputs.items()}))
+    request.write_text(json.dumps({name: [[t.to_json(out_dir) for t in tensors]
+                                          for tensors in sets]
+                                   for name, sets in inputs.items()}))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT), env.get("PYTHONPATH", "")]).rstrip(
         os.pathsep)
@@ -120,8 +123,10 @@ def etrecord_references(record: Path, inputs: dict[str, tuple[TensorFile, ...]],
         stateful = bool(method["mutable_buffers"])
         zero = tuple(tuple(TensorFile.from_json(t, out_dir) for t in outputs)
                      for outputs in method.get("zero_start") or ())
-        refs[name] = MethodReference(inputs[name], sequence[0], sequence if stateful else (),
-                                     tuple(method["mutable_buffers"]), zero_start=zero)
+        sets = inputs[name]
+        refs[name] = MethodReference(sets[0], sequence[0], sequence if stateful else (),
+                                     tuple(method["mutable_buffers"]), zero_start=zero,
+                                     input_sequence=sets if stateful and len(sets) > 1 else ())
     return refs
 
 
@@ -138,7 +143,8 @@ def _edge_programs(record: Path) -> dict[str, Any]:
 
 def run(record: Path, request: dict[str, list], out_dir: Path) -> dict[str, Any]:
     """The child's work: each requested method's outputs over STATE_EXECUTES calls of one
-    instance of its edge program's module (the state carried from call to call)."""
+    instance of its edge program's module (the state carried from call to call), the n-th
+    call on the n-th input set requested (the last one for every later call)."""
     import torch
 
     from harness.protocol.tensors import load_array, numpy_to_torch, save_tensor
@@ -152,13 +158,14 @@ def run(record: Path, request: dict[str, list], out_dir: Path) -> dict[str, Any]
         program = programs[name]
         mutated = sorted(set(program.graph_signature.buffers_to_mutate.values()))
         module = program.module()
-        inputs = [numpy_to_torch(load_array(TensorFile.from_json(t, out_dir))) for t in specs]
+        sets = [[numpy_to_torch(load_array(TensorFile.from_json(t, out_dir))) for t in tensors]
+                for tensors in specs]
         sequence = []
         runs = STATE_EXECUTES if mutated else 1
         with torch.no_grad():
             for n in range(runs):
                 try:
-                    outputs = module(*inputs)
+                    outputs = module(*sets[min(n, len(sets) - 1)])
                 except Exception as exc:  # the user's program: say what it raised
                     raise ModelError(f"its edge program for {name!r} does not run on the "
                                      f"suites' inputs: {type(exc).__name__}: {exc}") from exc
@@ -166,11 +173,11 @@ def run(record: Path, request: dict[str, list], out_dir: Path) -> dict[str, Any]
                 sequence.append([save_tensor(t, out_dir / name / f"exec{n + 1}_out{i}.bin")
                                  .to_json(out_dir) for i, t in enumerate(outputs)])
         methods[name] = {"mutable_buffers": mutated, "sequence": sequence,
-                         "zero_start": _zero_start(program, mutated, inputs, out_dir, name)}
+                         "zero_start": _zero_start(program, mutated, sets, out_dir, name)}
     return {"methods": methods}
 
 
-def _zero_start(program: Any, mutated: list[str], inputs: list[Any], out_dir: Path,
+def _zero_start(program: Any, mutated: list[str], sets: list[list[Any]], out_dir: Path,
                 name: str) -> list[list[dict]]:
     """The executes of a fresh instance of the method's module with its mutable buffers started
     at zero: what a runtime that never sets the initial value gives (a buffer the program
@@ -191,7 +198,7 @@ def _zero_start(program: Any, mutated: list[str], inputs: list[Any], out_dir: Pa
                 named[buffer].zero_()
         for n in range(STATE_EXECUTES):
             try:
-                outputs = module(*inputs)
+                outputs = module(*sets[min(n, len(sets) - 1)])
             except Exception:  # noqa: BLE001  (the user's program: no zero start then)
                 return []
             outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)

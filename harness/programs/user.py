@@ -18,6 +18,7 @@ whose QNN delegates were compiled for another SoC than the device's is refused b
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from harness.programs.compile import CompiledModel, MethodReference
@@ -230,6 +231,11 @@ def describe_inputs(info: ProgramInfo) -> list[str]:
             else:
                 text = f"generated, {how}"
             lines.append(f"{name} input {i} {spec}: {text}")
+    stateful = sorted({b.method for b in info.mutable_buffers if info.methods[b.method].inputs})
+    if stateful and not given.is_dir():
+        lines.append(f"{', '.join(stateful)}: stateful, so generated float and boolean inputs "
+                     f"are drawn again for each execute since a load (1..{STATE_INPUTS}), for "
+                     "the state's evolution to show")
     if any(m.inputs for m in info.methods.values()) and not given.is_dir():
         lines.append(f"(give real inputs as {given}/<method>/<index>.npy)")
     return lines
@@ -241,15 +247,53 @@ def make_inputs(info: ProgramInfo, out_dir: Path) -> dict[str, tuple[TensorFile,
             for name, arrays in input_arrays(info).items()}
 
 
+STATE_INPUTS = 8
+"""Input sets of a stateful method with generated inputs: one per execute since a load, as
+many as its reference covers (harness.drive.solo.SOLO_STATE_EXECUTES)."""
+
+
+def state_input_arrays(info: ProgramInfo, method: str, first: list) -> list[list]:
+    """The inputs of a stateful method's executes 1..STATE_INPUTS since a load: `first`, then
+    further draws of the same generator (floats and booleans change from execute to execute;
+    integers, masks and given inputs stay what they are). One input every time would hide a
+    state whose outputs do not depend on the step: a running mean started at zero gives the
+    input whatever came before, so a second Module continuing the first's state looks right.
+    A single set when the user gave the inputs, or none of them changes."""
+    import numpy as np
+
+    if inputs_dir(info.path).is_dir():
+        return [first]
+    rng = np.random.default_rng(INPUT_SEED)
+    specs = info.methods[method].inputs
+    for spec in specs:  # the draws `input_arrays` made for the first execute
+        if mask_context(info, spec) is None:
+            _generated(spec, rng)
+    out = [first]
+    for _ in range(STATE_INPUTS - 1):
+        out.append([a if mask_context(info, spec) is not None else _generated(spec, rng)
+                    for a, spec in zip(first, specs)])
+    changing = any(not np.array_equal(a, b) for later in out[1:] for a, b in zip(first, later))
+    return out if changing else [first]
+
+
 def program_model(info: ProgramInfo, soc: str, work_dir: Path) -> CompiledModel:
     """The program as a CompiledModel whose methods have inputs but no expected outputs yet
     (see `with_reference`)."""
+    arrays = input_arrays(info)
     inputs = make_inputs(info, work_dir / "inputs")
     buffers: dict[str, tuple[str, ...]] = {}
     for b in info.mutable_buffers:
         buffers[b.method] = (*buffers.get(b.method, ()), b.name)
     methods = {name: MethodReference(inputs[name], (), (), buffers.get(name, ()))
                for name in info.methods}
+    for name in buffers:
+        sets = state_input_arrays(info, name, arrays[name])
+        if len(sets) > 1:
+            sequence = (inputs[name],) + tuple(
+                tuple(write_array(a, work_dir / "inputs" / name / f"in{i}_exec{n + 1}.bin")
+                      for i, a in enumerate(arrays_n))
+                for n, arrays_n in enumerate(sets) if n)
+            methods[name] = dataclasses.replace(methods[name], input_sequence=sequence)
     delegates = tuple({"method": d.method, "use_multi_contexts": d.use_multi_contexts,
                        "max_sf_buf_size": d.max_sf_buf_size} for d in info.qnn_delegates)
     sizes = [d.max_sf_buf_size for d in info.qnn_delegates]

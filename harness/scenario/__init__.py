@@ -342,7 +342,8 @@ class Scenario:
             assert step.module is not None and step.method is not None
             model = self.models[step.module]
             ref = model.methods[step.method]
-            inputs = ref.variants[step.variant - 1][0] if step.variant else ref.inputs
+            inputs = (ref.variants[step.variant - 1][0] if step.variant
+                      else ref.inputs_at(ordinals[0]))
             doc["inputs"] = [_tensor(t, place) for t in inputs]
             doc["expected"] = [_tensor(t, place) for t in self.expected_for(step, ordinals[0])]
             doc["atol"], doc["rtol"] = model.atol, model.rtol

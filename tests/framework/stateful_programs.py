@@ -8,7 +8,8 @@ lowered for QNN fp16, with its ETRecord beside it (NAME.etrecord):
 `acc_cpu_nopass` holds the buffer in the ExecuTorch runtime (skip_mutable_buffer=True) without
 InitializedMutableBufferPass, so ExecuTorch leaves its start undefined; `acc_cpu_pass` the same
 with the pass (its start is the ones); `acc_delegated` keeps it inside the QNN delegate
-(skip_mutable_buffer=False). `causal_mask` is upstream's CausalMask test model (a zero buffer
+(skip_mutable_buffer=False). `mean_delegated` is a running mean of two buffers (`total`, `count`,
+registered at ones) inside the delegate. `causal_mask` is upstream's CausalMask test model (a zero buffer
 updated with masked_fill, inside the delegate), without an ETRecord.
 """
 
@@ -31,6 +32,22 @@ class Accumulator(torch.nn.Module):
     def forward(self, x):
         self.acc.add_(x)
         return self.acc * 1.0
+
+
+class RunningMean(torch.nn.Module):
+    """Two mutable buffers: a running mean over the inputs, from a prior of one observation
+    of ones. With both buffers started at zero its output is the input's mean so far, the
+    same for every execute of a constant input: only changing inputs show its state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.ones(16))
+        self.register_buffer("count", torch.ones(16))
+
+    def forward(self, x):
+        self.total.add_(x)
+        self.count.add_(1.0)
+        return self.total / self.count
 
 
 class CausalMask(torch.nn.Module):  # backends/qualcomm/tests/models.py of the wheel
@@ -66,6 +83,7 @@ def main(out: Path, soc: str = "SM8650") -> None:
     export(Accumulator(), x, out / "acc_cpu_nopass.pte", soc, True, (), True)
     export(Accumulator(), x, out / "acc_cpu_pass.pte", soc, True, ("acc",), True)
     export(Accumulator(), x, out / "acc_delegated.pte", soc, False, ("acc",), True)
+    export(RunningMean(), x, out / "mean_delegated.pte", soc, False, ("total", "count"), True)
     torch.manual_seed(8)
     mask = (torch.rand((1, 1, 1, 128)) < 0.5,)
     export(CausalMask(), mask, out / "causal_mask.pte", soc, False, (), False)

@@ -365,3 +365,24 @@ def test_only_a_race_inside_one_qnn_call_is_intermittent():
                              issue.reason), (
                 f"{issue.id} is intermittent but its reason does not say it is a race inside "
                 "one QNN call: force it (harness/protocol/nemesis.py) and make it strict")
+
+
+def test_the_delegate_cache_entry_covers_the_tests_of_a_two_method_program(tmp_path):
+    """A program with two delegated methods sharing one context (inspect's
+    two-delegated-methods) meets the delegate cache whenever one method is unloaded under the
+    other: the entry covers any test of the project's suites run on such a program, by the
+    runtime's own words, and no test of a one-method program it does not name."""
+    from harness.results.failures import Failure
+    from harness.results.known_issues import issues_for, load_known_issues
+
+    entry = next(i for i in load_known_issues() if i.id == "qnn-delegate-cache-module-lifetime")
+    assert "two-delegated-methods" in entry.programs
+    suite = ISOLATION.with_name("test_soak.py")
+    name = "test_soak_unload_each_method[multi_graphs]"
+    assert entry not in issues_for(suite, name, "1.5.1", [entry], shapes=frozenset())
+    assert issues_for(suite, name, "1.5.1", [entry],
+                      shapes=frozenset({"two-delegated-methods"})) == [entry]
+    assert entry.covers(Failure("error", "execute(prefill) failed: Error::Internal (0x1)\n"
+                                "DelegateHandle has been deleted", "soak_unload"))
+    assert not entry.covers(Failure("error", "execute(prefill) failed: Error::Internal (0x1)",
+                                    "soak_unload"))

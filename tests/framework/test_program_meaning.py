@@ -12,6 +12,8 @@ sweep judges their failure paths whatever their outputs.
   the solo run, made twice with the heap filled differently, differs, so it is no reference;
   each test says so once (the program's finding), never calling the runtime's later, right
   outputs wrong.
+- Two buffers inside the delegate (a running mean): each execute since a load gets its own
+  input, so a second Module continuing the first's state shows.
 """
 
 import os
@@ -113,6 +115,24 @@ def test_an_uninitialised_delegated_buffer_is_the_programs_finding(pytester, pro
     assert "max abs diff 131007" not in out
 
 
+def test_a_second_module_continuing_the_first_ones_state_fails_by_name(pytester, programs):
+    """mean_delegated, a running mean of two buffers inside the delegate: from a zero start
+    its output is the input, whatever came before, so with one input every execute a second
+    Module continuing the first's state passed the separate-states check. Each execute since
+    a load now gets its own input: the check fails with its words, and the known issue of a
+    buffer shared across Modules names the test (its mismatches named as that state)."""
+    pte = _copy(programs, "mean_delegated", pytester.path)
+    which = "(second_module or alternating) and not control"
+    result = run(pytester, STATEFUL, f"--pte={pte}", "-k", which, "--ignore-known-issues")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "modules A and B do not each start from the program's initial state and keep " \
+           "their own" in out, out
+    result = run(pytester, STATEFUL, f"--pte={pte}", "-k", which)
+    result.assert_outcomes(xfailed=2)
+    assert "qnn-mutable-buffer-shared-across-modules" in result.stdout.str()
+
+
 @pytest.mark.parametrize("name", ["causal_mask", "acc_delegated"])
 def test_the_fault_sweep_judges_failure_paths_of_a_program_wrong_anyway(pytester, programs,
                                                                          name):
@@ -125,8 +145,8 @@ def test_the_fault_sweep_judges_failure_paths_of_a_program_wrong_anyway(pytester
     result = run(pytester, sweep, f"--pte={pte}", "-k",
                  "program and (QnnGraph_execute or QnnContext_free or QnnDevice_create)")
     # Passes; both programs have a buffer inside a QNN delegate, whose known issue covers
-    # their tests by that shape, so a pass shows as XPASS (the defect not met), never strict.
-    result.assert_outcomes(xpassed=3)
+    # their tests by that shape alone: a test that does not meet the defect is a PASS.
+    result.assert_outcomes(passed=3)
 
 
 def test_the_known_issue_of_the_programs_shape_covers_its_tests(pytester, programs):
@@ -141,3 +161,23 @@ def test_the_known_issue_of_the_programs_shape_covers_its_tests(pytester, progra
            "qnn-mutable-buffer-initial-value" in out, out
     assert "test_s1_two_modules_same_program[causal_mask-A] - known issue " \
            "qnn-delegate-cache-module-lifetime (or qnn-mutable-buffer-initial-value" in out, out
+
+
+def test_a_wrong_output_before_the_known_error_fails_s1_and_lists_both(pytester, programs,
+                                                                       monkeypatch):
+    """The README's rule on a user's program: the runtime's first execute returns one element
+    off by 0.25 (a mutant at the backend boundary), then S1 meets the delegate cache's known
+    error. Against the program's meaning (its ETRecord) the wrong output is seen, so both S1
+    cases FAIL, each listing the mismatch as not covered and the known error as covered."""
+    monkeypatch.setenv("EXECUTORCH_HIL_RUNTIME_VARIANT", "stock")
+    monkeypatch.setenv("HARNESS_RUNTIME_MUTANT", "output_perturb:nth=1")
+    pte = _copy(programs, "acc_cpu_pass", pytester.path)
+    result = run(pytester, ISOLATION, f"--pte={pte}", "-k", "s1")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    for first, second in (("A", "B"), ("B", "A")):
+        assert (f"not covered mismatch in scenario s1_destroy_{first} step 2 "
+                "execute(A.forward): outputs differ from the reference") in out, out
+        assert (f"covered     error in scenario s1_destroy_{first} step 5 "
+                f"execute({second}.forward)") in out, out
+    assert "DelegateHandle has been deleted" in out
