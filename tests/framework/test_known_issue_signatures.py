@@ -36,6 +36,12 @@ UNRELATED = [Failure("crash", BARE_SEGV), Failure("crash", OTHER_SEGV), Failure(
              Failure("check", "QNN context 0x2 is live after every module was destroyed"),
              Failure("timeout", "runner hung: killed after timeout")]
 
+# The repeated-failure test's words: the heap per failed load, then the handles left.
+CYCLES = ("heap grows {} B per cycle with every {} failing, a failed load must leave nothing "
+          "(1824 B per cycle with nothing injected: the destroy leak of a load that succeeded); "
+          "QNN still holds handles once every module is destroyed (live {{'backend': 1, "
+          "'context': {}, 'device': 1}}) after 12 failed cycles")
+
 # Each entry's own signature, as a run meets it (the words are the runtime's and the runners').
 OWN = {
     "qnn-delegate-cache-module-lifetime": [Failure("error", (
@@ -61,7 +67,11 @@ OWN = {
                 "{'backend': 1, 'context': 12, 'device': 1}) after QnnGraph_retrieve #1 failed"),
         Failure("check", "heap grows 688 B per cycle with every QnnBackend_create failing, a "
                 "failed load must leave nothing (1808 B per cycle with nothing injected: the "
-                "destroy leak of a load that succeeded)", scenario="cycles_qnnbackend_create")],
+                "destroy leak of a load that succeeded)", scenario="cycles_qnnbackend_create"),
+        Failure("check", CYCLES.format(4064, "QnnContext_createFromBinary", 0),
+                scenario="cycles_qnncontext_createfrombinary"),
+        Failure("check", CYCLES.format(206816, "QnnGraph_retrieve", 12),
+                scenario="cycles_qnngraph_retrieve")],
     "qnn-concurrent-first-context-create-crash": [Failure("crash", (
         "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: "
         "#0 libQnnHtp.so+0xf7e339 <- #3 libQnnHtp.so+0xf25e71 hexagon_nn_deserialize_graph+0x621"
@@ -179,9 +189,11 @@ def test_no_reason_cites_the_closed_upstream_issue_of_another_crash():
     assert not [i.id for i in ENTRIES.values() if "21804" in i.reason]
 
 
-# Failures `harness mutate`'s mutants produce in an entry's own tests (their words as the run
-# reported them), none of which the entry may excuse: the mutant is another defect met where
-# the known one is, and a known issue excusing it would hide the next regression there.
+# Failures like those `harness mutate`'s mutants produce in an entry's own tests, at the edges
+# of the sized entries (a leak a tenth of the entry's, a second bundle's device): none of which
+# the entry may excuse: the mutant is another defect met where the known one is, and a known
+# issue excusing it would hide the next regression there. RECORDED below holds the failures
+# the mutants really produced.
 MUTANT_FAILURES = {
     "qnn-destroy-leaks-qnn-manager": [
         # init-leaks-16k in test_soak_one_module_in_each_load_mode[...-File]: 16 kB per init
@@ -207,6 +219,12 @@ MUTANT_FAILURES = {
         Failure("check", "heap grows 16960 B per cycle with every QnnDevice_create failing, a "
                 "failed load must leave nothing (1824 B per cycle with nothing injected: the "
                 "destroy leak of a load that succeeded)", scenario="cycles_qnndevice_create"),
+        # a failed context creation or graph retrieve keeping 16 times what the bug keeps: the
+        # handles the same words name must not excuse the heap
+        Failure("check", CYCLES.format(65024, "QnnContext_createFromBinary", 0),
+                scenario="cycles_qnncontext_createfrombinary"),
+        Failure("check", CYCLES.format(3309056, "QnnGraph_retrieve", 12),
+                scenario="cycles_qnngraph_retrieve"),
         # qnn-device-free-fails: a device never freed, a second bundle's
         Failure("check", "QNN still holds handles once every module is destroyed (live "
                 "{'backend': 1, 'context': 0, 'device': 2}) after QnnContext_createFromBinary #1 "
