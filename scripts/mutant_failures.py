@@ -1,0 +1,130 @@
+"""Record the failures `harness mutate`'s mutants produce in each known issue's own tests.
+
+    python scripts/mutant_failures.py OUT_DIR [--baseline results.json] [--variant stock]
+                                      [--write tests/framework/data/mutant_failures.json]
+
+A mutation pass stops at its first kill, so it rarely reaches the tests a known issue excuses;
+this runs every mutant over exactly those tests (each entry's XFAILs of an unmutated run of
+tests/hil, no -x) and keeps, per entry, every failure of its tests that the unmutated run did
+not have (a new scenario, kind or step: the mutant's, not the bug's), as the matcher saw it
+(`harness.results.failures.run_failures` of each run and the test's raised failure).
+tests/framework/test_known_issue_signatures.py feeds each entry its recorded failures: none may
+be excused. A hang or a latency mutant is not run: their failures are timeouts and step times,
+and no entry's kinds include either. A race's test meets its bug's endings (a crash, a freed
+handle, an error) at other steps from run to run with nothing injected, so, as `harness mutate`
+judges those tests by their outcome only (`harness.mutation.verdicts.RACES`), their failures are
+left out here; anywhere else, a failure in the words an unmutated failure of the same test had
+(numbers and addresses aside) is the bug's own. `--reuse` reads the
+passes an earlier run left in OUT_DIR instead of running them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from harness.mutation.passes import run_pass
+from harness.mutation.verdicts import RACES
+from harness.runtime.mutants import load_mutants
+
+SKIPPED_CLASSES = ("hang at the k-th call", "latency regression")
+
+
+def failures(doc: dict) -> dict[str, set[tuple[str, str, str, str]]]:
+    """Per test, (scenario, kind, step, message) of every failure of its runs and its own."""
+    out: dict[str, set[tuple[str, str, str, str]]] = {}
+    for run in doc.get("runs", []):
+        for f in run.get("failures", []):
+            out.setdefault(run["nodeid"], set()).add(
+                (run.get("scenario") or "", f["kind"], str(f.get("step")), f.get("message", "")))
+    for test in doc["tests"]:
+        f = test.get("failure")
+        if f:
+            out.setdefault(test["nodeid"], set()).add(
+                (f.get("scenario") or "", f["kind"], str(f.get("step")), f.get("message", "")))
+    return out
+
+
+def words(message: str) -> str:
+    """A failure's words without its numbers and addresses (timestamps, handles, sizes)."""
+    return re.sub(r"0x[0-9a-f]+|[0-9]+(?:\.[0-9]+)?", "#", message)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", type=Path)
+    p.add_argument("--baseline", type=Path, help="an unmutated results.json of tests/hil")
+    p.add_argument("--variant", default="stock")
+    p.add_argument("--write", type=Path, help="the corpus file to write")
+    p.add_argument("--mutant", action="append", default=[], help="only these mutants")
+    p.add_argument("-n", dest="workers", default="0", help="pytest-xdist workers per pass")
+    p.add_argument("--reuse", action="store_true", help="read OUT_DIR's passes, run none")
+    args = p.parse_args(argv)
+    options = ("-n", args.workers) if args.workers != "0" else ()
+    if args.baseline:
+        baseline = json.loads(args.baseline.read_text())
+    else:
+        baseline, _, _ = run_pass(args.out / "unmutated", args.variant, ["tests/hil"], {}, False,
+                                  options)
+    entry_of = {t["nodeid"]: t["known_issue"] for t in baseline["tests"]
+                if t["outcome"] == "xfailed" and t.get("known_issue")}
+    before = failures(baseline)
+    shape = {n: {(s, k, st) for s, k, st, _ in fs} for n, fs in before.items()}
+    said = {n: {(k, words(m)) for _, k, _, m in fs} for n, fs in before.items()}
+    corpus: dict[str, list[dict]] = {e: [] for n, e in sorted(entry_of.items())
+                                     if not n.startswith(RACES)}
+    seen: set[tuple[str, str, str, str]] = set()
+    ran: dict[str, int] = {}
+    not_run: dict[str, str] = {}
+    for mutant in load_mutants():
+        if args.mutant and mutant.name not in args.mutant:
+            continue
+        if mutant.kind in SKIPPED_CLASSES:
+            not_run[mutant.name] = f"{mutant.kind}: timeouts and step times, no entry's kind"
+            continue
+        if mutant.equivalent_on(args.variant):
+            not_run[mutant.name] = f"equivalent on {args.variant}"
+            continue
+        reach = {r["nodeid"] for r in baseline["runs"]
+                 if mutant.backend in {m.get("backend") for m in r.get("modules", {}).values()}}
+        tests = [n for n in entry_of if n in reach]
+        if not tests:
+            not_run[mutant.name] = f"no XFAIL test loads a {mutant.backend} program"
+            continue
+        if args.reuse:
+            doc = json.loads((args.out / mutant.name / "results.json").read_text())
+        else:
+            doc, status, seconds = run_pass(args.out / mutant.name, args.variant, tests,
+                                            mutant.environment(), False, options)
+            print(f"{mutant.name}: {len(tests)} tests, exit {status}, {seconds:.0f} s",
+                  flush=True)
+        ran[mutant.name] = len(tests)
+        for nodeid, found in failures(doc).items():
+            if nodeid not in entry_of or nodeid.startswith(RACES):
+                continue
+            for scenario, kind, step, message in sorted(found):
+                if (scenario, kind, step) in shape.get(nodeid, set()) \
+                        or (kind, words(message)) in said.get(nodeid, set()):
+                    continue  # the bug's own failure, as unmutated
+                seen_key = (entry_of[nodeid], mutant.name, kind, words(message))
+                if seen_key in seen:
+                    continue  # the same failure in another run or parameter: once is enough
+                seen.add(seen_key)
+                corpus[entry_of[nodeid]].append({
+                    "mutant": mutant.name, "test": nodeid, "kind": kind,
+                    "scenario": scenario, "message": message[:4000]})
+    doc_out = {"variant": args.variant, "mutants_run": ran, "not_run": not_run,
+               "entries": corpus}
+    text = json.dumps(doc_out, indent=1, sort_keys=True) + "\n"
+    (args.out / "mutant_failures.json").write_text(text)
+    if args.write:
+        args.write.write_text(text)
+    print({e: len(v) for e, v in corpus.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
