@@ -274,3 +274,25 @@ def test_byte_identical_outputs_are_the_cache_pattern_only_when_the_other_was_ri
         assert bool(words) is pattern, (other_status, words)
         failure = Failure("mismatch", MISMATCH + (f"; pattern: {words}" if words else ""))
         assert ENTRIES["qnn-delegate-cache-concurrent-execute"].covers(failure) is pattern
+
+
+def test_a_finding_beside_the_entrys_own_is_not_excused():
+    """A test that reports several findings as one failure (a fault sweep's sites, a heap that
+    grows and handles left) is excused only when each finding is the entry's: the handles a
+    failed create leaves do not excuse a mismatch beside them (output-perturbed-first-execute
+    in test_fault_sweep[two_methods-QnnContext_createFromBinary] was excused that way)."""
+    from harness.results.failures import HilFailure, failure_parts
+    from harness.results.known_issues import uncovered
+
+    scenario = "sweep_two_methods_sweep_qnncontext_createfrombinary_1"
+    handles = Failure("check", "QNN still holds handles once every module is destroyed (live "
+                      "{'backend': 1, 'context': 0, 'device': 1}) after QnnContext_createFromBinary "
+                      "#1 failed in step 1 load_method(A.prefill)", scenario)
+    mismatch = Failure("mismatch", "step 9 execute(R.prefill): outputs differ from the "
+                       "no-injection run's same execute of prefill", scenario)
+    joined = Failure("check", f"{mismatch.message}\n{handles.message}", scenario)
+    entry = ENTRIES["qnn-init-failure-leaks-handles"]
+    assert entry.covers(joined)  # the entry's words are found in the joined report
+    assert uncovered(entry, failure_parts(HilFailure("report", joined, [mismatch, handles]))) \
+        == [mismatch]
+    assert failure_parts(HilFailure("report", joined)) == [joined]
