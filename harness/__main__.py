@@ -79,8 +79,12 @@ def env() -> int:
     from harness.errors import HarnessError
     from harness.qnn.sdk import discover
 
+    from harness.qnn.interposer_build import DLOPEN_SHIM_ENV, build_dlopen_shim
+
     try:
         variables = discover().environment()
+        # Not preloaded here: an exported test's run.sh preloads it when a rule needs it.
+        variables[DLOPEN_SHIM_ENV] = str(build_dlopen_shim())
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

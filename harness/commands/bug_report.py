@@ -56,6 +56,7 @@ class Program:
     precision: str = "fp16"
     options: tuple[tuple[str, bool], ...] = ()
     damaged: bool = False  # its QNN context binary damaged (harness.programs.damage)
+    spec_renamed: bool = False  # its qnn_compile_spec key renamed (harness.programs.damage)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +67,10 @@ class Reproduction:
     control: str  # what the control runs, in words
     native: bool = False  # builds cpp/module_repro.cpp (threads, backend options)
     extra: tuple[str, ...] = ()  # other files of reproductions/ it needs
+    models: tuple[str, ...] = ()  # model sources it lowers itself (no compiled program)
+    system: tuple[str, ...] = ()  # system packages it runs (valgrind), for the README
+    also: str = ""  # another way to run it, for the README (`reproduce --valgrind`: ...)
+    also_args: tuple[str, ...] = ()  # that way's arguments to `reproduce`: run, its output shown
 
 
 REPRODUCTIONS = {r.id: r for r in (
@@ -103,6 +108,34 @@ REPRODUCTIONS = {r.id: r for r in (
                  (Program("xnn_linear_stack", "xnn_linear_stack", "fp32"),),
                  "the same program with its cache on a tmpfs with room: forward runs",
                  native=True),
+    Reproduction("mutable-buffer-read-uninitialised", "mutable_buffer_read_uninitialised.py",
+                 (Program("stateful_accumulator", "stateful_accumulator"),
+                  Program("stateful_accumulator_rt", "stateful_accumulator_rt")),
+                 "the same accumulator with its buffer held by the runtime "
+                 "(skip_mutable_buffer=True): the same first output whatever malloc left",
+                 native=True, system=("valgrind",),
+                 also="`venv/bin/python reproduce --valgrind` (needs valgrind; `reproduce` "
+                      "and `control` do not): the first execute under valgrind's memcheck "
+                      "(--track-origins=yes); exit 1 when libQnnHtp uses values created by the "
+                      "delegate's `new (std::nothrow) char[]`",
+                 also_args=("--valgrind",)),
+    Reproduction("qnn-context-free-invalid-read", "qnn_context_free_invalid_read.py",
+                 (Program("linear_relu", "linear_relu"),
+                  Program("stateful_accumulator_xnn", "stateful_accumulator_xnn", "fp32")),
+                 "an XNNPACK program through the same load, execute, destroy under memcheck: "
+                 "no invalid read", native=True, system=("valgrind",)),
+    Reproduction("delegate-maps-read-unlocked", "delegate_maps_read_unlocked.py",
+                 (Program("linear_relu", "linear_relu"), Program("mlp_tanh", "mlp_tanh")),
+                 "the same steps of the two Modules handed off under a mutex: no race",
+                 native=True, system=("valgrind",)),
+    Reproduction("delegate-without-compile-spec-crashes",
+                 "delegate_without_compile_spec_crashes.py",
+                 (Program("linear_relu", "linear_relu"),
+                  Program("linear_relu_no_spec", "linear_relu", spec_renamed=True)),
+                 "the same program with its compile spec: loads and executes", native=True),
+    Reproduction("spill-fill-size-last-method-only", "spill_fill_size_last_method_only.py", (),
+                 "prefill lowered alone: its delegate carries the size",
+                 models=("prefill_decode_spill",)),
     Reproduction("shared-buffer-alloc-calls-null-off-android",
                  "shared_buffer_alloc_calls_null_off_android.py",
                  (Program("linear_relu_shared_buffer", "linear_relu",
@@ -164,7 +197,7 @@ os.execv(sys.executable, [sys.executable, script{extra}, *sys.argv[1:]])
 def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
     """Compile the programs with the libraries of `qnn_root` and lay the folder out."""
     from harness.programs.compile import compile_model
-    from harness.programs.damage import damaged_context_binary
+    from harness.programs.damage import damaged_context_binary, without_qnn_compile_spec
     from harness.programs.models import get_model
     from harness.qnn.sdk import discover
 
@@ -173,7 +206,8 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
     if repro.programs:
         sources.append(SCRIPTS / "export.py")
     native = [SCRIPTS / "cpp" / name for name in ("module_repro.cpp", "CMakeLists.txt")]
-    models = sorted({get_model(p.model).path for p in repro.programs})
+    models = sorted({get_model(p.model).path for p in repro.programs} |
+                    {get_model(name).path for name in repro.models})
     for source in sources + (native if repro.native else []) + models:
         confined_file(source, roots)  # every one before the first is written
     out.mkdir(parents=True, exist_ok=True)
@@ -199,6 +233,8 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
             target = out / "programs" / f"{program.stem}.pte"
             if program.damaged:
                 target.write_bytes(damaged_context_binary(pte.read_bytes()))
+            elif program.spec_renamed:
+                target.write_bytes(without_qnn_compile_spec(pte.read_bytes()))
             else:
                 shutil.copy(pte, target)
             _save_inputs(model, program.stem, out / "inputs", roots)
@@ -210,7 +246,8 @@ def write_folder(repro: Reproduction, out: Path, qnn_root: Path) -> None:
     if repro.programs:
         (out / "programs.json").write_text(json.dumps(
             [{"stem": p.stem, "model": p.model, "soc": SOC, "precision": p.precision,
-              "options": dict(p.options), "damaged": p.damaged} for p in repro.programs],
+              "options": dict(p.options), "damaged": p.damaged,
+              **({"spec_renamed": True} if p.spec_renamed else {})} for p in repro.programs],
             indent=1) + "\n")
     (out / "requirements.txt").write_text(requirements(repro))
     for name, extra in (("reproduce", ""), ("control", ", \"--control\"")):
@@ -295,7 +332,8 @@ def _save_inputs(model, stem: str, directory: Path, roots: list[tuple[str, Path]
 
 
 def run_one(path: Path, timeout: float = 600, python: str | None = None, cwd: Path | None = None,
-            extra_env: dict[str, str] | None = None) -> tuple[int, str, float]:
+            extra_env: dict[str, str] | None = None,
+            args: tuple[str, ...] = ()) -> tuple[int, str, float]:
     """Run `reproduce` or `control` with `python` (default: this interpreter) in a clean
     environment (no harness variables, no interposer, plus `extra_env`): (exit status, its
     output, seconds)."""
@@ -307,7 +345,7 @@ def run_one(path: Path, timeout: float = 600, python: str | None = None, cwd: Pa
     env.update(extra_env or {})
     started = time.monotonic()
     try:
-        proc = subprocess.run([python or sys.executable, str(path)], capture_output=True,
+        proc = subprocess.run([python or sys.executable, str(path), *args], capture_output=True,
                               text=True, errors="replace", timeout=timeout, env=env,
                               cwd=cwd or path.parent)
         return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
@@ -332,7 +370,7 @@ def versions(qnn_version: str) -> list[str]:
 
 def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str, qnn_version: str,
            bug: tuple[int, str] | None, control: tuple[int, str] | None,
-           fixed: bool = False) -> str:
+           fixed: bool = False, also: tuple[int, str] | None = None) -> str:
     title = entries[0].id if entries else repro.id
     lines = [f"# {title}", ""]
     for entry in entries:
@@ -343,6 +381,8 @@ def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str, qnn_ver
               "package" if repro.native else "")
     gdb = "; `gdb` (a system package) records the QNN calls" if "qnn_calls_gdb.py" in \
         repro.extra else ""
+    gdb += "".join(f"; {name} (a system package: apt-get install {name.split()[0]})"
+                   for name in repro.system)
     lines += ["## Run it", "", "```bash",
               "python3 -m venv venv",
               "venv/bin/pip install -r requirements.txt "
@@ -350,7 +390,7 @@ def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str, qnn_ver
               "venv/bin/python reproduce   # exit 1 while the bug is present, 0 on a fixed "
               "runtime, 2 when it cannot run",
               f"venv/bin/python control     # {repro.control}: exit 0",
-              "```", "",
+              "```", ""] + ([repro.also + ".", ""] if repro.also else []) + [
               "Nothing of the framework that made this folder" + native + gdb + ". The QNN "
               "libraries are found at run time: `QNN_SDK_ROOT` (a QAIRT SDK's "
               "`lib/x86_64-linux-clang`) when set, else the installed `onnxruntime-qnn` wheel.",
@@ -361,6 +401,10 @@ def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str, qnn_ver
                   "`venv/bin/python export.py` regenerates every one of them (the damaged one "
                   "too) and their inputs in `inputs/` with executorch's public lowering API, "
                   "with the QNN libraries you run (on another QAIRT, regenerate first).", ""]
+    if repro.models:
+        lines += ["The script lowers " + ", ".join(f"`models/{m}.py`" for m in repro.models)
+                  + " itself with executorch's public lowering API (no program is shipped: the "
+                  "lowering is what it judges).", ""]
     if fixed:
         lines += ["On a runtime with the delegate cache isolated per Module (upstream's \"Isolate "
                   "cached delegates by Module lifetime\", PR 24462) `reproduce` must exit 0: "
@@ -369,7 +413,8 @@ def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str, qnn_ver
                   "it.", ""]
     lines += ["## Versions", ""] + [f"- {v}" for v in versions(qnn_version)] + [
         f"- SDK pairing: {pairing}", ""]
-    for name, outcome in (("reproduce", bug), ("control", control)):
+    also_name = f"reproduce {' '.join(repro.also_args)}"
+    for name, outcome in (("reproduce", bug), ("control", control), (also_name, also)):
         if outcome is None:
             continue
         status, text = outcome
@@ -394,7 +439,7 @@ def make(repro_id: str, out: Path, run: bool = True, qnn_root: Path | None = Non
     qairt = qairt_version(QnnSdk("QNN_SDK_ROOT", root, (), root, version))
     libraries = version.split("(", 1)[1].rstrip(")") if "(" in version else version
     pairing = session_pairing(qairt, libraries, "none (no interposer)").describe()
-    bug = control = None
+    bug = control = also = None
     result: dict[str, object] = {"id": repro_id}
     if run:
         # The libraries the folder was compiled with, as a maintainer without an SDK would have
@@ -404,12 +449,17 @@ def make(repro_id: str, out: Path, run: bool = True, qnn_root: Path | None = Non
         bug = (status, anonymized(text, out))
         cstatus, ctext, cseconds = run_one(out / "control", extra_env=env)
         control = (cstatus, anonymized(ctext, out))
+        if repro.also_args:
+            astatus, atext, _ = run_one(out / "reproduce", extra_env=env, args=repro.also_args,
+                                        timeout=1800)
+            also = (astatus, anonymized(atext, out))
+            result["also"] = astatus
         result.update(reproduce=status, control=cstatus, seconds=round(seconds + cseconds, 1))
         scrub(out)
     issues = load_known_issues()
     entries = entries_for(repro_id, issues)
     (out / "README.md").write_text(readme(repro, entries, pairing, version, bug, control,
-                                          fixed_by_seed(repro_id, issues)))
+                                          fixed_by_seed(repro_id, issues), also))
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     leaked = local_paths_in(out)
     if leaked:

@@ -33,9 +33,11 @@ from harness.devices.kinds import SIMULATOR, DeviceKind, OpenContext
 from harness.errors import HarnessError
 from harness.protocol.memory import ALLOCATOR_ENV
 from harness.process import ProcessOutput, kill_by_environment, run_process
+from harness.qnn.interposer_build import build_dlopen_shim
 from harness.qnn.sdk import TRACE_ENV, QnnSdk
 from harness.protocol.output import RunOutput
 from harness.runner.fork_server import ForkServerPool
+from harness.runner.privileges import capabilities_dropped
 from harness.runner.select import RunnerChoice
 from harness.runner.valgrind import SLOWDOWN, XML_NAME, command_prefix
 from harness.scenario import Scenario
@@ -143,10 +145,15 @@ class SimulatorDevice(Device):
         base = {**os.environ, **ALLOCATOR_ENV, **self.sdk.environment(None, self.abi_bridge),
                 **self.runner.environment(), dsp_heap.ENV: "1" if self.dsp_heap else "0",
                 **scenario.run_env}
+        if any(uses_qnn(model.backend) for model in scenario.models.values()):
+            # The runtime's dlopen of each QNN library, traced and open to nemesis rules
+            # (harness/qnn/interposer.c, HARNESS_DLOPEN_SHIM), first among the preloads.
+            base["LD_PRELOAD"] = " ".join(p for p in (str(build_dlopen_shim()),
+                                                      base.get("LD_PRELOAD", "")) if p)
         base.pop(TRACE_ENV, None)  # each run's own, set by _run; a server's environment lacks it
         for name in HARNESS_ONLY_ENV:
             base.pop(name, None)
-        if self.isolation == "fork" and not (scenario.fresh_process or scenario.run_env):
+        if self.isolation == "fork" and not scenario.own_process:
             qnn = any(uses_qnn(model.backend) for model in scenario.models.values())
             with self._pool(base, qnn).lease() as server:
                 server_dir = server.scratch
@@ -156,7 +163,8 @@ class SimulatorDevice(Device):
             artifacts.mkdir(parents=True, exist_ok=True)
             xml = artifacts / XML_NAME
             xml.unlink(missing_ok=True)
-            prefix = command_prefix(self.valgrind, xml) if self.valgrind else []
+            prefix = (capabilities_dropped(scenario.drop_capabilities) +
+                      (command_prefix(self.valgrind, xml) if self.valgrind else []))
             proc, trace = self._run(scenario, artifacts, base, lambda path, env: run_process(
                 prefix + self.runner.command(str(path)), env, timeout))
             if self.valgrind:
@@ -167,7 +175,7 @@ class SimulatorDevice(Device):
                        time.monotonic() - started, self.isolation)
         notes = list(proc.notes)
         if proc.returncode is None or proc.returncode < 0 or not run_ended(proc.stdout):
-            forked = self.isolation == "fork" and not (scenario.fresh_process or scenario.run_env)
+            forked = self.isolation == "fork" and not scenario.own_process
             full = storage.host_full_note(server_dir if forked else artifacts)
             notes += [full] if full else []
         return RunOutput(proc.returncode, proc.stdout, proc.stderr, trace, proc.timed_out,

@@ -77,14 +77,17 @@ class Cache:
             else FileState(None)
 
     def story(self, tag: str, cache: str | None, n: int = LAUNCHES, method: str = "forward",
-              packs: int | None = PACKS, **launch: Any) -> CacheStory:
+              packs: int | None = PACKS, expect: str | tuple[str, ...] | None = None,
+              **launch: Any) -> CacheStory:
         """`n` launches of one program on one cache path, judged together (printed, and in
-        the report)."""
+        the report). `expect`: the placement the test expects of every launch, or of each
+        ("mapped", "fallback"), for the report (the test asserts it itself)."""
+        expected = (expect,) * n if expect is None or isinstance(expect, str) else expect
         launches = []
         for i in range(n):
             before = self.state(cache)
             result = self.launch(f"{tag}{i + 1}", cache, (("A", method),), **launch)
-            load = classify_load(result, self.weights[method])
+            load = classify_load(result, self.weights[method], expected=expected[i])
             launches.append(Launch(load, before, self.state(cache)))
             self.record(result, load)
         story = judge(tag, launches, packs)
@@ -121,14 +124,17 @@ class Cache:
     def launch(self, tag: str, cache: str | None,
                modules: tuple[tuple[str, str], ...] = (("A", "forward"),),
                load_mode: str | None = None, environment: dict[str, str] | None = None,
-               allow_crash: bool = False) -> ScenarioResult:
+               allow_crash: bool = False,
+               drop_capabilities: tuple[str, ...] = ()) -> ScenarioResult:
         """Run one launch in a fresh process; check it completed with correct outputs.
         `environment`: variables the runner process gets on top of the session's (a new
         process rather than a fork, since a fork server's environment is fixed at its start);
-        `allow_crash`: a run that did not complete is returned for the caller to judge."""
+        `allow_crash`: a run that did not complete is returned for the caller to judge;
+        `drop_capabilities`: the runner starts without them (Scenario.drop_capabilities)."""
         self.launches += 1
         sc = Scenario(f"x1_{self.launches}_{tag}")
         sc.fresh_process = environment is not None
+        sc.drop_capabilities = list(drop_capabilities)
         self.environment = environment or {}
         if cache:
             sc.watch_mappings.append(cache)

@@ -13,7 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
-from harness.protocol.nemesis import QNN_APIS, Fail, parse_rule
+from harness.protocol.nemesis import DLOPEN_POINTS, QNN_APIS, Fail, parse_rule
 from harness.cache import file_sha256
 from harness.programs.compile import uses_qnn
 from harness.errors import HarnessError
@@ -76,7 +76,7 @@ class Plan:
         for i, text in enumerate(self.nemesis):
             rule = parse_rule(text)
             calls = (rule.call,) if isinstance(rule, Fail) else (rule.at, rule.until)
-            if any(c.actor or c.api not in QNN_APIS for c in calls):
+            if any(c.actor or c.api not in QNN_APIS + DLOPEN_POINTS for c in calls):
                 out.append((i, text))
         return out
 
@@ -164,6 +164,9 @@ def build_plan(run: RunRecord) -> Plan:
             extra["atol"], extra["rtol"] = model.atol, model.rtol
         return PlanStep(**common, **extra)
 
+    # A load expected to fail (an injected failure) loads nothing: a failed load must leave
+    # no context behind.
+    failed = frozenset(i for i in sc.allowed_errors if sc.steps[i].op == "load_method")
     steps = [plan_step(i, step, expected.contexts if qnn else -1, i in sc.allowed_errors)
-             for i, (step, expected) in enumerate(zip(sc.steps, predict(sc)))]
+             for i, (step, expected) in enumerate(zip(sc.steps, predict(sc, failed)))]
     return Plan(sc.name, run.directory, steps, files, modules, tuple(sc.qnn_nemesis))

@@ -50,6 +50,16 @@ repeat() {{
 """
 
 
+def shim_rule(text: str) -> bool:
+    """Whether nemesis rule `text` names a point only the dlopen shim makes (a dlopen of a QNN
+    library, a libQnnSystem.so call) rather than the interposer."""
+    from harness.protocol.nemesis import DLOPEN_POINTS, QNN_SYSTEM_TABLE, Fail, parse_rule
+
+    rule = parse_rule(text)
+    calls = (rule.call,) if isinstance(rule, Fail) else (rule.at, rule.until)
+    return any(c.api in DLOPEN_POINTS or c.api in QNN_SYSTEM_TABLE for c in calls)
+
+
 def write_run_script(path: Path, what: str, scenario: str, ordering: str, body: str,
                      data: str = "data", nemesis: tuple[str, ...] = ()) -> Path:
     """Write `run.sh` (executable): the prelude, then `body` (which may use $here, $data,
@@ -63,6 +73,19 @@ def write_run_script(path: Path, what: str, scenario: str, ordering: str, body: 
         text += ("# The scenario's QNN failures and holds, made by the interposer "
                  "(harness/protocol/nemesis.py).\n"
                  f"export HARNESS_QNN_NEMESIS={shlex.quote(';'.join(nemesis))}\n")
+    shimmed = [rule for rule in nemesis if shim_rule(rule)]
+    if shimmed:
+        names = "; ".join(shimmed).replace("'", "")
+        text += (
+            "# Rules on the runtime's dlopen of a QNN library or on libQnnSystem.so's calls act\n"
+            "# only with the framework's dlopen shim preloaded (harness/qnn/interposer.c).\n"
+            "if [ -z \"${HARNESS_QNN_DLOPEN_SHIM:-}\" ]; then\n"
+            f"  echo 'run.sh: rule(s) {names} need the dlopen shim of executorch-qnn-hil:' \\\n"
+            "       'unset QNN_SDK_ROOT to use the framework (python -m harness env), or set' \\\n"
+            "       'HARNESS_QNN_DLOPEN_SHIM to the path that command prints' >&2\n"
+            "  exit 2\n"
+            "fi\n"
+            'export LD_PRELOAD="$HARNESS_QNN_DLOPEN_SHIM${LD_PRELOAD:+ $LD_PRELOAD}"\n')
     text += body
     path.write_text(text)
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)

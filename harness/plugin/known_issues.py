@@ -36,6 +36,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # A library-side or environment entry under a mismatched pairing says so in its verdict.
     pairing_note = ("; under a mismatched SDK pairing (" + pairing.describe().split("; pairing")[0]
                     + ")") if pairing.matched is False else ""
+    if not config.getoption("valgrind", None):
+        issues = [i for i in issues if not i.valgrind_only]
     config.stash[FILES] = {item.path for item in items}
     config.stash[PATTERNS] = set()
     for item in items:
@@ -180,6 +182,8 @@ def unmatched_issues(config: pytest.Config) -> list[KnownIssue]:
     for issue in config.stash.get(ISSUES, []):
         if not issue.applies_to(version, qairt):
             continue
+        if issue.valgrind_only and not config.getoption("valgrind", None):
+            continue  # met only under --valgrind: not marked, so not stale
         for pattern in issue.tests:
             if (issue.id, pattern) in matched:
                 continue

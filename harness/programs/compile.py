@@ -39,11 +39,17 @@ COMPILE_TIMEOUT_S = 900
 # - unplanned_io: inputs and outputs left out of memory planning
 #   (MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False)), as upstream's QNN
 #   LLM flow lowers: the app owns every input and output buffer (the runners bind their own).
+# - unnamed_weights (XNNPACK): the delegates carry their weight tensors inline, with no name (the
+#   serialized layout older exporters wrote and the runtime still reads), their biases named, so
+#   the packed-weight cache is in use but cannot key the packs (XNNWeightsCache::look_up's
+#   unnamed exit).
 # Each option adds its tag to the cache directory name.
 COMPILE_OPTIONS = {"multi_contexts": "mc", "spill_fill": "sf", "unplanned_io": "uio",
-                   "online_prepare": "op", "debug_log": "dbg", "shared_buffer": "shb"}
+                   "online_prepare": "op", "debug_log": "dbg", "shared_buffer": "shb",
+                   "unnamed_weights": "unw"}
 QNN_ONLY_OPTIONS = ("multi_contexts", "spill_fill", "online_prepare", "debug_log",
                     "shared_buffer")
+XNNPACK_ONLY_OPTIONS = ("unnamed_weights",)
 
 
 def normalize_options(options: dict | None) -> dict[str, bool]:
@@ -275,6 +281,10 @@ def compile_model(spec: ModelSpec, soc: str, precision: str, sdk: QnnSdk,
     if qnn_only and not uses_qnn(spec.backend):
         raise ModelError(f"model {spec.name} is a {spec.backend} model; compile options "
                          f"{', '.join(qnn_only)} are QNN options")
+    xnnpack_only = sorted(k for k in options if k in XNNPACK_ONLY_OPTIONS)
+    if xnnpack_only and "xnnpack" not in spec.backend.split("+"):
+        raise ModelError(f"model {spec.name} is a {spec.backend} model; compile options "
+                         f"{', '.join(xnnpack_only)} are XNNPACK options")
     tag = options_tag(options)
     out_dir = cache_root() / "models" / cache_dir_name(spec, soc, precision, sdk.version, options)
     with file_lock(out_dir.with_suffix(".lock")):

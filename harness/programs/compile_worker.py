@@ -11,11 +11,13 @@ size into every QNN delegate's compile spec and prints it as "spill-fill buffer 
 {"unplanned_io": true} leaves inputs and outputs out of memory planning; {"online_prepare": true}
 carries the QNN graph (DLC) instead of a context binary; {"debug_log": true} sets the program's
 QNN log level to kLogLevelDebug; {"shared_buffer": true} expects inputs and outputs in QNN
-shared memory.
+shared memory; {"unnamed_weights": true} writes an XNNPACK program's weight tensors inline in its
+delegates, without names.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import json
@@ -181,14 +183,80 @@ def lower_mixed(methods: dict, soc: str, precision: str, skip_ops: tuple[str, ..
     return edge.to_executorch().buffer
 
 
-def lower_xnnpack(methods: dict, buffers: tuple[str, ...] = (), unplanned_io: bool = False) -> bytes:
+def lower_xnnpack(methods: dict, buffers: tuple[str, ...] = (), unplanned_io: bool = False,
+                  unnamed_weights: bool = False) -> bytes:
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     programs = {name: torch.export.export(m, x, strict=True) for name, (m, x) in methods.items()}
-    edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
+    with inline_xnnpack_weights() if unnamed_weights else contextlib.nullcontext():
+        edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
     return edge.to_executorch(backend_config(list(buffers), unplanned_io)).buffer
+
+
+@contextlib.contextmanager
+def inline_xnnpack_weights():
+    """XNNPACK delegates lowered in the block carry their weight tensors (constants of two or
+    more dimensions) inline, with no name; biases keep theirs.
+
+    executorch 1.5.1's exporter names every constant (the sha256 of its bytes, in the program's
+    named data) and its runtime still reads the older layout, where a `ConstantDataOffset` has
+    an offset into the delegate's own constant segment and no `named_key` (XNNCompiler.cpp,
+    getConstantDataPtr). The exporter's own serializer writes that segment
+    (`serialize_xnnpack_binary(graph, constant_data_bytes)`); here the bytes a node visitor
+    hands the named data store are held, and the weights' are written there instead. The
+    biases stay named because a delegate with no named data at all never hands XNNPACK the
+    weights cache (XNNCompiler.cpp, compileModel: `get_num_unpacked_data() > 0`), so its packs
+    would not pass through the cache."""
+    from executorch.backends.xnnpack import xnnpack_preprocess
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import (
+        CONSTANT_TENSOR_ALIGNMENT)
+    from executorch.exir._serialize._named_data_store import NamedDataStore
+
+    held: dict[str, tuple] = {}
+    inside: list[bool] = [False]  # between a preprocess's node visitors and its serializing
+    real_add, real_serialize = NamedDataStore.add_named_data, xnnpack_preprocess.serialize_xnnpack_binary
+    real_visitors = xnnpack_preprocess.get_node_visitors
+
+    def get_node_visitors(*args, **kwargs):
+        inside[0] = True
+        return real_visitors(*args, **kwargs)
+
+    def add_named_data(self, key, data, alignment=1, external_tag=None, tensor_layout=None):
+        if not inside[0]:  # the program's own store (merging the delegates' data)
+            return real_add(self, key, data, alignment, external_tag, tensor_layout)
+        held[key] = (self, bytes(data), alignment, external_tag, tensor_layout)
+
+    def serialize(graph, constant_data_bytes):
+        inside[0] = False
+        rank = {}
+        for value in graph.xvalues:
+            tensor = getattr(value.xvalue_union, "tensor_value", value.xvalue_union)
+            if getattr(tensor, "constant_buffer_idx", 0):
+                rank[tensor.constant_buffer_idx] = len(tensor.dims)
+        for index, entry in enumerate(graph.constant_data):
+            if not entry.named_key:
+                continue
+            store, data, alignment, tag, layout = held[entry.named_key]
+            if rank.get(index, 0) < 2:  # a bias (or a scalar): named, as the exporter does
+                real_add(store, entry.named_key, data, alignment, tag, layout)
+                continue
+            constant_data_bytes += b"\0" * (-len(constant_data_bytes) % CONSTANT_TENSOR_ALIGNMENT)
+            entry.offset = len(constant_data_bytes)
+            constant_data_bytes += data
+            entry.named_key = None  # absent from the flatbuffer, not an empty string
+        return real_serialize(graph, constant_data_bytes)
+
+    NamedDataStore.add_named_data = add_named_data
+    xnnpack_preprocess.serialize_xnnpack_binary = serialize
+    xnnpack_preprocess.get_node_visitors = get_node_visitors
+    try:
+        yield
+    finally:
+        NamedDataStore.add_named_data = real_add
+        xnnpack_preprocess.serialize_xnnpack_binary = real_serialize
+        xnnpack_preprocess.get_node_visitors = real_visitors
 
 
 def _as_tuple(outputs) -> tuple:
@@ -291,7 +359,8 @@ def main(argv: list[str]) -> int:
         buffer = lower_qnn(methods, soc, precision, options, facts, buffers)
         facts["qnn_delegates"] = qnn_delegate_specs(buffer)
     elif model.BACKEND == "xnnpack":
-        buffer = lower_xnnpack(methods, buffers, bool(options.get("unplanned_io")))
+        buffer = lower_xnnpack(methods, buffers, bool(options.get("unplanned_io")),
+                               bool(options.get("unnamed_weights")))
     elif model.BACKEND == "qnn+xnnpack":
         buffer = lower_mixed(methods, soc, precision, tuple(getattr(model, "QNN_SKIP_OPS", ())))
         facts["qnn_delegates"] = qnn_delegate_specs(buffer)

@@ -22,3 +22,16 @@ def damaged_context_binary(pte: bytes) -> bytes:
     for offset in range(at + 64, min(at + 64 + 2048, len(data))):
         data[offset] ^= 0x5A
     return bytes(data)
+
+
+QNN_SPEC_KEY = b"qnn_compile_spec"
+RENAMED_SPEC_KEY = b"xnn_compile_spec"  # same length: the program's flatbuffer stays valid
+
+
+def without_qnn_compile_spec(pte: bytes) -> bytes:
+    """`pte` with its QNN delegates' compile spec key renamed (`qnn_compile_spec` ->
+    `xnn_compile_spec`, same length), so the QNN backend finds no options of its own: a program
+    it must refuse. ModelError for a program without the key."""
+    if QNN_SPEC_KEY not in pte:
+        raise ModelError("no qnn_compile_spec in the program: not a QNN .pte")
+    return pte.replace(QNN_SPEC_KEY, RENAMED_SPEC_KEY)

@@ -33,16 +33,53 @@ from typing import Any, Literal
 
 from harness.errors import HarnessError
 
-QNN_APIS = ("QnnBackend_create", "QnnBackend_free", "QnnContext_create",
-            "QnnContext_createFromBinary", "QnnContext_free", "QnnGraph_create",
-            "QnnGraph_retrieve", "QnnGraph_execute", "QnnLog_create", "QnnLog_free",
-            "QnnMem_register", "QnnMem_deregister", "QnnDevice_create", "QnnDevice_free",
-            "QnnInterface_getProviders")
-"""The QNN functions the interposer wraps (QnnInterface_getProviders: a failure there is the
-library being unusable, as a failed dlopen is to the runtime)."""
+QNN_TABLE = (
+    "QnnProperty_hasCapability", "QnnBackend_create", "QnnBackend_setConfig",
+    "QnnBackend_getApiVersion", "QnnBackend_getBuildId", "QnnBackend_registerOpPackage",
+    "QnnBackend_getSupportedOperations", "QnnBackend_validateOpConfig", "QnnBackend_free",
+    "QnnContext_create", "QnnContext_setConfig", "QnnContext_getBinarySize",
+    "QnnContext_getBinary", "QnnContext_createFromBinary", "QnnContext_free",
+    "QnnGraph_create", "QnnGraph_createSubgraph", "QnnGraph_setConfig", "QnnGraph_addNode",
+    "QnnGraph_finalize", "QnnGraph_retrieve", "QnnGraph_execute", "QnnGraph_executeAsync",
+    "QnnTensor_createContextTensor", "QnnTensor_createGraphTensor", "QnnLog_create",
+    "QnnLog_setLogLevel", "QnnLog_free", "QnnProfile_create", "QnnProfile_setConfig",
+    "QnnProfile_getEvents", "QnnProfile_getSubEvents", "QnnProfile_getEventData",
+    "QnnProfile_getExtendedEventData", "QnnProfile_free", "QnnMem_register",
+    "QnnMem_deregister", "QnnDevice_getPlatformInfo", "QnnDevice_freePlatformInfo",
+    "QnnDevice_getInfrastructure", "QnnDevice_create", "QnnDevice_setConfig",
+    "QnnDevice_getInfo", "QnnDevice_free", "QnnSignal_create", "QnnSignal_setConfig",
+    "QnnSignal_trigger", "QnnSignal_free", "QnnError_getMessage", "QnnError_getVerboseMessage",
+    "QnnError_freeVerboseMessage", "QnnGraph_prepareExecutionEnvironment",
+    "QnnGraph_releaseExecutionEnvironment", "QnnGraph_getProperty", "QnnContext_validateBinary",
+    "QnnContext_createFromBinaryWithSignal", "QnnContext_createFromBinaryListAsync",
+    "QnnTensor_updateGraphTensors", "QnnTensor_updateContextTensors",
+    "QnnContext_getBinarySectionSize", "QnnContext_getBinarySection",
+    "QnnContext_applyBinarySection", "QnnBackend_getProperty", "QnnContext_getProperty",
+    "QnnContext_getIncrementalBinary", "QnnContext_releaseIncrementalBinary",
+    "QnnContext_finalize", "QnnGlobalConfig_set", "QnnContext_createFromBinaryWithCallback")
+"""QNN's function table (QNN_INTERFACE_VER_TYPE, QnnInterface.h order) as executorch 1.5.1 was
+built with it (core API 2.27: 69 entries, a 592-byte QnnInterface_t): the interposer wraps
+every entry but the two that take a struct by value (QnnBackend_validateOpConfig,
+QnnGraph_addNode, never called once a program is prepared), the 14 it traces by kind and the
+rest as `call api=NAME rc=N`."""
+QNN_SYSTEM_TABLE = ("QnnSystemContext_create", "QnnSystemContext_getBinaryInfo",
+                    "QnnSystemContext_getMetadata", "QnnSystemContext_free")
+"""The first entries of libQnnSystem.so's function table (QnnSystemInterface.h order), which
+the dlopen shim wraps when the runtime opens that library (the rest take a struct by value
+or serve the ahead-of-time DLC flow)."""
+QNN_APIS = tuple(name for name in QNN_TABLE
+                 if name not in ("QnnBackend_validateOpConfig", "QnnGraph_addNode")
+                 ) + QNN_SYSTEM_TABLE + ("QnnInterface_getProviders",)
+"""The QNN functions a rule may name (QnnInterface_getProviders: a failure there is the
+library being unusable after it loaded)."""
 STEP_POINTS = tuple(f"step.{op}" for op in
                     ("load_module", "load_method", "execute", "unload_method", "destroy_module"))
-APIS = QNN_APIS + STEP_POINTS
+DLOPEN_POINTS = tuple(f"dlopen.{lib}" for lib in
+                      ("libQnnHtp.so", "libQnnSystem.so", "libcdsprpc.so", "libQnnHtpPrepare.so"))
+"""The runtime's dlopen of a QNN library by its base name (the dlopen shim, preloaded into
+runners on the simulator: harness/qnn/interposer.c, HARNESS_DLOPEN_SHIM); a `fail` rule on
+one makes that dlopen return NULL with the loader's own dlerror()."""
+APIS = QNN_APIS + STEP_POINTS + DLOPEN_POINTS
 
 QNN_ERRORS: dict[str, int] = {
     "QNN_COMMON_ERROR_NOT_SUPPORTED": 1000,

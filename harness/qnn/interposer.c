@@ -102,8 +102,13 @@ enum { /* indices into the function table (QnnInterface.h order) */
   FN_MEM_DEREGISTER = 36,
   FN_DEVICE_CREATE = 40,
   FN_DEVICE_FREE = 43,
-  FN_COUNT = 44
+  FN_LEGACY_COUNT = 44, /* the table's length before core API 2.27 wrapped nothing past here */
+  FN_COUNT = 69 /* QNN_INTERFACE_VER_TYPE as executorch 1.5.1 was built (core API 2.27): 592-byte
+                 * QnnInterface_t, 40 bytes of header and 69 entries */
 };
+/* Entries 7 and 18 (QnnBackend_validateOpConfig, QnnGraph_addNode) take a struct by value
+ * (Qnn_OpConfig_t): no generic wrapper can forward them, and the runtime calls neither once a
+ * program is prepared, so they are left as they are. */
 
 typedef qnn_err_t (*get_providers_fn)(const qnn_interface_t ***, uint32_t *);
 typedef qnn_err_t (*backend_create_fn)(qnn_handle_t, const void **, qnn_handle_t *);
@@ -177,29 +182,52 @@ static void trace(const char *fmt, ...) {
  * fork, per API and per (API, actor). Every held, released, timed-out and injected point is
  * one trace line. */
 
-enum { API_GET_PROVIDERS = FN_COUNT, API_STEP_FIRST, API_COUNT = API_STEP_FIRST + 5 };
+enum { API_GET_PROVIDERS = FN_COUNT, API_STEP_FIRST, API_DLOPEN_FIRST = API_STEP_FIRST + 5,
+       API_SYSTEM_FIRST = API_DLOPEN_FIRST + 4, SYSTEM_COUNT = 4,
+       API_COUNT = API_SYSTEM_FIRST + SYSTEM_COUNT };
 
+/* Every entry of the function table by its QNN function's name (QnnInterface.h order), so a
+ * rule may name any of them and the trace names every call (`call api=...`). */
 static const char *const api_names[API_COUNT] = {
-    [FN_BACKEND_CREATE] = "QnnBackend_create",
-    [FN_BACKEND_FREE] = "QnnBackend_free",
-    [FN_CONTEXT_CREATE] = "QnnContext_create",
-    [FN_CONTEXT_CREATE_FROM_BINARY] = "QnnContext_createFromBinary",
-    [FN_CONTEXT_FREE] = "QnnContext_free",
-    [FN_GRAPH_CREATE] = "QnnGraph_create",
-    [FN_GRAPH_RETRIEVE] = "QnnGraph_retrieve",
-    [FN_GRAPH_EXECUTE] = "QnnGraph_execute",
-    [FN_LOG_CREATE] = "QnnLog_create",
-    [FN_LOG_FREE] = "QnnLog_free",
-    [FN_MEM_REGISTER] = "QnnMem_register",
-    [FN_MEM_DEREGISTER] = "QnnMem_deregister",
-    [FN_DEVICE_CREATE] = "QnnDevice_create",
-    [FN_DEVICE_FREE] = "QnnDevice_free",
+    "QnnProperty_hasCapability", "QnnBackend_create", "QnnBackend_setConfig",
+    "QnnBackend_getApiVersion", "QnnBackend_getBuildId", "QnnBackend_registerOpPackage",
+    "QnnBackend_getSupportedOperations", "QnnBackend_validateOpConfig", "QnnBackend_free",
+    "QnnContext_create", "QnnContext_setConfig", "QnnContext_getBinarySize",
+    "QnnContext_getBinary", "QnnContext_createFromBinary", "QnnContext_free",
+    "QnnGraph_create", "QnnGraph_createSubgraph", "QnnGraph_setConfig", "QnnGraph_addNode",
+    "QnnGraph_finalize", "QnnGraph_retrieve", "QnnGraph_execute", "QnnGraph_executeAsync",
+    "QnnTensor_createContextTensor", "QnnTensor_createGraphTensor", "QnnLog_create",
+    "QnnLog_setLogLevel", "QnnLog_free", "QnnProfile_create", "QnnProfile_setConfig",
+    "QnnProfile_getEvents", "QnnProfile_getSubEvents", "QnnProfile_getEventData",
+    "QnnProfile_getExtendedEventData", "QnnProfile_free", "QnnMem_register",
+    "QnnMem_deregister", "QnnDevice_getPlatformInfo", "QnnDevice_freePlatformInfo",
+    "QnnDevice_getInfrastructure", "QnnDevice_create", "QnnDevice_setConfig",
+    "QnnDevice_getInfo", "QnnDevice_free", "QnnSignal_create", "QnnSignal_setConfig",
+    "QnnSignal_trigger", "QnnSignal_free", "QnnError_getMessage", "QnnError_getVerboseMessage",
+    "QnnError_freeVerboseMessage", "QnnGraph_prepareExecutionEnvironment",
+    "QnnGraph_releaseExecutionEnvironment", "QnnGraph_getProperty", "QnnContext_validateBinary",
+    "QnnContext_createFromBinaryWithSignal", "QnnContext_createFromBinaryListAsync",
+    "QnnTensor_updateGraphTensors", "QnnTensor_updateContextTensors",
+    "QnnContext_getBinarySectionSize", "QnnContext_getBinarySection",
+    "QnnContext_applyBinarySection", "QnnBackend_getProperty", "QnnContext_getProperty",
+    "QnnContext_getIncrementalBinary", "QnnContext_releaseIncrementalBinary",
+    "QnnContext_finalize", "QnnGlobalConfig_set", "QnnContext_createFromBinaryWithCallback",
     [API_GET_PROVIDERS] = "QnnInterface_getProviders",
     [API_STEP_FIRST + 0] = "step.load_module",
     [API_STEP_FIRST + 1] = "step.load_method",
     [API_STEP_FIRST + 2] = "step.execute",
     [API_STEP_FIRST + 3] = "step.unload_method",
     [API_STEP_FIRST + 4] = "step.destroy_module",
+    /* the libraries the runtime dlopens (HARNESS_DLOPEN_SHIM build, below) */
+    [API_DLOPEN_FIRST + 0] = "dlopen.libQnnHtp.so",
+    [API_DLOPEN_FIRST + 1] = "dlopen.libQnnSystem.so",
+    [API_DLOPEN_FIRST + 2] = "dlopen.libcdsprpc.so",
+    [API_DLOPEN_FIRST + 3] = "dlopen.libQnnHtpPrepare.so",
+    /* libQnnSystem.so's function table, its first entries (the dlopen shim patches them) */
+    [API_SYSTEM_FIRST + 0] = "QnnSystemContext_create",
+    [API_SYSTEM_FIRST + 1] = "QnnSystemContext_getBinaryInfo",
+    [API_SYSTEM_FIRST + 2] = "QnnSystemContext_getMetadata",
+    [API_SYSTEM_FIRST + 3] = "QnnSystemContext_free",
 };
 
 enum { NEMESIS_MAX_RULES = 32, NEMESIS_MAX_ACTORS = 32, ACTOR_LEN = 16 };
@@ -341,14 +369,18 @@ static void nemesis_init_locked(void) {
     while (*tok == ' ') tok++;
     if (!*tok) continue;
     if (rule_count == NEMESIS_MAX_RULES || parse_rule(tok, &rules[rule_count]) != 0) {
+#ifndef HARNESS_DLOPEN_SHIM /* the interposer reads the same rules and says it once */
       fprintf(stderr, "[harness interposer] HARNESS_QNN_NEMESIS: cannot read rule '%s'\n", tok);
       trace("nemesis_bad rule=%d", rule_count);
+#endif
       continue;
     }
     rule_count++;
   }
   free(copy);
+#ifndef HARNESS_DLOPEN_SHIM
   trace("nemesis_rules count=%d", rule_count);
+#endif
 }
 
 static uint64_t *actor_calls(const char *actor) {
@@ -463,6 +495,128 @@ static int nemesis_point(int api, int phase, uint64_t *rc) {
 
 #define ENTER(fn, rc) nemesis_point((fn), PHASE_ENTER, &(rc))
 #define LEAVE(fn) do { uint64_t ignored_rc_; nemesis_point((fn), PHASE_LEAVE, &ignored_rc_); } while (0)
+
+#ifdef HARNESS_DLOPEN_SHIM
+/* ---- the dlopen shim (built from this file with -DHARNESS_DLOPEN_SHIM, preloaded) ----------
+ *
+ * The runtime opens each QNN library itself (QnnImplementation::Load, QnnSysImplementation::Load,
+ * SharedBuffer::Load: pal::dynamic_loading::DlOpen, ::dlopen). A library preloaded into the
+ * runner defines dlopen, so those calls reach it first: a call whose file's base name is one
+ * of the dlopen points above is traced (`dlopen lib=NAME rc=0|1`) and a `fail
+ * dlopen.NAME#N rc=CODE` rule makes it fail. The failure is a real one: the call is made on a
+ * path that does not exist, so dlerror() says why as the loader does. Everything else passes
+ * through. (libfiu cannot do this: it has no dlopen point, and the loader opens files with
+ * glibc's internal open, which no preload sees.) */
+static int dlopen_api(const char *file) {
+  if (!file) return -1;
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  char name[64];
+  if (snprintf(name, sizeof name, "dlopen.%s", base) >= (int)sizeof name) return -1;
+  int api = api_index(name, strlen(name));
+  return api >= API_DLOPEN_FIRST ? api : -1;
+}
+
+/* Per thread and library: 1 when its last counted call was a probe (RTLD_NOLOAD) that found
+ * nothing, 2 when that probe's failure was injected. */
+static __thread int probe_failed[API_COUNT];
+
+/* Whether the call at `caller` is the runtime's: made from an ExecuTorch library (a file whose
+ * name holds "executorch": libexecutorch_backend_qnn.so, libqnn_executorch_backend.so), not
+ * the runner's own dlopen of the interposer for its step points, made only when a scenario has
+ * rules (it would shift the occurrences against a run without), nor the interposer's of the
+ * real library. */
+static int from_runtime(void *caller) {
+  Dl_info info;
+  if (!dladdr(caller, &info) || !info.dli_fname) return 0;
+  const char *base = strrchr(info.dli_fname, '/');
+  return strstr(base ? base + 1 : info.dli_fname, "executorch") != NULL;
+}
+
+/* libQnnSystem.so's calls: QnnSystemInterface_t is {u32 backendId; const char *providerName;
+ * Qnn_Version_t systemApiVersion; table}, the table at byte 32 (checked against QAIRT 2.51's
+ * library); its first entries, systemContextCreate, GetBinaryInfo, GetMetadata and Free
+ * (QnnSystemInterface.h order), take pointers, handles and sizes. When the runtime opens the
+ * library, the shim asks it for its providers and puts traced wrappers (`call api=NAME rc=N`,
+ * open to rules like the interposer's) in those entries; the table goes with the library. */
+typedef qnn_err_t (*system_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+static void *system_real[SYSTEM_COUNT];
+#define SYSTEM_WRAPPER(i)                                                                    \
+  static qnn_err_t sys_##i(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e,       \
+                           uint64_t f) {                                                     \
+    qnn_err_t rc = 0;                                                                        \
+    if (!ENTER(API_SYSTEM_FIRST + i, rc)) rc = ((system_fn)system_real[i])(a, b, c, d, e, f); \
+    trace("call api=%s rc=%" PRIu64, api_names[API_SYSTEM_FIRST + i], rc);                   \
+    LEAVE(API_SYSTEM_FIRST + i);                                                             \
+    return rc;                                                                               \
+  }
+SYSTEM_WRAPPER(0) SYSTEM_WRAPPER(1) SYSTEM_WRAPPER(2) SYSTEM_WRAPPER(3)
+static void *const system_wrappers[SYSTEM_COUNT] = {(void *)sys_0, (void *)sys_1, (void *)sys_2,
+                                                    (void *)sys_3};
+
+static void patch_system_library(void *handle) {
+  typedef qnn_err_t (*providers_fn)(const void ***, uint32_t *);
+  providers_fn get = (providers_fn)dlsym(handle, "QnnSystemInterface_getProviders");
+  const void **providers = NULL;
+  uint32_t count = 0;
+  if (!get || get(&providers, &count) != 0 || !providers) return;
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  for (uint32_t k = 0; k < count; k++) {
+    const uint32_t *version = (const uint32_t *)((const char *)providers[k] + 16);
+    if (version[0] != 1) continue; /* only the v1 table's layout is known */
+    void **table = (void **)((char *)providers[k] + 32);
+    uintptr_t start = (uintptr_t)table & ~(page - 1);
+    if (mprotect((void *)start, (uintptr_t)&table[SYSTEM_COUNT] - start,
+                 PROT_READ | PROT_WRITE) != 0) {
+      trace("error mprotect errno=%d", errno);
+      continue;
+    }
+    for (int i = 0; i < SYSTEM_COUNT; i++) {
+      if (!table[i] || table[i] == system_wrappers[i]) continue;
+      system_real[i] = table[i];
+      table[i] = system_wrappers[i];
+    }
+  }
+}
+
+__attribute__((visibility("default"))) void *dlopen(const char *file, int mode) {
+  static void *(*real_dlopen)(const char *, int) = NULL;
+  if (!real_dlopen) real_dlopen = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
+  int api = dlopen_api(file);
+  if (api < 0 || !from_runtime(__builtin_return_address(0))) return real_dlopen(file, mode);
+  const char *lib = api_names[api] + strlen("dlopen.");
+  int probe = (mode & RTLD_NOLOAD) != 0;
+  char missing[160];
+  snprintf(missing, sizeof missing, "/nonexistent/harness-injected-failure/%s", lib);
+  /* One attempt to open a library may be two calls: the runtime asks whether it is loaded
+   * (RTLD_NOLOAD) and opens it when not (QnnImplementation::StartBackend). The open after a
+   * probe that found nothing is the same attempt: not counted again, and failed too when the
+   * probe's failure was injected. */
+  if (!probe && probe_failed[api]) {
+    int injected = probe_failed[api] == 2;
+    probe_failed[api] = 0;
+    void *handle = real_dlopen(injected ? missing : file, mode);
+    trace("dlopen lib=%s rc=%d after_probe=1%s", lib, handle ? 0 : 1,
+          injected ? " injected=1" : "");
+    if (handle && api == API_DLOPEN_FIRST + 1) patch_system_library(handle);
+    return handle;
+  }
+  uint64_t rc = 0;
+  if (ENTER(api, rc)) {
+    void *none = real_dlopen(missing, mode); /* NULL, and dlerror() names the cause */
+    probe_failed[api] = probe ? 2 : 0;
+    trace("dlopen lib=%s rc=%" PRIu64 " noload=%d injected=1", lib, rc, probe);
+    LEAVE(api);
+    return none;
+  }
+  void *handle = real_dlopen(file, mode);
+  probe_failed[api] = probe && !handle ? 1 : 0;
+  trace("dlopen lib=%s rc=%d noload=%d", lib, handle ? 0 : 1, probe);
+  if (handle && api == API_DLOPEN_FIRST + 1) patch_system_library(handle);
+  LEAVE(api);
+  return handle;
+}
+#else
 
 /* Called by the runner around each step it runs (found with dlsym on this library): the step
  * points of the rules above. `op`: the step's op; `leave`: 0 before the step, 1 after. */
@@ -817,7 +971,44 @@ static qnn_err_t w_graph_execute(qnn_handle_t g, const void *in, uint32_t nin, v
   return rc;
 }
 
+/* Every other entry: traced (`call api=NAME rc=N`) and open to nemesis rules, forwarded with
+ * ten integer-class arguments (every QNN function takes pointers, handles and integers, at
+ * most nine; extra ones are ignored by the callee). */
+typedef qnn_err_t (*generic_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+                                uint64_t, uint64_t, uint64_t, uint64_t);
+#define GENERIC(i)                                                                           \
+  static qnn_err_t g_##i(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e,         \
+                         uint64_t f, uint64_t g, uint64_t h, uint64_t j, uint64_t k) {       \
+    qnn_err_t rc = 0;                                                                        \
+    if (!ENTER(i, rc)) rc = ((generic_fn)real_table[i])(a, b, c, d, e, f, g, h, j, k);       \
+    trace("call api=%s rc=%" PRIu64, api_names[i], rc);                                      \
+    LEAVE(i);                                                                                \
+    return rc;                                                                               \
+  }
+GENERIC(0) GENERIC(2) GENERIC(3) GENERIC(4) GENERIC(5) GENERIC(6) GENERIC(10) GENERIC(11)
+GENERIC(12) GENERIC(16) GENERIC(17) GENERIC(19) GENERIC(22) GENERIC(23) GENERIC(24)
+GENERIC(26) GENERIC(28) GENERIC(29) GENERIC(30) GENERIC(31) GENERIC(32) GENERIC(33)
+GENERIC(34) GENERIC(37) GENERIC(38) GENERIC(39) GENERIC(41) GENERIC(42) GENERIC(44)
+GENERIC(45) GENERIC(46) GENERIC(47) GENERIC(48) GENERIC(49) GENERIC(50) GENERIC(51)
+GENERIC(52) GENERIC(53) GENERIC(54) GENERIC(55) GENERIC(56) GENERIC(57) GENERIC(58)
+GENERIC(59) GENERIC(60) GENERIC(61) GENERIC(62) GENERIC(63) GENERIC(64) GENERIC(65)
+GENERIC(66) GENERIC(67) GENERIC(68)
+
 static void *const wrappers[FN_COUNT] = {
+    [0] = (void *)g_0, [2] = (void *)g_2, [3] = (void *)g_3, [4] = (void *)g_4,
+    [5] = (void *)g_5, [6] = (void *)g_6, [10] = (void *)g_10, [11] = (void *)g_11,
+    [12] = (void *)g_12, [16] = (void *)g_16, [17] = (void *)g_17, [19] = (void *)g_19,
+    [22] = (void *)g_22, [23] = (void *)g_23, [24] = (void *)g_24, [26] = (void *)g_26,
+    [28] = (void *)g_28, [29] = (void *)g_29, [30] = (void *)g_30, [31] = (void *)g_31,
+    [32] = (void *)g_32, [33] = (void *)g_33, [34] = (void *)g_34, [37] = (void *)g_37,
+    [38] = (void *)g_38, [39] = (void *)g_39, [41] = (void *)g_41, [42] = (void *)g_42,
+    [44] = (void *)g_44, [45] = (void *)g_45, [46] = (void *)g_46, [47] = (void *)g_47,
+    [48] = (void *)g_48, [49] = (void *)g_49, [50] = (void *)g_50, [51] = (void *)g_51,
+    [52] = (void *)g_52, [53] = (void *)g_53, [54] = (void *)g_54, [55] = (void *)g_55,
+    [56] = (void *)g_56, [57] = (void *)g_57, [58] = (void *)g_58, [59] = (void *)g_59,
+    [60] = (void *)g_60, [61] = (void *)g_61, [62] = (void *)g_62, [63] = (void *)g_63,
+    [64] = (void *)g_64, [65] = (void *)g_65, [66] = (void *)g_66, [67] = (void *)g_67,
+    [68] = (void *)g_68,
     [FN_BACKEND_CREATE] = (void *)w_backend_create,
     [FN_BACKEND_FREE] = (void *)w_backend_free,
     [FN_CONTEXT_CREATE] = (void *)w_context_create,
@@ -894,11 +1085,18 @@ static int decide_bridge(const qnn_interface_t *p) {
 static qnn_interface_t *patched[16];
 static size_t patched_count = 0;
 
+/* How many entries of `p`'s table exist: all FN_COUNT from core API 2.27 on (the table
+ * executorch 1.5.1 was built with), the first FN_LEGACY_COUNT before. */
+static int table_length(const qnn_interface_t *p) {
+  return p->core_api.major > 2 || (p->core_api.major == 2 && p->core_api.minor >= 27)
+             ? FN_COUNT : FN_LEGACY_COUNT;
+}
+
 /* Makes the pages of `p`'s function table writable; 0 on success. */
 static int table_writable(qnn_interface_t *p) {
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   uintptr_t start = (uintptr_t)&p->table[0] & ~(page - 1);
-  uintptr_t end = (uintptr_t)&p->table[FN_COUNT];
+  uintptr_t end = (uintptr_t)&p->table[table_length(p)];
   return mprotect((void *)start, end - start, PROT_READ | PROT_WRITE);
 }
 
@@ -907,12 +1105,13 @@ static int patch_provider(qnn_interface_t *p) {
     trace("error mprotect errno=%d", errno);
     return -1;
   }
-  for (int i = 0; i < FN_COUNT; i++) {
+  for (int i = 0; i < table_length(p); i++) {
     if (!wrappers[i]) {
       if (!real_table[i]) real_table[i] = p->table[i]; /* called by the DSP heap reading */
       continue;
     }
     if (p->table[i] == wrappers[i]) continue;
+    if (!p->table[i]) continue; /* not provided: the runtime must still see it missing */
     if (!real_table[i]) real_table[i] = p->table[i];
     if (p->table[i] == real_table[i]) p->table[i] = wrappers[i];
   }
@@ -956,7 +1155,7 @@ __attribute__((destructor)) static void on_unload(void) {
   for (size_t k = 0; k < patched_count; k++) {
     qnn_interface_t *p = patched[k];
     if (table_writable(p) != 0) continue;
-    for (int i = 0; i < FN_COUNT; i++)
+    for (int i = 0; i < table_length(p); i++)
       if (wrappers[i] && p->table[i] == wrappers[i]) p->table[i] = real_table[i];
   }
   trace("library_close pid=%d", (int)getpid());
@@ -1010,3 +1209,4 @@ qnn_err_t QnnInterface_getProviders(const qnn_interface_t ***providers, uint32_t
   LEAVE(API_GET_PROVIDERS);
   return rc;
 }
+#endif /* HARNESS_DLOPEN_SHIM */

@@ -26,7 +26,20 @@ def interposer_command(output: Path, compiler: str = "gcc", android: bool = Fals
             "-o", str(output), str(SOURCE), *libs]
 
 
-def build_interposer(force: bool = False) -> Path:
+DLOPEN_SHIM_NAME = "libharness_qnn_dlopen.so"
+DLOPEN_SHIM_ENV = "HARNESS_QNN_DLOPEN_SHIM"  # its path, as `python -m harness env` gives it
+DLOPEN_SHIM_FLAGS = ("-DHARNESS_DLOPEN_SHIM", "-Wno-unused-variable", "-Wno-unused-function")
+
+
+def build_dlopen_shim(force: bool = False) -> Path:
+    """The dlopen shim (the same source built with -DHARNESS_DLOPEN_SHIM): preloaded into a
+    runner on the simulator, it traces and, by nemesis rule, fails the runtime's dlopen of each
+    QNN library (see the C file). Built like the interposer, once per source hash."""
+    return build_interposer(force, DLOPEN_SHIM_NAME, DLOPEN_SHIM_FLAGS)
+
+
+def build_interposer(force: bool = False, name: str = LIB_NAME,
+                     flags: tuple[str, ...] = ()) -> Path:
     """Return the path of a built interposer, building it if this source was never built."""
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
@@ -34,9 +47,9 @@ def build_interposer(force: bool = False) -> Path:
             "gcc is needed to build the QNN interposer (libQnnHtp.so shim): "
             "install it with `apt-get install gcc`."
         )
-    key = digest([SOURCE.read_bytes(), compiler])
+    key = digest([SOURCE.read_bytes(), compiler, *flags])
     out_dir = cache_root() / "interposer" / key
-    output = out_dir / LIB_NAME
+    output = out_dir / name
     marker = out_dir / "build.ok"
     if not force and marker.is_file() and not verify_build(marker, [output]):
         return output
@@ -53,8 +66,10 @@ def build_interposer(force: bool = False) -> Path:
             rebuild_notice(f"the cached QNN interposer is damaged: {problem}; rebuilding it")
         marker.unlink(missing_ok=True)
         out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = out_dir / (LIB_NAME + ".tmp")
-        proc = subprocess.run(interposer_command(tmp, compiler), capture_output=True, text=True)
+        tmp = out_dir / (name + ".tmp")
+        command = interposer_command(tmp, compiler)
+        proc = subprocess.run(command[:1] + list(flags) + command[1:], capture_output=True,
+                              text=True)
         if proc.returncode != 0:
             raise SdkError(f"building the QNN interposer failed:\n{proc.stderr[-2000:]}")
         tmp.replace(output)

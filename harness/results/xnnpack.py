@@ -26,17 +26,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import posixpath
 import re
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.log import notice
 from harness.results import xnnpack_log
 from harness.results.run import ScenarioResult, StepResult
 from harness.scenario import Scenario
 
+_log = logging.getLogger(__name__)
 BACKEND = "XnnpackBackend"
 HEAP_LIMIT = 0.10  # of the weight bytes: more than this on the heap is a fallback
 MAPPED_MIN = 0.90  # of the weight bytes: a mapped load has at least this in the cache file
@@ -186,14 +188,16 @@ def cache_log(result: ScenarioResult) -> tuple[str, ...]:
 
 
 def classify_load(result: ScenarioResult, weight_bytes: int, module: str | None = None,
-                  cache_path: str | None = None) -> CacheLoad:
+                  cache_path: str | None = None, expected: str | None = None) -> CacheLoad:
     """Classify the packed-weight placement of `module` (default: the first module loaded).
 
     `cache_path` defaults to the `packed_cache_path` of the module's `load_module` step; it
     must be in the scenario's `watch_mappings` for its mapped bytes to be measured.
+    `expected`: the placement the test expects ("mapped", "fallback"), for the report only
+    (the test asserts it itself).
     """
     load = _classify_load(result, weight_bytes, module, cache_path)
-    _note_verdict(load, None)
+    _note_verdict(load, expected)
     return load
 
 
@@ -220,9 +224,11 @@ def _classify_load(result: ScenarioResult, weight_bytes: int, module: str | None
     found = classify_span(result, weight_bytes, before, after, cache_path, module or "",
                           result.steps[after].step.method or "")
     xnn = (result.steps[load].step.args.get("backend_options") or {}).get(BACKEND) or {}
+    earlier = sum(1 for s in result.steps[:load] if s.step.op == "load_module"
+                  and cache_path and requested_cache_path(s) == cache_path)
     why = xnnpack_log.launch_reason(found.runtime_log, xnn.get("packed_cache_path"),
                                     bool(xnn.get("weight_cache_enabled", bool(xnn))),
-                                    found.classification)
+                                    found.classification, earlier)
     return dataclasses.replace(found, branch=why.branch, errno=why.errno, reason=why.reason,
                                loaded_entries=why.loaded_entries)
 
@@ -369,10 +375,6 @@ def assert_cache_steps_ok(result: ScenarioResult) -> None:
 
 
 # Runtime counters ----------------------------------------------------------------------------
-class RuntimeCountersUnavailable(UserWarning):
-    """The runtime does not publish packed-cache counters; only measured memory is checked."""
-
-
 def add_counter_probes(scenario: Scenario, keys: tuple[str, ...] = COUNTER_KEYS) -> Scenario:
     """Two `get_option` steps per counter: a string-typed probe, then the int-typed read."""
     for key in keys:
@@ -480,12 +482,21 @@ def assert_counters_agree(counters: RuntimeCounters, load: CacheLoad,
                              f"({load.describe()}):\n  " + "\n  ".join(problems))
 
 
-_warned: set[str] = set()
+_said: set[str] = set()  # runtime versions whose missing counters this process has said
+
+
+def counters_notice_key(version: str) -> str:
+    """What makes two notices about missing counters one: the runtime version (an xdist
+    worker's and the controller's, or two workers', are the same finding)."""
+    return f"xnnpack-counters:{version}"
 
 
 def note_counters(counters: RuntimeCounters, version: str, artifacts: Path | None = None) -> None:
-    """Record what the runtime publishes: in the artifacts, and once per session as a warning
-    when it publishes none of the counters (not a failure: the measurement stands alone)."""
+    """Record what the runtime publishes: in the artifacts, and, when it publishes none of the
+    counters, one session notice (not a failure: the measurement stands alone). A notice, not
+    a warning: pytest lists a warning under every test that raised it and each xdist worker
+    raises its own; the session says a notice once, the controller once for all its workers
+    (harness.plugin.terminal)."""
     if artifacts is not None:
         from harness.log import disk_full_tolerated
 
@@ -493,12 +504,12 @@ def note_counters(counters: RuntimeCounters, version: str, artifacts: Path | Non
             artifacts.mkdir(parents=True, exist_ok=True)
             (artifacts / "xnnpack_counters.json").write_text(json.dumps(
                 {"executorch": version, **counters.to_json()}, indent=1))
-    if counters.missing and not counters.exposed and version not in _warned:
-        _warned.add(version)
-        warnings.warn(RuntimeCountersUnavailable(
-            f"executorch {version}: XnnpackBackend publishes no packed-cache counters "
-            f"({', '.join(counters.missing)}: get_option leaves the value untouched); "
-            "packed-weight placement is checked from measured memory only"), stacklevel=2)
+    if counters.missing and not counters.exposed and version not in _said:
+        _said.add(version)
+        notice(_log, f"executorch {version}: XnnpackBackend publishes no packed-cache counters "
+               f"({', '.join(counters.missing)}: get_option leaves the value untouched); "
+               "packed-weight placement is checked from measured memory only", True,
+               key=counters_notice_key(version))
 
 
 def _mib(n: int) -> str:

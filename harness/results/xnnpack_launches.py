@@ -36,6 +36,8 @@ BRANCH_WORDS = {
     "index_write_failed": "the index could not be written",
     "seed_mismatch": "seed mismatch (packs of another XNNPACK)",
     "loaded_reopen_failed": "a read-only cache file",
+    "reopen_failed": "reopening the cache file in the same process failed",
+    "unnamed_constant": "constants without a name (never cached)",
     "fresh_write": "fresh write",
     "loaded": "cache loaded",
 }

@@ -32,6 +32,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((event, re.compile(pat
     ("seed_mismatch", r"look_up: seed mismatch for '(?P<name>[^']*)'"),
     ("corrupt_index", r"load_packed_cache: (truncated entry header|entry '.*' has invalid bounds)"),
     ("heap_alloc_failed", r"XNN weight cache failed to allocate (?P<bytes>\d+) bytes"),
+    ("unnamed", r"Unpacked weight and bias were not registered with names"),
     ("loaded", r"Loaded packed weight cache: (?P<path>.*) \((?P<entries>\d+) entries\)"),
     ("opened_for_writing", r"Opened packed weight file for writing: (?P<path>.*)"),
     ("synced", r"Synced (?P<new>\d+) new regions \((?P<total>\d+) total\), (?P<mb>\d+) MB"),
@@ -108,13 +109,26 @@ class LaunchReason:
 
 
 def launch_reason(lines: tuple[str, ...] | list[str], requested: str | None, enabled: bool,
-                  placement: str) -> LaunchReason:
+                  placement: str, earlier_inits: int = 0) -> LaunchReason:
     """The branch one launch took: its first failure, else what the cache did.
 
     `requested`: the packed_cache_path the load asked for ("" for an empty path, None when no
-    path was given); `enabled`: weight_cache_enabled; `placement`: the measured classification.
+    path was given); `enabled`: weight_cache_enabled; `placement`: the measured classification;
+    `earlier_inits`: loads on the same path earlier in the same process (the log is the whole
+    process's, so a later module's open failure is told apart from the first one's).
     """
     found = events(lines)
+    opens = [e for e in found if e.event in ("open_failed", "flock_failed")]
+    if enabled and requested and earlier_inits and len(opens) > 1:
+        # The fd, once open, stays open for the process's life (save_packed_index keeps it), so
+        # a later init on the path opens again only when an earlier one was left without it;
+        # with that init's entries in memory it takes initialize_for_runtime's reopen branch
+        # (open_locked(O_RDWR), no O_CREAT: a missing file is ENOENT there).
+        last = opens[-1]
+        return LaunchReason("reopen_failed", last.errno, "initialize_for_runtime: entries of an "
+                            "earlier load in this process are in memory and reopening the cache "
+                            f"file O_RDWR failed (errno {errno_name(last.errno)}); no open file, "
+                            "every new pack to heap", None, None)
     loaded = next((int(e.fields["entries"]) for e in found if e.event == "loaded"), None)
     saved = next((int(e.fields["entries"]) for e in reversed(found) if e.event == "saved"), None)
     failure = next((e for e in found if e.event in FAILURES), None)
@@ -138,6 +152,10 @@ def launch_reason(lines: tuple[str, ...] | list[str], requested: str | None, ena
     if failure is not None:
         text = f"{FAILURES[failure.event]} (errno {errno_name(failure.errno)})"
         return reason(failure.event, text, failure.errno)
+    if any(e.event == "unnamed" for e in found) and placement == "fallback":
+        return reason("unnamed_constant", "look_up: the weights of a pack carry no name "
+                      "(last_lookup_unnamed_), so reserve_space packs it into heap, never into "
+                      "the file, on every launch")
     if seeds:
         return reason("seed_mismatch", f"{len(seeds)} cached entries have another XNNPACK seed "
                       "(an XNNPACK upgrade): treated as misses, re-packed into heap "

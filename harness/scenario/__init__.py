@@ -97,10 +97,21 @@ class Scenario:
     # Rules for the QNN interposer (harness.protocol.nemesis): threads held at named points and
     # QNN calls made to fail, so the scenario states an interleaving or a failure as data.
     qnn_nemesis: list[str] = dataclasses.field(default_factory=list)
+    # Capabilities the runner process starts without (util-linux `setpriv --bounding-set`),
+    # e.g. ["dac_override", "dac_read_search", "fowner"]: a root runner then meets the file
+    # permission checks an app (not root) meets. Runs in a new process; host simulator only.
+    # Host-side only.
+    drop_capabilities: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
             raise ScenarioError(f"scenario name {self.name!r} must match {_NAME.pattern}")
+
+    @property
+    def own_process(self) -> bool:
+        """Whether the scenario needs a runner process of its own (never a fork of a server):
+        a fresh process, an environment of its own, or capabilities dropped at its start."""
+        return self.fresh_process or bool(self.run_env) or bool(self.drop_capabilities)
 
     # Building ------------------------------------------------------------------------------
     def _add(self, step: Step) -> Scenario:

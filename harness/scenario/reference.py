@@ -42,11 +42,13 @@ def holds_context(model: CompiledModel, methods: Collection[str]) -> bool:
     return bool(set(methods) & delegated) if delegated else True
 
 
-def predict(scenario: Scenario) -> list[Expected]:
+def predict(scenario: Scenario, failed_loads: frozenset[int] = frozenset()) -> list[Expected]:
+    """What must hold after each step; `failed_loads`: indices of load_method steps expected
+    to fail (an injected failure), which load nothing."""
     loaded: dict[str, set[str]] = {}
     out: list[Expected] = []
-    for step in scenario.steps:
-        ok = all([_apply(sub, loaded) for sub in step.flat])
+    for i, step in enumerate(scenario.steps):
+        ok = i in failed_loads or all([_apply(sub, loaded) for sub in step.flat])
         qnn = frozenset(m for m, methods in loaded.items()
                         if holds_context(scenario.models[m], methods))
         out.append(Expected({m: frozenset(v) for m, v in loaded.items()}, len(qnn), ok, qnn))

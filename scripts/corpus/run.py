@@ -1,7 +1,7 @@
 """CI step "corpus": programs this project did not write, through S1-S4 and the decode loop
 with `--pte`.
 
-    python scripts/corpus/run.py [--soc SM8650] [--out DIR]
+    python scripts/corpus/run.py [--soc SM8650] [--out DIR] [--build-only]
 
 Builds the corpus (scripts/corpus/build.py, cached under the harness cache by the corpus
 sources, the compile worker and the ExecuTorch version, so a second run builds nothing), runs
@@ -184,11 +184,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--soc", default="SM8650")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the JUnit XML and the table go (default: a temp dir)")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build the corpus into the cache and stop (CI builds it beside the "
+                             "steps before this one, which leave a CPU idle)")
     args = parser.parse_args(argv)
     from harness.config.paths import SUITES_DIR
 
     corpus = corpus_dir(args.soc)
     build(corpus, args.soc)
+    if args.build_only:
+        return 0
     manifest = json.loads((corpus / "manifest.json").read_text())
     out = args.out or Path(tempfile.mkdtemp(prefix="corpus-run-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ FILE_KIND = {
     "test_valgrind_findings.py": "unit",
     "test_valgrind.py": "simulator",
     "test_bug_report.py": "simulator",
+    "test_memory_claims.py": "simulator",
     "test_bad_input.py": "unit",  # python -m pytest / python -m harness processes
     "test_export_safety.py": "unit",  # python -m harness processes, run directories by hand
     "test_output_limit.py": "simulator",
@@ -40,6 +41,7 @@ FILE_KIND = {
     "test_trace.py": "unit",
     "test_nemesis_rules.py": "unit",
     "test_fault_sweep_plan.py": "unit",
+    "test_leftovers.py": "unit",
     "test_nemesis.py": "simulator",
     "test_dsp_heap.py": "unit",
     "test_load_modes.py": "simulator",
@@ -53,6 +55,10 @@ FILE_KIND = {
     "test_dsp_heap_chain.py": "simulator",  # and gcc (the DSP heap emulation library)
     "test_xnnpack_classify.py": "unit",
     "test_xnnpack_launches.py": "unit",
+    "test_privileges.py": "unit",
+    "test_xnnpack_table.py": "unit",
+    "test_xnnpack_init_error.py": "unit",
+    "test_xnnpack_counters_notice.py": "simulator",
     "test_report_data.py": "unit",
     "test_native_build.py": "compiler",
     "test_qnn_sdk.py": "compiler",

@@ -19,8 +19,9 @@ from harness.results.known_issues import BUG_CLASSES, load_known_issues
 
 
 @pytest.mark.unit
-def test_every_reproduction_is_named_by_a_runtime_defect_entry():
-    named = {i.reproduce for i in load_known_issues() if i.where in BUG_CLASSES}
+def test_every_reproduction_is_named_by_a_known_issue():
+    """A runtime or QNN defect's, or the lowering flow's (spill-fill size)."""
+    named = {i.reproduce for i in load_known_issues() if i.reproduce}
     assert set(REPRODUCTIONS) <= named
 
 

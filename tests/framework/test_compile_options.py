@@ -59,6 +59,8 @@ def test_compile_model_rejects_before_compiling(spec, monkeypatch):
     with pytest.raises(ModelError, match="are QNN options"):
         compile_model(get_model("xnn_linear_stack"), "SM8650", "fp32", sdk=None,
                       options={"multi_contexts": True})
+    with pytest.raises(ModelError, match="are XNNPACK options"):
+        compile_model(spec, "SM8650", "fp16", sdk=None, options={"unnamed_weights": True})
 
 
 def test_session_model_rejects_unknown_option_without_sdk(tmp_path):

@@ -68,3 +68,55 @@ def test_an_injected_run_allows_errors_on_the_failing_module_only(tmp_path):
     assert run.qnn_nemesis == ["fail QnnGraph_execute#1 rc=6001"]
     assert run.allowed_errors == {2, 5}  # A's execute and destroy; W's steps must stay ok
     assert sc.qnn_nemesis == [] and not sc.allowed_errors  # the recorded scenario is untouched
+
+
+def test_every_traced_call_is_a_site_and_a_probe_with_its_open_is_one_attempt(tmp_path):
+    """Beside the calls traced by kind, the interposer's `call api=...` lines (every other
+    entry of the function table) and the dlopen shim's lines are call sites; an open that
+    follows a probe (RTLD_NOLOAD) that found nothing is the same attempt, not another site."""
+    sc, _ = recorded(tmp_path)
+    extra = ["dlopen lib=libQnnHtp.so rc=1 noload=1", "dlopen lib=libQnnHtp.so rc=0 after_probe=1",
+             "api core=2.40.0", "call api=QnnDevice_getInfrastructure rc=0",
+             "call api=QnnBackend_getApiVersion rc=0", "dlopen lib=libQnnSystem.so rc=0 noload=0",
+             "context_create rc=0 handle=0x1 binary=10"]
+    text = "".join(f"{n + 1} {line}\n" for n, line in enumerate(extra))
+    events = [{"event": "step", "index": i, "status": "ok", "error_code": 0, "message": "",
+               "outputs": [], "trace_offset": 0 if i == 0 else len(text.encode())}
+              for i in range(len(sc.steps))]
+    stdout = "".join("HARNESS_EVENT " + json.dumps(e) + "\n" for e in events + [{"event": "end"}])
+    result = ScenarioResult.build(sc, RunOutput(0, stdout, "", text), parse_trace(text))
+    assert [s.api for s in fault_sweep.call_sites(result, len(sc.steps))] == [
+        "dlopen.libQnnHtp.so", "QnnInterface_getProviders", "QnnDevice_getInfrastructure",
+        "QnnBackend_getApiVersion", "dlopen.libQnnSystem.so", "QnnContext_createFromBinary"]
+
+
+def test_an_injected_run_of_a_scenario_meeting_a_known_bug_allows_its_failing_steps(tmp_path):
+    """S1 and S3 fail a step with nothing injected on 1.5.1 (the delegate cache): an injected
+    run may fail it too, and is judged on the failure path only."""
+    sc, _ = recorded(tmp_path)
+    run = fault_sweep.injected(sc, CallSite("QnnGraph_execute", 1, 2), len(sc.steps), {4})
+    assert run.allowed_errors == {2, 4, 5}
+
+
+def test_every_function_table_entry_and_dlopen_point_is_a_rule_target():
+    from harness.protocol.nemesis import DLOPEN_POINTS, QNN_APIS, QNN_TABLE, parse_rule
+
+    assert len(QNN_TABLE) == 69 and QNN_TABLE[13] == "QnnContext_createFromBinary"
+    assert QNN_TABLE[40] == "QnnDevice_create" and QNN_TABLE[21] == "QnnGraph_execute"
+    assert "QnnGraph_addNode" not in QNN_APIS and "QnnDevice_getInfrastructure" in QNN_APIS
+    for api in ("QnnBackend_getApiVersion", *DLOPEN_POINTS):
+        assert str(parse_rule(f"fail {api}#2 rc=1100")) == f"fail {api}#2 rc=1100"
+    # The interposer names the table's entries in the same order (harness/qnn/interposer.c).
+    import re
+    from pathlib import Path
+
+    import harness.qnn
+
+    source = (Path(harness.qnn.__file__).parent / "interposer.c").read_text()
+    block = source.split("static const char *const api_names[API_COUNT] = {", 1)[1]
+    block = block.split("[API_GET_PROVIDERS]", 1)[0]
+    assert tuple(re.findall(r'"(Qnn\w+)"', block)) == QNN_TABLE
+    assert all(f'"{p}"' in source for p in DLOPEN_POINTS)
+    from harness.protocol.nemesis import QNN_SYSTEM_TABLE
+
+    assert tuple(re.findall(r'\[API_SYSTEM_FIRST \+ \d\] = "(\w+)"', source)) == QNN_SYSTEM_TABLE

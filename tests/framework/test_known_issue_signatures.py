@@ -33,7 +33,37 @@ OTHER_BUS = ("runner crashed with signal SIGBUS\ncrash site: SIGBUS at fault add
 OTHER_ABORT = ("runner crashed with signal SIGABRT\ncrash site: SIGABRT; frames: #0 libc.so.6+0x8aeec"
                " <- #1 libc.so.6+0x3bfb1 gsignal+0x11 <- #2 libc.so.6+0x26471 abort+0xd2 <- #3 "
                "harness-runner+0x4242")
-UNRELATED = [Failure("crash", BARE_SEGV), Failure("crash", OTHER_SEGV), Failure("crash", OTHER_ABORT),
+# valgrind findings (--valgrind) of other causes, as harness/results/valgrind.py signs them
+OTHER_MEMORY = [
+    # a definite leak under the QNN backend's init (another entry's, or none)
+    "valgrind Leak_DefinitelyLost size=120 in libexecutorch_backend_qnn.so: ?? "
+    "[libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so] <- "
+    "executorch::runtime::BackendDelegate::Init [libexecutorch.so]",
+    # init against init at another address of the library's data (not the delegate maps)
+    "valgrind Race size=8 in libexecutorch_backend_qnn.so: ?? [libexecutorch_backend_qnn.so] <- ?? "
+    "[libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so] <- ?? "
+    "[libexecutorch_backend_qnn.so] <- executorch::runtime::BackendDelegate::Init [libexecutorch.so]"
+    "; This conflicts with a previous write of size 8 by thread #3: ?? [libexecutorch_backend_qnn.so]"
+    " <- ?? [libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so] <- ?? "
+    "[libexecutorch_backend_qnn.so]",
+    # a shared_ptr's control block released at two destroys
+    "valgrind Race size=8 block=48 in libexecutorch_backend_qnn.so: ?? [libexecutorch_backend_qnn.so]"
+    " <- ?? [libexecutorch_backend_qnn.so] <- std::_Sp_counted_base::_M_release_last_use_cold "
+    "[harness-runner] <- ?? [libexecutorch_backend_qnn.so] <- executorch::runtime::Method::~Method "
+    "[libexecutorch.so]; This conflicts with a previous read of size 8 by thread #2: ?? "
+    "[libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so]",
+    # an invalid read of another block in QNN's teardown
+    "valgrind InvalidRead size=8 block=4096 in libQnnHtp.so: ?? [libQnnHtp.so] <- "
+    "executorch::runtime::Method::~Method [libexecutorch.so]; Address 0x1 is 0 bytes inside a "
+    "block of size 4,096 free'd: ?? [libQnnHtp.so] <- hexagon_nn_close [libQnnHtp.so]; Block was "
+    "alloc'd at: ?? [libQnnHtp.so] <- hexagon_nn_open [libQnnHtp.so]",
+    # an uninitialised value the runner itself made
+    "valgrind UninitCondition in ?: memcmp [libc.so.6] <- harness::Runner::execute [harness-runner]"
+    "; Uninitialised value was created by a heap allocation: harness::Runner::load_method "
+    "[harness-runner]",
+]
+UNRELATED = [Failure("memory", words) for words in OTHER_MEMORY] + [
+             Failure("crash", BARE_SEGV), Failure("crash", OTHER_SEGV), Failure("crash", OTHER_ABORT),
              Failure("crash", OTHER_BUS),
              Failure("mismatch", MISMATCH), Failure("error", OTHER_ERROR),
              Failure("check", "QNN context 0x2 is live after every module was destroyed"),
@@ -136,6 +166,45 @@ OWN = {
         "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: "
         "#0 0x0 (a call through a null function pointer) <- #1 "
         "libexecutorch_backend_qnn.so+0x1aed6"))],
+    "qnn-delegated-mutable-buffer-read-uninitialised": [Failure("memory", (
+        "valgrind UninitCondition in libQnnHtp.so: ?? [libQnnHtp.so] <- ?? [libQnnHtp.so] <- "
+        "continue_execution_bkgrnd_thread [libQnnHtp.so] <- Graph::exec_bkgrnd_worker [libQnnHtp.so]"
+        "; Uninitialised value was created by a heap allocation: ?? [libexecutorch_backend_qnn.so] "
+        "<- ?? [libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so] <- "
+        "executorch::runtime::BackendDelegate::Init [libexecutorch.so]")),
+        Failure("memory", (
+            "valgrind SyscallParam block=1921 in ?: harness::emit_event [harness-runner] <- "
+            "harness::Runner::run [harness-runner]; Address 0xcf54d3c is 236 bytes inside a block of "
+            "size 1,921 alloc'd: harness::::append_text [harness-runner]; Uninitialised value was "
+            "created by a heap allocation: ?? [libexecutorch_backend_qnn.so] <- ?? "
+            "[libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so] <- "
+            "executorch::runtime::BackendDelegate::Init [libexecutorch.so]"))],
+    "qnn-context-free-reads-freed-block-qairt-2.49": [Failure("memory", (
+        "valgrind InvalidRead size=4 block=27648 in libQnnHtp.so: ?? [libQnnHtp.so] <- ?? "
+        "[libQnnHtp.so] <- ?? [libexecutorch_backend_qnn.so] <- executorch::runtime::Method::~Method "
+        "[libexecutorch.so]; Address 0xcc05580 is 0 bytes inside a block of size 27,648 free'd: ?? "
+        "[libQnnHtp.so] <- ?? [libQnnHtp.so] <- gpe_delete [libQnnHtp.so] <- ?? [libQnnHtp.so]; "
+        "Block was alloc'd at: ?? [libQnnHtp.so] <- ?? [libQnnHtp.so] <- "
+        "hexagon_nn_deserialize_graph [libQnnHtp.so] <- ?? [libQnnHtp.so]"))],
+    "qnn-init-crashes-without-its-compile-spec": [Failure("crash", (
+        "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: #0 "
+        "libexecutorch_backend_qnn.so+0x1445d <- #1 libexecutorch_backend_qnn.so+0xf503 <- #2 "
+        "libexecutorch.so+0x14e0c executorch::runtime::BackendDelegate::Init+0x33c <- #3 "
+        "libexecutorch.so+0x1981f executorch::runtime::Method::init+0x34f"))],
+    "qnn-delegate-maps-read-unlocked": [
+        Failure("memory", (
+            "valgrind Race size=8 in libexecutorch_backend_qnn.so: ?? [libexecutorch_backend_qnn.so]"
+            " <- executorch::runtime::Method::execute_instruction [libexecutorch.so] <- "
+            "executorch::runtime::Method::execute [libexecutorch.so]; This conflicts with a previous "
+            "write of size 8 by thread #2: ?? [libexecutorch_backend_qnn.so] <- "
+            "executorch::runtime::Method::~Method [libexecutorch.so]")),
+        Failure("memory", (
+            "valgrind Race size=8 in libexecutorch_backend_qnn.so: ?? [libexecutorch_backend_qnn.so]"
+            " <- executorch::runtime::Method::~Method [libexecutorch.so] <- "
+            "harness::Runner::destroy_module [harness-runner]; This conflicts with a previous write "
+            "of size 8 by thread #3: std::__detail::_Map_base::operator[] "
+            "[libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so] <- "
+            "executorch::runtime::BackendDelegate::Init [libexecutorch.so]"))],
 }
 OWN["qnn-delegate-cache-forced-warm-hit"] = OWN["qnn-delegate-cache-parallel-same-program"]
 OWN["qnn-delegate-cache-forced-concurrent-execute"] = OWN["qnn-delegate-cache-parallel-same-program"]

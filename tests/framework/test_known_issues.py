@@ -356,3 +356,18 @@ def test_an_entry_of_a_program_shape_covers_a_programs_tests_whatever_their_name
                    "  kind: [error]\n  match: 'x'\n  reason: r\n  programs: [round-buffer]\n")
     with pytest.raises(ConfigError, match="unknown shape"):
         load_known_issues(bad)
+
+
+def test_only_a_race_inside_one_qnn_call_is_intermittent():
+    """A race between QNN calls can be forced at the QNN boundary (the interposer's rules), so
+    its test meets it in every run and its entry is strict; only a race inside one QNN call,
+    which no boundary point can order, may stay intermittent, and its entry says so; so may a
+    data race seen only by helgrind, which any forcing lock would order (the entry says that)."""
+    import re
+
+    for issue in load_all([]):
+        if issue.intermittent:
+            assert re.search(r"race inside (?:one QNN call|that one call)|No rendezvous can force it",
+                             issue.reason), (
+                f"{issue.id} is intermittent but its reason does not say it is a race inside "
+                "one QNN call: force it (harness/protocol/nemesis.py) and make it strict")

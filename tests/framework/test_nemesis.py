@@ -135,6 +135,30 @@ def test_an_injected_failure_is_the_call_the_rule_names(native_only, compiled_mo
     assert doc["qnn_nemesis"] == ["fail QnnGraph_execute#1 rc=6001"]  # replayable data
 
 
+@pytest.mark.parametrize("lib, words", [
+    ("libQnnHtp.so", "Cannot Open QNN library libQnnHtp.so"),
+    ("libQnnSystem.so", "Cannot Open QNN library libQnnSystem.so")])
+def test_an_injected_dlopen_failure_is_the_runtimes_own_and_the_next_load_works(
+        native_only, compiled_model, scenario_driver, lib, words):
+    """The runtime's first attempt to open the QNN library fails (the dlopen shim: its probe
+    with RTLD_NOLOAD and the open after it, with the loader's own dlerror), the load reports an
+    error with the runtime's words, every QNN handle of the attempt is freed, and a second
+    module's load in the same process works."""
+    model = compiled_model("linear_relu")
+    sc = Scenario("nemesis_dlopen").load_module("A", model).load_method("A", "forward")
+    sc.allow_error().destroy_module("A")
+    sc.load_module("B", model).load_method("B", "forward").execute("B", "forward")
+    sc.destroy_module("B").snapshot()
+    sc.nemesis(fail_at(f"dlopen.{lib}", 1))
+    result = scenario_driver.run(sc)
+    assert result.steps[1].status == "error", result.summary()
+    assert words in result.output.stderr and "harness-injected-failure" in result.output.stderr
+    assert result.steps[4].ok and result.steps[5].ok and result.last.live.released
+    opens = [r for r in result.trace if r.kind == "dlopen" and r.fields["lib"] == lib]
+    assert opens[0].fields.get("injected") == "1", opens
+    assert any(r.rc == 0 for r in opens[1:]), opens  # B's load opened it
+
+
 def test_a_hold_orders_two_threads(native_only, compiled_model, scenario_driver):
     """B's load waits until A's load returned: the trace shows B held, then released after
     A's context was created."""
@@ -225,3 +249,39 @@ def test_a_cpp_export_forces_the_interleaving_and_fails_a_rendezvous_that_cannot
     released = next(i for i, r in enumerate(trace) if r.kind == "nemesis_release"
                     and r.fields.get("rule") == "0")
     assert kinds.index("nemesis_hold") < kinds.index("context_create") < released, kinds
+
+
+def test_an_export_of_a_failed_dlopen_preloads_the_shim_or_says_it_cannot(
+        native_only, compiled_model, scenario_driver, tmp_path):
+    """A scenario whose rule fails the runtime's dlopen of libQnnSystem.so exports as a
+    standalone Python test whose run.sh preloads the framework's dlopen shim: standalone, the
+    first load fails as in the framework (its step expected to fail) and the rest passes, exit
+    0. Given QNN libraries of its own (QNN_SDK_ROOT) and no shim, run.sh says which rule needs
+    it, exit 2, instead of a test whose injected failure never happens."""
+    model = compiled_model("linear_relu")
+    sc = Scenario("dlopen_export").load_module("A", model).load_method("A", "forward")
+    sc.allow_error().destroy_module("A")
+    sc.load_module("B", model).load_method("B", "forward").execute("B", "forward")
+    sc.destroy_module("B")
+    sc.nemesis(fail_at("dlopen.libQnnSystem.so", 1))
+    ScenarioDriver(scenario_driver.device, tmp_path / "run", scenario_driver.timeout).run(sc)
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = tmp_path / "py"
+    proc = subprocess.run([sys.executable, "-m", "harness", "export", str(tmp_path / "run" /
+                           "dlopen_export"), "--format", "python", "--out", str(out)], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert 'export LD_PRELOAD="$HARNESS_QNN_DLOPEN_SHIM' in (out / "run.sh").read_text()
+    ran = subprocess.run(["bash", str(out / "run.sh")], env=env, capture_output=True, text=True,
+                         timeout=900)
+    said = ran.stdout + ran.stderr
+    assert ran.returncode == 0, said
+    assert "Cannot Open QNN library libQnnSystem.so" in said, said
+    own = {**env, "QNN_SDK_ROOT": str(tmp_path), "HARNESS_QNN_DLOPEN_SHIM": ""}
+    ran = subprocess.run(["bash", str(out / "run.sh")], env=own, capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert ("run.sh: rule(s) fail dlopen.libQnnSystem.so#1 rc=1100 need the dlopen shim of "
+            "executorch-qnn-hil") in ran.stderr, ran.stderr

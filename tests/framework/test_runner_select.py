@@ -28,3 +28,27 @@ def test_python_on_request_and_bad_names():
     assert choose_runner("python").kind == "python"
     with pytest.raises(HarnessError, match="--runner must be one of"):
         choose_runner("java")
+
+
+def test_a_failed_native_build_says_why_before_the_fallback(monkeypatch, tmp_path):
+    """A native build that fails on a full disk says the full disk first, then the build's
+    own words and its log, and only then that the Python runner is used."""
+    from harness.runner.builds import RunnerBuildError
+    from harness.runner.builds.cmake import failure_reason
+
+    tail = "ninja: build stopped\nld: final link failed: No space left on device\n"
+    reason = failure_reason(tail, tmp_path)
+    assert reason.startswith(f"the storage holding {tmp_path} is full"), reason
+
+    def build() -> None:
+        raise RunnerBuildError(f"building the native runner failed\nbuild log: {tmp_path}/b.log",
+                               reason)
+
+    monkeypatch.setattr("harness.runner.builds.host.host_runner_available", lambda: (True, ""))
+    monkeypatch.setattr("harness.runner.builds.host.build_host_runner", build)
+    choice = choose_runner("auto")
+    assert choice.kind == "python"
+    assert choice.notice == (f"native runner build failed: {reason}; building the native "
+                             f"runner failed; build log: {tmp_path}/b.log; using the Python "
+                             "runner")
+    assert choice.notice.index("is full") < choice.notice.index("using the Python runner")

@@ -33,6 +33,8 @@ def line(text: str, number: int = 1, level: str = "I") -> str:
      "miss for re-pack", "seed_mismatch", None),
     ("Loaded packed weight cache: /a/c (4 entries)", "loaded", None),
     ("Saved packed weight index: 8 entries at offset 33587200, file_bytes=33588436", "saved", None),
+    ("Warning: Unpacked weight and bias were not registered with names, this will add new cache "
+     "entries for packed data and may affect performance.", "unnamed", None),
 ])
 def test_every_format_string_is_read(text, event, errno):
     found = xnnpack_log.events([line(text)])
@@ -54,6 +56,9 @@ def test_every_format_string_is_read(text, event, errno):
      "fresh_write", None),
     (["Loaded packed weight cache: /a/c (8 entries)", "open(/a/c) failed (errno=30)"], PATH,
      True, "mapped", "loaded_reopen_failed", 30),
+    (["Opened packed weight file for writing: /a/c", "Warning: Unpacked weight and bias were "
+      "not registered with names, this will add new cache entries"], PATH, True, "fallback",
+     "unnamed_constant", None),
     ([], PATH, True, "fallback", "unexplained", None),
 ])
 def test_launch_reason_is_the_first_failure(lines, requested, enabled, placement, branch, code):
@@ -145,3 +150,17 @@ def test_a_later_load_in_a_writing_process_is_still_a_fresh_write():
         [line("Opened packed weight file for writing: /a/c"),
          line("Loaded packed weight cache: /a/c (8 entries)")], PATH, True, "mapped")
     assert why.branch == "fresh_write"
+
+
+def test_a_second_open_failure_of_a_later_module_is_the_in_process_reopen():
+    """Two modules on one path in one process: the first's open(O_CREAT) failed; the second's
+    failure is initialize_for_runtime's reopen (entries in memory), the first's stays its own."""
+    lines = [line("open(/a/c) failed (errno=30)"), line("open(/a/c) failed (errno=2)")]
+    first = xnnpack_log.launch_reason(lines, PATH, True, "fallback", earlier_inits=0)
+    second = xnnpack_log.launch_reason(lines, PATH, True, "fallback", earlier_inits=1)
+    assert (first.branch, first.errno) == ("open_failed", 30)
+    assert (second.branch, second.errno) == ("reopen_failed", 2)
+    assert "2 (ENOENT)" in second.reason
+    # a later module of a process whose first open failed only once did not reopen and fail
+    alone = xnnpack_log.launch_reason(lines[:1], PATH, True, "fallback", earlier_inits=1)
+    assert alone.branch == "open_failed"

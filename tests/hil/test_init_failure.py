@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from harness.programs.damage import damaged_context_binary
+from harness.programs.damage import damaged_context_binary, without_qnn_compile_spec
 from harness.results.assertions import assert_completed, assert_steps_ok
 from harness.scenario import Scenario
 from harness.scenario.library import first_method
@@ -50,4 +50,25 @@ def test_s6_failed_init_releases_every_handle(hil_program, scenario_driver, tmp_
                         for i, live in leaks.items())
             + "\nQNN objects created by the failed init (none freed since):\n    " + "\n    ".join(created)
             + f"\nruntime log:\n{runtime}\nsteps:\n{result.summary()}")
+    assert_steps_ok(result)
+
+
+@pytest.mark.hil_programs("linear_relu", needs=("qnn",))
+def test_a_delegate_without_its_compile_spec_is_refused(hil_program, scenario_driver, tmp_path):
+    """A QNN delegate whose compile specs hold no `qnn_compile_spec` (the key renamed, the
+    program otherwise valid) must be refused with an error, and the next load must work."""
+    good = hil_program
+    method = first_method(good)
+    bad_pte = tmp_path / "no-qnn-compile-spec.pte"
+    bad_pte.write_bytes(without_qnn_compile_spec(good.pte.read_bytes()))
+    bad = dataclasses.replace(good, pte=bad_pte)
+    sc = Scenario("s6_no_compile_spec")
+    sc.load_module("X", bad).execute("X", method).allow_error().label("failed_init")
+    sc.destroy_module("X")
+    sc.load_module("A", good).execute("A", method).label("good_executed")
+    sc.destroy_module("A")
+    result = scenario_driver.run(sc)
+    assert_completed(result)
+    assert result.step("failed_init").status == "error", \
+        f"a QNN delegate without its compile spec was accepted:\n{result.summary()}"
     assert_steps_ok(result)

@@ -13,8 +13,11 @@ fault-injection preload, `fiu-run`'s mechanism: `posix/io/rw/ftruncate`, `posix/
 checks where the packs went (measured memory), the branch and errno the runtime logged, and,
 where it matters, the verdict across launches (harness.results.xnnpack_launches).
 
-The causes that need mounts, libfiu or a second host process run on the host simulator only.
-EACCES is not driven: the runner is root here and root opens any file.
+The causes that need mounts, libfiu, a second host process or dropped capabilities run on the
+host simulator only. EACCES needs a runner that is not root: the runtime, runner and programs
+live under /root (0700), out of another user's reach, so the runner keeps uid 0 and starts
+without the capabilities that let root bypass file permissions (setpriv --bounding-set,
+harness.runner.privileges): the kernel's permission check is then a user's.
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ import pytest
 from harness.devices.simulator import SimulatorDevice
 from harness.results.crash_site import parse_crash
 from harness.results.assertions import assert_completed
+from harness.results import xnnpack_log
 from harness.results.failures import HilFailure, run_failures
 from harness.results.xnnpack import (HEAP_LIMIT, assert_fallback, assert_no_fallback,
                                      classify_load)
 from harness.results.xnnpack_launches import Launch, judge
-from harness.drive.xnnpack_cache import FOOTER, PACKS, Cache
+from harness.drive.xnnpack_cache import FOOTER, MODEL, PACKS, PRECISION, Cache, new_cache
 
 FIU = "/usr/lib/fiu"
 
@@ -95,7 +99,8 @@ def test_open_o_creat_fails_erofs_read_only_mount(host, mount):
     os.makedirs(writable)
     readonly = mount("--bind", "-o", "ro", writable, host.path("ro"))
     subprocess.run(["mount", "-o", "remount,bind,ro", readonly], check=False)
-    story = host.story("erofs", posixpath.join(readonly, "stack.xnncache"), n=2)
+    story = host.story("erofs", posixpath.join(readonly, "stack.xnncache"), n=2,
+                       expect="fallback")
     for launch in story.launches:
         assert (launch.load.branch, launch.load.errno) == ("open_failed", errno.EROFS), \
             launch.load.describe()
@@ -111,6 +116,73 @@ def test_open_o_creat_fails_enospc_no_inodes(host, mount):
     load = assert_fallback(result, host.weights["forward"], branch="open_failed")
     host.record(result, load)
     assert load.errno == errno.ENOSPC, load.describe()
+
+
+# CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH let root ignore a directory's mode; CAP_FOWNER its
+# ownership: without them root's open(2) is checked as a user's.
+NOT_ROOT = ("dac_override", "dac_read_search", "fowner")
+
+
+def test_open_o_creat_fails_eacces_runner_not_root(host):
+    """The cache's directory belongs to another user (nobody, mode 0755) and the runner is not
+    root (uid 0 without the capabilities that bypass permissions): open(O_CREAT) fails with
+    EACCES, every pack to heap, on every launch."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("util-linux setpriv not installed")
+    directory = host.path("not-mine")
+    os.makedirs(directory)
+    os.chown(directory, 65534, 65534)  # nobody:nogroup on Debian and Android alike
+    os.chmod(directory, 0o755)
+    story = host.story("eacces", posixpath.join(directory, "stack.xnncache"), n=2,
+                       expect="fallback", drop_capabilities=NOT_ROOT)
+    for launch in story.launches:
+        assert (launch.load.branch, launch.load.errno) == ("open_failed", errno.EACCES), \
+            launch.load.describe()
+        assert launch.load.classification == "fallback", launch.load.describe()
+    assert story.verdict == "permanent", story.text
+    assert not os.listdir(directory)
+
+
+def test_in_process_reopen_fails_with_entries_in_memory(host, mount):
+    """Two modules on one cache path in one process, the directory a read-only mount: module A
+    (`forward`) cannot create the file (open(O_CREAT): EROFS) and packs its 8 entries into heap,
+    which stay in the cache's memory; module B (`other`) then takes initialize_for_runtime's
+    reopen branch (entries in memory: open_locked(O_RDWR), no O_CREAT), which fails with
+    ENOENT (the file does not exist), and B's packs go to heap too. The second errno proves the
+    second open was the reopen: with O_CREAT it would be EROFS again."""
+    writable = host.path("rw")
+    os.makedirs(writable)
+    readonly = mount("--bind", "-o", "ro", writable, host.path("ro"))
+    subprocess.run(["mount", "-o", "remount,bind,ro", readonly], check=False)
+    cache = posixpath.join(readonly, "stack.xnncache")
+    result = host.launch("reopen", cache, (("A", "forward"), ("B", "other")))
+    first = assert_fallback(result, host.weights["forward"], module="A", branch="open_failed")
+    second = assert_fallback(result, host.weights["other"], module="B", branch="reopen_failed")
+    host.record(result, first, second)
+    opens = [e.errno for e in xnnpack_log.events(first.runtime_log)
+             if e.event in ("open_failed", "flock_failed")]
+    assert opens == [errno.EROFS, errno.ENOENT], first.describe()
+    assert (first.errno, second.errno) == (errno.EROFS, errno.ENOENT), second.describe()
+
+
+def test_reserve_space_unnamed_constant_is_heap(host, compiled_model, request):
+    """A program whose XNNPACK weight tensors carry no name (written inline in the delegate, the
+    layout older exporters wrote and 1.5.1 still reads; compile option unnamed_weights; the
+    biases keep their names, so the delegate hands XNNPACK the cache): look_up finds no name for
+    a kernel (last_lookup_unnamed_), so reserve_space packs it into heap although the file is
+    open for writing, and look_up_or_insert says so ("Unpacked weight and bias were not
+    registered with names"). Every launch packs again: permanent."""
+    unnamed = new_cache(host.device, host.driver,
+                        compiled_model(MODEL, PRECISION, unnamed_weights=True),
+                        request.node.name + "-unnamed")
+    story = unnamed.story("unnamed", unnamed.path("stack.xnncache"), n=2, expect="fallback")
+    for launch in story.launches:
+        load = launch.load
+        assert (load.branch, load.errno) == ("unnamed_constant", None), load.describe()
+        assert load.classification == "fallback" and \
+            load.heap_bytes >= 0.8 * load.weight_bytes, load.describe()
+        assert load.mapped_bytes == 0, load.describe()
+    assert story.verdict == "permanent", story.text
 
 
 def test_flock_fails_ewouldblock_while_another_process_holds_it(host):
@@ -135,7 +207,7 @@ def test_flock_fails_ewouldblock_while_another_process_holds_it(host):
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
-    story = host.story("after_unlock", cache, n=2)
+    story = host.story("after_unlock", cache, n=2, expect="mapped")
     assert [launch.load.branch for launch in story.launches] == ["fresh_write", "loaded"], \
         story.text
     assert story.verdict == "reused", story.text
@@ -197,7 +269,7 @@ def test_index_write_fails_room_for_packs_not_index(host, mount):
     start, _, _ = host.index(probe)  # the index's offset: the packs' bytes, page-aligned
     directory = mount("-t", "tmpfs", "-o", f"size={start}", "tmpfs", host.path("tight"))
     cache = posixpath.join(directory, "stack.xnncache")
-    story = host.story("index_enospc", cache)
+    story = host.story("index_enospc", cache, expect="mapped")
     for launch in story.launches:
         load = launch.load
         assert (load.branch, load.errno) == ("index_write_failed", errno.ENOSPC), load.describe()
@@ -220,7 +292,8 @@ def test_read_only_cache_file(host, mount, entries):
         host.write(cache, size - FOOTER + 8, struct.pack("<I", entries))
     readonly = mount("--bind", "-o", "ro", writable, host.path("ro"))
     subprocess.run(["mount", "-o", "remount,bind,ro", readonly], check=False)
-    story = host.story(f"read_only_{entries}", posixpath.join(readonly, "stack.xnncache"), n=2)
+    story = host.story(f"read_only_{entries}", posixpath.join(readonly, "stack.xnncache"), n=2,
+                       expect="mapped" if entries == PACKS else "fallback")
     for launch in story.launches:
         load = launch.load
         assert (load.branch, load.errno, load.loaded_entries) == \
@@ -263,15 +336,18 @@ def test_two_processes_one_path(host):
         try:
             middle_before = host.state(cache)
             second = host.launch("while_held", cache)
-            middle = Launch(classify_load(second, host.weights["forward"]), middle_before,
+            middle = Launch(classify_load(second, host.weights["forward"], expected="fallback"),
+                            middle_before,
                             host.state(cache))
         finally:
             os.kill(pid, signal.SIGCONT)
         holder = first.result(timeout=120)  # raises what the first launch raised
     third_before = host.state(cache)  # what the first launch left, once it ended
-    head = Launch(classify_load(holder, host.weights["forward"]), before, third_before)
+    head = Launch(classify_load(holder, host.weights["forward"], expected="mapped"), before,
+                  third_before)
     third = host.launch("after_exit", cache)
-    last = Launch(classify_load(third, host.weights["forward"]), third_before, host.state(cache))
+    last = Launch(classify_load(third, host.weights["forward"], expected="mapped"), third_before,
+                  host.state(cache))
     story = judge("two_processes", [head, middle, last], PACKS)
     print(f"two_processes: {story.text}")
     assert head.load.branch == "fresh_write" and head.load.classification == "mapped", \
@@ -306,6 +382,6 @@ def test_full_disk_is_not_a_crash(host, mount):
                 f"{site.fault_mapping} (an 8 MiB tmpfs holding {host.size(cache)} bytes of the "
                 f"file), not a heap fallback\n{failure.message}", failure)
         assert_completed(result)  # any other crash, as it is
-    load = classify_load(result, host.weights["forward"])
+    load = classify_load(result, host.weights["forward"], expected="fallback")
     host.record(result, load)
     assert load.classification == "fallback" and load.errno == errno.ENOSPC, load.describe()

@@ -117,7 +117,7 @@ def test_cache_file_from_another_model(xnn):
     cache = xnn.path("stack.xnncache")
     xnn.sh("cp", foreign, cache)
     assert FOREIGN_CACHE_OUTCOME == "fallback-every-launch"
-    story = xnn.story("foreign", cache)
+    story = xnn.story("foreign", cache, expect="fallback")
     for launch in story.launches:
         assert launch.load.classification == "fallback", story.text
         assert launch.load.branch == "loaded_from_disk", launch.load.describe()
@@ -140,7 +140,7 @@ def test_partial_cache_is_a_permanent_fallback(xnn):
     assert count == PACKS, f"{cache}: {count} index entries, the program has {PACKS} packs"
     xnn.write(cache, size - FOOTER + 8, struct.pack("<I", PACKS // 2))
     assert xnn.index(cache)[1] == PACKS // 2
-    story = xnn.story("partial", cache)
+    story = xnn.story("partial", cache, expect="fallback")
     half = xnn.weights["forward"] / 2
     for launch in story.launches:
         load = launch.load
@@ -167,7 +167,7 @@ def test_seed_mismatch(xnn):
     name, seed_at = entries[0]
     (seed,) = struct.unpack("<I", xnn.read(cache, seed_at, 4))
     xnn.write(cache, seed_at, struct.pack("<I", seed ^ 0x5A5A5A5A))
-    story = xnn.story("seed", cache)
+    story = xnn.story("seed", cache, expect="mapped")
     one_pack = xnn.weights["forward"] / PACKS
     first = story.launches[0]
     assert first.load.branch == "seed_mismatch", first.load.describe()

@@ -212,10 +212,12 @@ def cpp_binary() -> Path:
     return binary
 
 
-def native(*args: str, timeout: float = 600) -> tuple[int, str, str]:
-    """Run cpp/module_repro ARGS: (status, stdout, stderr); -SIGNAL when a signal killed it."""
+def native(*args: str, timeout: float = 600,
+           env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run cpp/module_repro ARGS (with `env` added to its environment): (status, stdout,
+    stderr); -SIGNAL when a signal killed it."""
     proc = subprocess.run([str(cpp_binary()), *args], capture_output=True, text=True,
-                          errors="replace", timeout=timeout, env=qnn_environment())
+                          errors="replace", timeout=timeout, env={**qnn_environment(), **(env or {})})
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -224,3 +226,66 @@ def input_file(name: str, index: int = 0, variant: int = 0) -> str:
     variant 1: <name>_v1_<i>.bin), for the C++ program."""
     stem = f"{name}_v{variant}" if variant else name
     return str(HERE / "inputs" / f"{stem}_{index}.bin")
+
+
+def valgrind(tool: str, *args: str, extra: tuple[str, ...] = (),
+             timeout: float = 1800) -> tuple[int, str, list[dict]]:
+    """Run cpp/module_repro ARGS under `valgrind --tool=TOOL` (valgrind is a system package:
+    apt-get install valgrind) and read its XML report with the standard library: (status, the
+    program's output, errors). Each error is {"kind", "what", "parts"}: parts are (words,
+    frames) in the report's order, the first the error's own stack (words ""), then each
+    auxiliary stack after its words ("Address ... free'd", "Block was alloc'd at",
+    "Uninitialised value was created by a heap allocation", "This conflicts with a previous
+    write ..."); a frame is "function [library]", "??" for a function without a symbol."""
+    import xml.etree.ElementTree as ET
+
+    program = shutil.which("valgrind")
+    if program is None:
+        print("cannot run: no valgrind (a system package: apt-get install valgrind)")
+        raise SystemExit(CANNOT_RUN)
+    binary = cpp_binary()
+    with tempfile.TemporaryDirectory(prefix="valgrind-") as scratch:
+        report_file = Path(scratch) / "report.xml"
+        cmd = [program, f"--tool={tool}", "--xml=yes", f"--xml-file={report_file}",
+               "--num-callers=40", *extra, str(binary), *args]
+        shown = [a for a in cmd if not a.startswith("--xml")]
+        print("valgrind command (QNN libraries on LD_LIBRARY_PATH): " + " ".join(shown),
+              flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                              timeout=timeout, env=qnn_environment())
+        if not report_file.is_file() or report_file.stat().st_size == 0:
+            print(f"cannot run: valgrind wrote no report ({signal_name(proc.returncode)}):\n"
+                  f"{proc.stderr[-3000:]}")
+            raise SystemExit(CANNOT_RUN)
+        root = ET.parse(report_file).getroot()
+    errors = []
+    for error in root.iter("error"):
+        parts: list[tuple[str, list[str]]] = []
+        words, what = "", ""
+        for item in error:
+            if item.tag in ("what", "xwhat", "auxwhat", "xauxwhat"):
+                if words and item.tag in ("auxwhat", "xauxwhat"):
+                    parts.append((words, []))  # words with no stack of their own
+                words = (item.text if item.tag in ("what", "auxwhat") else
+                         item.findtext("text")) or ""
+                what = what or words
+            elif item.tag == "stack":
+                frames = [f"{f.findtext('fn') or '??'} [{Path(f.findtext('obj') or '?').name}]"
+                          for f in item.findall("frame")]
+                parts.append(("" if not parts else words, frames))
+                words = ""
+        if words:
+            parts.append((words, []))
+        errors.append({"kind": error.findtext("kind") or "", "what": what, "parts": parts})
+    return proc.returncode, proc.stdout + proc.stderr, errors
+
+
+def describe_error(error: dict, frames: int = 8) -> str:
+    """An error of `valgrind` as a few lines: its words, then each stack's first frames."""
+    lines = [f"{error['kind']}: {error['what']}"]
+    for words, stack in error["parts"]:
+        if words and words != error["what"]:
+            lines.append(f"  {words}")
+        for frame in stack[:frames]:
+            lines.append(f"      {frame}")
+    return "\n".join(lines)

@@ -9,7 +9,9 @@ with `to_edge_transform_and_lower_to_qnn` (QNN) or `to_edge_transform_and_lower`
 XNNPACK partitioner, and the buffers a method mutates get their initial values serialized
 (`InitializedMutableBufferPass`), as eager PyTorch defines them. A program marked `damaged`
 is the same lowering with 2 KiB of its QNN context binary flipped (behind the
-QnnContextCustomProtocol magic 0x5678ABCD), so the QNN library refuses it at init.
+QnnContextCustomProtocol magic 0x5678ABCD), so the QNN library refuses it at init; one marked
+`spec_renamed` has its QNN delegates' compile spec key `qnn_compile_spec` renamed
+`xnn_compile_spec` (same length: the program stays valid), so the backend finds no options.
 
 The QNN lowering prepares the graph with the QNN libraries (`QNN_SDK_ROOT`, else the installed
 onnxruntime-qnn wheel), which the dynamic loader must see when the process starts: the lowering
@@ -81,7 +83,10 @@ def lower(entry: dict) -> bytes:
         debug=bool(options.get("debug_log")),  # QNN log level kLogLevelDebug
         shared_buffer=bool(options.get("shared_buffer")),  # I/O in QNN shared memory
     )
-    edge = to_edge_transform_and_lower_to_qnn(module, inputs, specs)
+    # A model may keep its mutable buffers out of the QNN delegate: the runtime holds them and
+    # the delegate computes (the lowering's skip_mutable_buffer=True).
+    skip = bool(getattr(model, "QNN_RUNTIME_HELD_BUFFERS", False))
+    edge = to_edge_transform_and_lower_to_qnn(module, inputs, specs, skip_mutable_buffer=skip)
     return edge.to_executorch(backend_config(buffers)).buffer
 
 
@@ -114,10 +119,13 @@ def run(names: list) -> int:
         pte = lower(entry)
         if entry.get("damaged"):
             pte = damaged(pte)
+        if entry.get("spec_renamed"):  # the QNN delegates' compile spec key, same length
+            pte = pte.replace(b"qnn_compile_spec", b"xnn_compile_spec")
         (HERE / "programs" / f"{entry['stem']}.pte").write_bytes(pte)
         save_inputs(entry)
         print(f"programs/{entry['stem']}.pte: {len(pte)} bytes ({entry['model']}, "
-              f"{entry['soc']} {entry['precision']}{', damaged' if entry.get('damaged') else ''})",
+              f"{entry['soc']} {entry['precision']}{', damaged' if entry.get('damaged') else ''}"
+              f"{', compile spec key renamed' if entry.get('spec_renamed') else ''})",
               flush=True)
     return 0
 

@@ -222,6 +222,9 @@ class AdbDevice(ShellDevice):
 
     # Running -------------------------------------------------------------------------------
     def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
+        if scenario.drop_capabilities:  # setpriv on the host: the device's runner has its own
+            raise DeviceError(f"scenario {scenario.name}: drop_capabilities runs on the host "
+                              "simulator only")
         before, content, sha, run_dir = self._prepare_run(scenario, artifacts)
         for retry in (True, False):  # a second server when the first ended before forking
             server = self._fork_server(scenario)

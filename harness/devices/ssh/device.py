@@ -202,6 +202,9 @@ class SshDevice(ShellDevice):
 
     # Running -------------------------------------------------------------------------------
     def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
+        if scenario.drop_capabilities:  # setpriv on the host: the device's runner has its own
+            raise DeviceError(f"scenario {scenario.name}: drop_capabilities runs on the host "
+                              "simulator only")
         before, content, _, run_dir = self._prepare_run(scenario, artifacts)
         server = self._fork_server(scenario)
         if server is not None:

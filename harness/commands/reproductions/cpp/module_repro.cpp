@@ -6,6 +6,15 @@
 //   module_repro xnnpack-cache PTE CACHE IN             load PTE with XNNPACK's packed-weight
 //                                                       cache at CACHE, execute forward once
 //                                                       (exit 0; a crash is the finding)
+//   module_repro handoff A.pte A_IN B.pte B_IN relaxed|locked
+//                                                       Module A and Module B on two threads:
+//                                                       A loads, executes; B loads, executes; A
+//                                                       is destroyed; B executes, is destroyed
+//                                                       (exit 0; the finding is helgrind's or
+//                                                       DRD's report; see handoff())
+//   module_repro execute-once PTE IN                    load PTE, execute forward once, print
+//                                                       the first output's floats (memcheck's
+//                                                       report on what it read is the finding)
 //
 // Exit 0 when the behaviour is correct, 2 when it could not run. A crash is the caller's to
 // judge (it runs this in a child process): a fatal signal prints one line
@@ -26,10 +35,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,14 +58,18 @@ namespace {
 
 // Where the run is, for the crash line: 0 before B's destroy, 1 during it, 2 after.
 std::atomic<int> g_phase{0};
+bool g_phase_used = false;  // only destroy-during-execute has phases
 thread_local const char* t_role = "main";
 
 void on_fatal(int sig) {
   static const char* phases[] = {"before", "during", "after"};
   char line[160];
-  int n = std::snprintf(line, sizeof line, "FATAL %s thread=%s phase=%s B's destroy\n",
-                        sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGABRT
-                        ? "SIGABRT" : "signal", t_role, phases[g_phase.load() % 3]);
+  const char* name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGABRT
+                     ? "SIGABRT" : "signal";
+  int n = g_phase_used
+      ? std::snprintf(line, sizeof line, "FATAL %s thread=%s phase=%s B's destroy\n", name,
+                      t_role, phases[g_phase.load() % 3])
+      : std::snprintf(line, sizeof line, "FATAL %s thread=%s\n", name, t_role);
   if (n > 0) (void)!write(2, line, static_cast<size_t>(n));
   void* frames[48];
   int depth = backtrace(frames, 48);
@@ -120,6 +136,7 @@ int wrong_type_option(const char* backend, const char* key) {
 }
 
 int destroy_during_execute(const char* a_pte, const char* b_pte, const char* in) {
+  g_phase_used = true;
   catch_fatal_signals();
   TensorPtr x = input(in);
   Module a(a_pte);
@@ -222,6 +239,104 @@ int xnnpack_cache(const char* pte, const char* cache, const char* in) {
   return out.empty() ? 2 : 0;
 }
 
+// A float32 input shaped as the method's first input, from a raw file.
+TensorPtr shaped_input(Module& m, const char* path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), {});
+  std::vector<float> values(bytes.size() / 4);
+  std::memcpy(values.data(), bytes.data(), values.size() * 4);
+  std::vector<executorch::aten::SizesType> shape = {static_cast<int>(values.size())};
+  auto meta = m.method_meta("forward");
+  if (meta.ok()) {
+    auto in = meta->input_tensor_meta(0);
+    if (in.ok()) shape.assign(in->sizes().begin(), in->sizes().end());
+  }
+  return make_tensor_ptr(shape, std::move(values));
+}
+
+
+// Module A (program A) and Module B (program B) on two threads, handed off step by step: A loads
+// and executes; then B loads and executes; then A is destroyed; then B executes again and is
+// destroyed. `relaxed`: each hand-off is a relaxed atomic flag, which gives no happens-before
+// (C++ [intro.races]; valgrind's race detectors do not see it either), so every access the
+// runtime makes to state the two threads share is ordered only by the runtime's own locks. `locked`
+// (the control): each hand-off under a mutex and condition variable, which orders everything.
+struct Handoff {
+  bool locked;
+  std::atomic<int> step{0};
+  std::mutex m;
+  std::condition_variable cv;
+  int locked_step = 0;
+  void wait_for(int n) {
+    if (locked) {
+      std::unique_lock<std::mutex> g(m);
+      cv.wait(g, [&] { return locked_step >= n; });
+      return;
+    }
+    while (step.load(std::memory_order_relaxed) < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  void reach(int n) {
+    if (locked) {
+      std::lock_guard<std::mutex> g(m);
+      locked_step = n;
+      cv.notify_all();
+      return;
+    }
+    step.store(n, std::memory_order_relaxed);
+  }
+};
+
+int handoff(const char* a_pte, const char* a_in, const char* b_pte, const char* b_in, bool locked) {
+  executorch::runtime::runtime_init();
+  Handoff h;
+  h.locked = locked;
+  std::atomic<bool> ok{true};
+  auto check = [&](bool good, const char* what) {
+    std::printf("%s: %s\n", what, good ? "ok" : "failed");
+    std::fflush(stdout);
+    if (!good) ok = false;
+  };
+  std::thread a([&] {
+    {
+      Module m(a_pte);
+      check(!run(m, shaped_input(m, a_in), "A").empty(), "A load + execute");
+      h.reach(1);
+      h.wait_for(2);
+    }  // A's destroy
+    check(true, "A destroyed");
+    h.reach(3);
+  });
+  std::thread b([&] {
+    h.wait_for(1);
+    Module m(b_pte);
+    TensorPtr x = shaped_input(m, b_in);
+    check(!run(m, x, "B").empty(), "B load + execute");
+    h.reach(2);
+    h.wait_for(3);
+    check(!run(m, x, "B").empty(), "B execute after A's destroy");
+  });  // B's destroy
+  a.join();
+  b.join();
+  return ok ? 0 : 2;
+}
+
+int execute_once(const char* pte, const char* in) {
+  catch_fatal_signals();  // a crash prints its frames (the caller judges them)
+  executorch::runtime::runtime_init();
+  Module m(pte);
+  auto out = m.execute("forward", {EValue(shaped_input(m, in))});
+  if (!out.ok()) {
+    std::printf("execute(forward) failed with error 0x%x\n", static_cast<int>(out.error()));
+    return 2;
+  }
+  const auto& t = out->at(0).toTensor();
+  const float* v = t.const_data_ptr<float>();
+  std::printf("forward:");
+  for (ssize_t i = 0; i < t.numel(); ++i) std::printf(" %.9g", v[i]);
+  std::printf("\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -230,6 +345,10 @@ int main(int argc, char** argv) {
   if (mode == "xnnpack-cache" && argc == 5) return xnnpack_cache(argv[2], argv[3], argv[4]);
   if (mode == "destroy-during-execute" && argc == 5)
     return destroy_during_execute(argv[2], argv[3], argv[4]);
+  if (mode == "handoff" && argc == 7 && (std::string(argv[6]) == "relaxed" ||
+                                          std::string(argv[6]) == "locked"))
+    return handoff(argv[2], argv[3], argv[4], argv[5], std::string(argv[6]) == "locked");
+  if (mode == "execute-once" && argc == 4) return execute_once(argv[2], argv[3]);
   std::fprintf(stderr, "usage: see the header of module_repro.cpp\n");
   return 2;
 }
