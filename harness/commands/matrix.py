@@ -184,7 +184,8 @@ def carries(issue: KnownIssue | None, test: dict, failures: list[dict]) -> bool:
         return True
     if test.get("outcome") != "failed":
         return False
-    found = list(failures) + ([test["failure"]] if test.get("failure") else [])
+    found = list(failures) + (test.get("failure_parts") or
+                              ([test["failure"]] if test.get("failure") else []))
     return bool(found) and all(issue.covers(Failure(f.get("kind") or "error", f.get("message") or "",
                                                     f.get("scenario") or ""))
                                for f in found)

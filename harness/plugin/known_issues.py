@@ -12,7 +12,7 @@ from harness.config.paths import IN_CHECKOUT
 from harness.plugin.keys import (DRIVER, FILES, ISSUE, ISSUES, MET, PATTERNS, SESSION,
                                  TEST_ISSUES, is_hil)
 from harness.runtime import executorch_version
-from harness.results.failures import failure_of, run_failures
+from harness.results.failures import failure_of, failure_parts, run_failures
 from harness.results.known_issues import DEFAULT_PATH, KnownIssue, issues_for, uncovered
 
 STRICT_KEY = "hil_strict_known_issues"  # a worker's --strict-known-issues error, in workeroutput
@@ -174,7 +174,7 @@ def _not_this_issue(item: pytest.Item, entries: list[KnownIssue], exc: BaseExcep
     failures = [f for r in (driver.results if driver else []) for f in run_failures(r)]
     raised = failure_of(exc)
     if raised.kind == "check" or not failures:
-        failures.append(raised)
+        failures += failure_parts(exc)
     missed = uncovered(entries, failures)
     if not missed:
         return ""

@@ -289,9 +289,11 @@ class HilReport:
                                               "backend_api": api.get("backend"),
                                               "provider": api.get("provider")})
         raised = None
+        parts: list[dict] = []
         if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
             failure = failure_of(call.excinfo.value)
             raised = failure_entry(failure)
+            parts = [failure_entry(f) for f in getattr(call.excinfo.value, "parts", [])]
         metrics = metrics_of(runs)
         kept = kept_runs(runs, self.config.getoption("hil_report_max_runs", DEFAULT_MAX_RUNS),
                          raised)
@@ -301,7 +303,8 @@ class HilReport:
                      "xnnpack": [xnnpack_entry(load, expected) for load, expected in verdicts],
                      "xnnpack_launches": [story.to_json()
                                           for story in item.stash.get(_STORIES_KEY, [])],
-                     "failure": raised, "_results": [results[i] for i in kept],
+                     "failure": raised, "failure_parts": parts,
+                     "_results": [results[i] for i in kept],
                      "_raised": raised})
         return data
 
@@ -418,7 +421,8 @@ class HilReport:
                 "device": hil.get("device"), "worker": hil.get("worker"),
                 "duration_s": round(sum(r.duration for r in phases.values()), 3),
                 "message": message_of(phases, outcome),
-                "failure": hil.get("failure"), "metrics": hil.get("metrics"),
+                "failure": hil.get("failure"), "failure_parts": hil.get("failure_parts") or [],
+                "metrics": hil.get("metrics"),
                 "xnnpack": hil.get("xnnpack") or [],
                 "xnnpack_launches": hil.get("xnnpack_launches") or [],
                 "scenario_runs": len(test_runs) + hil.get("runs_omitted", 0),

@@ -84,6 +84,13 @@ def parse_crash(text: str) -> CrashSite | None:
                 name, off = symbols[index]
                 frame = dataclasses.replace(frame, symbol=f"{names.get(name, name)}+{off:#x}")
             out.append(frame)
+        # The backend-registry wrapper of --runtime-variant is the harness's, between the
+        # runtime's frames: left out and the rest renumbered, so a crash's frames are the
+        # runtime's own with or without it (its known issues' signatures name them).
+        from harness.runtime.variants import LIB_NAME
+
+        out = [dataclasses.replace(f, index=i)
+               for i, f in enumerate(f for f in out if f.module != LIB_NAME)]
         fault = int(head.group(3), 16) if head.group(3) else None
         return CrashSite(head.group(2), fault, tuple(out), head.group(4))
     return None

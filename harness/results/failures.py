@@ -58,11 +58,15 @@ class Failure:
 class HilFailure(AssertionError):
     """An assertion failure that knows its kind and the words a known issue matches on.
 
-    `str()` is the full report for the person reading it; `failure` the structured part."""
+    `str()` is the full report for the person reading it; `failure` the structured part.
+    `parts`: the separate findings a test reports as one failure (a fault sweep's sites, a
+    heap that grows and handles left), each of which a known issue must explain on its own:
+    one entry's words in one finding never excuse another finding beside it."""
 
-    def __init__(self, report: str, failure: Failure) -> None:
+    def __init__(self, report: str, failure: Failure, parts: list[Failure] | None = None) -> None:
         super().__init__(report)
         self.failure = failure
+        self.parts = list(parts or [])
 
 
 def _step_words(result: ScenarioResult, index: int, head: str) -> str:
@@ -566,6 +570,12 @@ def _executes(step_result: StepResult) -> Iterator[tuple[int, Step, dict[str, An
     for k, (sub, ev) in enumerate(zip(step_result.step.substeps, event.get("substeps") or [])):
         if sub.op == "execute":
             yield k, sub, ev
+
+
+def failure_parts(exc: BaseException) -> list[Failure]:
+    """The findings a known issue judges one by one: the exception's parts, else its failure."""
+    parts = getattr(exc, "parts", None)
+    return list(parts) if parts else [failure_of(exc)]
 
 
 def failure_of(exc: BaseException) -> Failure:

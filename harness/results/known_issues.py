@@ -130,17 +130,25 @@ class IssueEntry(StrictModel):
     # within wherever it captures one (a leak's rate per cycle): a failure with the entry's
     # words at another size is another defect, never excused by this one
     size: list[float] | None = Field(default=None, min_length=2, max_length=2)
+    # the sizes of signatures that have one of their own (a failed context creation keeps more
+    # than a failed backend creation): group name (size_<what>) -> [low, high], judged as size
+    sizes: dict[str, list[float]] | None = None
 
     @model_validator(mode="after")
     def _size_is_captured(self) -> IssueEntry:
-        if self.size is not None:
-            low, high = self.size
-            if not 0 <= low < high:
-                raise ValueError(f"size: [{low:g}, {high:g}] is not a range [low, high] with "
+        groups = re.compile(self.match).groupindex
+        ranges = {**({"size": self.size} if self.size is not None else {}), **(self.sizes or {})}
+        for name, bounds in ranges.items():
+            field = "size" if name == "size" else f"sizes.{name}"
+            shown = "[" + ", ".join(f"{b:g}" for b in bounds) + "]"
+            if len(bounds) != 2 or not 0 <= bounds[0] < bounds[1]:
+                raise ValueError(f"{field}: {shown} is not a range [low, high] with "
                                  "0 <= low < high")
-            if "size" not in re.compile(self.match).groupindex:
-                raise ValueError("size: needs `match` to capture the failure's size as a named "
-                                 "group (?P<size>...)")
+            if name != "size" and not name.startswith("size_"):
+                raise ValueError(f"{field}: a further size's group is named size_<what>")
+            if name not in groups:
+                raise ValueError(f"{field}: needs `match` to capture the failure's size as a "
+                                 f"named group (?P<{name}>...)")
         return self
 
     @model_validator(mode="after")
@@ -208,6 +216,7 @@ class KnownIssue:
     size: tuple[float, float] | None = None  # the captured size's range (IssueEntry.size)
     root: str | None = None  # the distinct defect (IssueEntry.root); None: not a bug
     programs: tuple[str, ...] = ()  # program shapes it covers in --pte tests (IssueEntry)
+    sizes: tuple[tuple[str, float, float], ...] = ()  # further named sizes (IssueEntry.sizes)
 
     @property
     def defect(self) -> str:
@@ -258,26 +267,34 @@ class KnownIssue:
         words = f"scenario {failure.scenario}: {failure.message}" if failure.scenario else failure.message
         if failure.kind not in self.kinds:
             return False
-        if self.size is None:
+        if self.size is None and not self.sizes:
             return re.search(self.match, words) is not None
         # The size is judged where the match captures one (an alternative without the group
         # is a signature of its own); every place the signature occurs must fit.
+        ranges = ([("size", *self.size)] if self.size else []) + list(self.sizes)
         found = list(re.finditer(self.match, words))
-        return bool(found) and all(m.group("size") is None or self.size_fits(m.group("size"))
-                                   for m in found)
+        return bool(found) and all(m.group(name) is None or _within(m.group(name), low, high)
+                                   for m in found for name, low, high in ranges)
 
     def size_fits(self, said: str | None) -> bool:
         """Whether a failure's size (the words' number) is this bug's: within `size`."""
-        try:
-            value = float((said or "").replace(",", "").lstrip("+"))
-        except ValueError:
-            return False
         assert self.size is not None
-        return self.size[0] <= value <= self.size[1]
+        return _within(said, *self.size)
 
     def describe(self) -> str:
         sized = f", size {self.size[0]:g} .. {self.size[1]:g}" if self.size else ""
+        sized += "".join(f", {name} {low:g} .. {high:g}" for name, low, high in self.sizes)
         return f"{self.id} [{self.where}] ({'/'.join(self.kinds)} matching {self.match!r}{sized})"
+
+
+def _within(said: str | None, low: float, high: float) -> bool:
+    """Whether a size the words give (a number, maybe signed or with thousands commas) lies in
+    [low, high]."""
+    try:
+        value = float((said or "").replace(",", "").lstrip("+"))
+    except ValueError:
+        return False
+    return low <= value <= high
 
 
 def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> list[KnownIssue]:
@@ -293,7 +310,8 @@ def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> li
                          " ".join(e.reason.split()), e.match, tuple(e.kind), path, base,
                          e.intermittent, e.qnn, e.where, e.reproduce,
                          (e.size[0], e.size[1]) if e.size else None, e.root,
-                         tuple(e.programs or ()))
+                         tuple(e.programs or ()),
+                         tuple((k, v[0], v[1]) for k, v in sorted((e.sizes or {}).items())))
               for e in entries]
     _check_unique(issues)
     return issues

@@ -150,11 +150,17 @@ class DeviceBuild:
 
     def registry_wrapper(self) -> Callable[[], Path] | None:
         """What builds `--runtime-variant`'s wrapper for a build other than the host's: the
-        arm64-linux build has one (cross-compiled against the aarch64 wheel); Android none."""
+        arm64-linux build's is cross-compiled against the aarch64 wheel, the Android build's
+        with the NDK and prefix its runner was built with (harness-android-build.json)."""
         if self.kind == "arm64-linux":
             from harness.runner.builds.arm64_linux import build_arm64_wrapper
 
             return build_arm64_wrapper
+        if self.kind == "android":
+            from harness.runner.builds.android import wrapper_for_android_build
+
+            directory = self.runner.parent
+            return lambda: wrapper_for_android_build(directory)
         return None
 
 

@@ -17,7 +17,8 @@ from harness.errors import ConfigError
 CATALOGUE = Path(__file__).with_name("mutants.yaml")
 BOUNDARIES = ("backend", "qnn")
 QNN_ENV = "HARNESS_QNN_MUTANT"
-OPERATORS = ("output_perturb", "output_zero", "output_cross", "output_stale", "init_leak",
+OPERATORS = ("output_perturb", "output_zero", "output_cross", "output_stale", "output_carry",
+             "init_leak",
              "execute_leak", "init_delay", "execute_delay", "init_fail", "execute_fail",
              "init_swallow_error", "execute_swallow_error", "destroy_skip", "destroy_twice",
              "destroy_other", "users_off_by_one", "init_crash", "execute_crash",

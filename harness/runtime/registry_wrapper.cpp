@@ -164,6 +164,9 @@ std::mutex remembered_lock;
 std::vector<char> remembered_output;       // output_cross: the last output of some execute
 const EValue* remembered_owner = nullptr;   // ... and the EValue it came from
 std::map<const EValue*, std::vector<char>> stale_outputs;  // output_stale: per output EValue
+std::vector<char> last_output;     // output_carry: the last output any execute returned ...
+std::vector<char> carried_output;  // ... kept by a destroy, for the first execute of a reload
+bool carry_armed = false;          // an init came after that destroy
 
 std::mutex leaked_lock;
 std::vector<void*> leaked;  // the leaked blocks escape here: a malloc whose pointer never
@@ -214,6 +217,10 @@ class Wrapper final : public BackendInterface {
         : fix_init(context, processed, compile_specs);
     if (m && out.ok()) {
       if (m->op == "init_leak") leak(m->num("bytes", 204800));
+      if (m->op == "output_carry") {
+        std::lock_guard<std::mutex> guard(remembered_lock);
+        carry_armed = !carried_output.empty();
+      }
     }
     if (m && !out.ok() && m->op == "init_swallow_error") {
       // An init that failed reported as a success with no handle: the runtime goes on with it.
@@ -267,6 +274,10 @@ class Wrapper final : public BackendInterface {
         log_call(name_, "destroy-other", other, 0);
         handle = other;  // this module's handle stays; another module's goes in its place
       }
+    }
+    if (m && m->op == "output_carry") {
+      std::lock_guard<std::mutex> guard(remembered_lock);
+      carried_output = last_output;  // what the module being destroyed returned last
     }
     bool stock = c.variant == Variant::Stock || !is_qnn();
     if (stock && m && m->op == "users_off_by_one" && !forget_live(handle)) {
@@ -374,6 +385,18 @@ class Wrapper final : public BackendInterface {
       std::vector<char> now(bytes, bytes + size);
       if (n >= m.num("nth", 2) && prev.size() == size) memcpy(bytes, prev.data(), size);
       prev.swap(now);
+    } else if (m.op == "output_carry") {
+      // State kept across a reload: the first execute after a destroy and a new init returns
+      // the output the destroyed module returned last (a new load starting where the old one
+      // ended instead of from the program's initial state).
+      std::lock_guard<std::mutex> guard(remembered_lock);
+      std::vector<char> now(bytes, bytes + size);
+      if (carry_armed && carried_output.size() == size) {
+        memcpy(bytes, carried_output.data(), size);
+        carry_armed = false;
+        carried_output.clear();
+      }
+      last_output.swap(now);
     }
     return err;
   }

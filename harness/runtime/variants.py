@@ -38,6 +38,9 @@ WRAPPER_ENV = "HARNESS_RUNTIME_VARIANT"
 """What the wrapper itself reads in the runner process."""
 MUTANT_ENV = "HARNESS_RUNTIME_MUTANT"
 SOURCE = Path(__file__).with_name("registry_wrapper.cpp")
+WRAPPER_PROJECT = Path(__file__).with_name("wrapper")
+"""The same source as a CMake project, for builds whose compiler a toolchain file names (the
+Android NDK's: harness.runner.builds.android.build_android_wrapper)."""
 LIB_NAME = "libharness_registry_wrapper.so"
 
 SEED_FIXES_PREFIX = "qnn-delegate-cache-"
@@ -175,19 +178,19 @@ def device_preload(workspace: PurePosixPath, runner_kind: str, where: str,
                    ) -> tuple[dict[Path, PurePosixPath], dict[str, str]]:
     """The wrapper's file (local -> device path) and run variables for a device workspace,
     empty for `none`. The host runner build (an x86_64 loopback phone, an x86_64 board) gets
-    `build_wrapper`'s; another build gets `cross_build`'s (the arm64-linux build's wrapper,
-    against the aarch64 wheel), and a build without one (Android) is a VariantError naming the
-    device (`where`). A backend mutant named in this process's environment (harness mutate sets
-    it) travels with it: the device's runs do not inherit the controller's environment."""
+    `build_wrapper`'s; another build gets `cross_build`'s (the arm64-linux build's wrapper against
+    the aarch64 wheel, the Android build's with its NDK against its prefix), and a build without
+    one is a VariantError naming the device (`where`). A backend mutant named in this process's
+    environment (harness mutate sets it) travels with it: the device's runs do not inherit the
+    controller's environment."""
     variant = session_variant()
     if variant == "none":
         return {}, {}
     if runner_kind != "host" and cross_build is None:
         raise VariantError(
-            f"--runtime-variant {variant}: {where} runs the {runner_kind} runner build, and the "
-            "backend-registry wrapper is built for this host's runtime (x86_64) and the "
-            "arm64-linux build only: run the variant on the simulator, a loopback device, an "
-            "x86_64 or arm64 Linux board")
+            f"--runtime-variant {variant}: {where} runs the {runner_kind} runner build, for which "
+            "the harness builds no backend-registry wrapper (it builds one for the host, "
+            "arm64-linux and Android builds)")
     wrapper = build_wrapper() if runner_kind == "host" or cross_build is None else cross_build()
     on_device = workspace / LIB_NAME
     env = {"LD_PRELOAD": str(on_device), WRAPPER_ENV: variant}

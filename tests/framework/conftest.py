@@ -65,6 +65,7 @@ FILE_KIND = {
     "test_abi_bridge.py": "compiler",
     "test_runner_select.py": "compiler",
     "test_arm64_build.py": "compiler",
+    "test_android_wrapper.py": "compiler",
     "test_protocol_conformance.py": "compiler",  # and the executorch pybindings
     "test_compile_options.py": "simulator",
     "test_compile_server.py": "simulator",  # the lowering stack (torch, ExecuTorch, QNN)

@@ -76,3 +76,17 @@ def test_the_fault_address_is_placed_in_its_mapping():
     anonymous = parse_crash(text.replace("stack.xnncache+0x7ff000", "(anonymous memory)"))
     assert anonymous is not None and anonymous.fault_mapping == "(anonymous memory)"
     assert "inside" not in anonymous.describe()  # only a mapped file is named
+
+
+def test_the_registry_wrappers_frame_is_left_out():
+    """--runtime-variant's wrapper sits between the runtime's frames of an init or execute: the
+    crash site is the runtime's own with or without it (a known issue names those frames)."""
+    head = ("harness-runner: fatal signal 11 (SIGSEGV) at fault address 0x0 in mapping (not in "
+            "any mapped file) in thread 7\nharness-runner: backtrace of the crashing thread:\n")
+    plain = head + ("harness-runner:   #0 pc 0x7f00000145d libexecutorch_backend_qnn.so+0x1445d\n"
+                    "harness-runner:   #1 pc 0x7f000000e0d libexecutorch.so+0x14e0c\n")
+    wrapped = head + ("harness-runner:   #0 pc 0x7f00000145d libexecutorch_backend_qnn.so+0x1445d\n"
+                      "harness-runner:   #1 pc 0x7f00000734a libharness_registry_wrapper.so+0x7349\n"
+                      "harness-runner:   #2 pc 0x7f000000e0d libexecutorch.so+0x14e0c\n")
+    assert crash_site_line(wrapped) == crash_site_line(plain)
+    assert "#1 libexecutorch.so+0x14e0c" in crash_site_line(wrapped)

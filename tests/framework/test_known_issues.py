@@ -124,6 +124,12 @@ ENTRY = ("- id: a\n  executorch: ['1.5.1']\n  tests: ['t.py::x']\n  kind: [error
     (ENTRY.replace("boom", "'boom (?P<size>[0-9]+)'") + "  size: [8000, 900]\n",
      ["size: [8000, 900] is not a range"]),
     (ENTRY.replace("boom", "'boom (?P<size>[0-9]+)'") + "  size: [900]\n", ["size", "at least 2"]),
+    (ENTRY + "  sizes: {size_context: [900, 8000]}\n",
+     ["sizes.size_context: needs `match` to capture", "(?P<size_context>...)"]),
+    (ENTRY.replace("boom", "'boom (?P<context>[0-9]+)'") + "  sizes: {context: [900, 8000]}\n",
+     ["sizes.context: a further size's group is named size_<what>"]),
+    (ENTRY.replace("boom", "'boom (?P<size_x>[0-9]+)'") + "  sizes: {size_x: [9, 1, 3]}\n",
+     ["sizes.size_x: [9, 1, 3] is not a range"]),
 ])
 def test_bad_entries_name_the_file_line_and_key(tmp_path, text, words):
     path = tmp_path / "k.yaml"

@@ -20,7 +20,7 @@ def test_the_catalogue_has_a_mutant_of_every_class_the_suites_must_catch():
                    "memory growing per init", "memory growing per execute",
                    "error returned where none happened", "error swallowed where one happened",
                    "crash at the k-th call", "hang at the k-th call", "latency regression",
-                   "state lost within a load"):
+                   "state lost within a load", "state kept across a reload"):
         assert wanted in classes, wanted
     assert {m.boundary for m in mutants} == {"backend", "qnn"}
 

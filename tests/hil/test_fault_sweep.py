@@ -194,7 +194,7 @@ def sweep(request, full, base_steps, record, skip, scenario_driver, which, api) 
                           + "\n    ".join(f.message.strip().splitlines()[:8])
                           for site, f in findings)
         raise HilFailure(f"fault sweep of {which} over {api} ({len(sites)} call sites):\n{words}",
-                         Failure(kind, words, full.name))
+                         Failure(kind, words, full.name), [f for _, f in findings])
 
 
 GROWTH_CYCLES = 12
@@ -247,7 +247,7 @@ def test_repeated_injected_failures_neither_leak_nor_grow(compiled_model, scenar
     failing = scenario_driver.run(failing_cycles(model, api, f"cycles_{api.lower()}", execute))
     control_growth, grown = heap_per_cycle(control), heap_per_cycle(failing)
     base = control_growth if execute else 0.0
-    problems = []
+    problems: list[str] = []
     if grown > base + GROWTH_SLACK_BYTES:
         against = (f"{base:.0f} B per cycle with nothing injected" if execute else
                    f"a failed load must leave nothing ({control_growth:.0f} B per cycle with "
@@ -259,4 +259,5 @@ def test_repeated_injected_failures_neither_leak_nor_grow(compiled_model, scenar
     if problems:
         words = "; ".join(problems)
         raise HilFailure(f"scenario {failing.scenario.name}: {words}\n{failing.summary()}",
-                         Failure("check", words, failing.scenario.name))
+                         Failure("check", words, failing.scenario.name),
+                         [Failure("check", p, failing.scenario.name) for p in problems])

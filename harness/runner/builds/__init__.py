@@ -16,6 +16,11 @@ one module each:
   arm64-v8a; the interposer is compiled with the NDK's clang and the prefix's shared libraries
   are copied next to the runner.
 
+The cross targets also build `--runtime-variant`'s backend-registry wrapper
+(`harness/runtime/registry_wrapper.cpp`) against their own runtime: `arm64_linux` with the same
+cross compiler against the aarch64 wheel, `android` through the wrapper's CMake project with the
+NDK and prefix its runner was built with.
+
 Beside them: `tools` finds cmake, ninja, the host's C++ compiler and the nlohmann/json headers;
 `cmake` holds the command lines every target shares, runs them with a build log and reads back
 what a configure linked; `inputs` says what a build is built from and keyed by, and where

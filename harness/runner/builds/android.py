@@ -5,17 +5,29 @@ for arm64-v8a (ExecuTorch publishes no Android C++ SDK), the NDK's clang compile
 interposer, and the prefix's shared libraries are copied to ``<build-dir>/lib`` to be pushed
 next to the runner (its RUNPATH is ``$ORIGIN``). `build-runner --android` builds into a
 directory of one's choice; a session with an Android ``--executorch-prefix`` builds into the
-cache (`android_prefix_build`).
+cache (`android_prefix_build`). Each build records the NDK, prefix and platform it was made with
+(`ANDROID_BUILD_RECORD`), so `--runtime-variant` builds its backend-registry wrapper the same way
+(`build_android_wrapper`: the wrapper's CMake project with the same toolchain file, ABI and
+platform level, cached like the interposer) and pushes it with the runner.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import platform as _platform
 import shutil
 from pathlib import Path
 
-from harness.cache import build_record, file_lock, rebuild_notice, verify_build
+from harness.cache import (
+    build_record,
+    cache_root,
+    digest,
+    file_lock,
+    rebuild_notice,
+    verify_build,
+)
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.cmake import (
     INTERPOSER_NAME,
@@ -35,6 +47,26 @@ from harness.runner.builds.tools import find_cmake, find_ninja, nlohmann_json_pr
 ANDROID_CACHE_DIR = "android-arm64-v8a"
 """The Android builds' directory under the runner cache root."""
 
+ANDROID_BUILD_RECORD = "harness-android-build.json"
+"""Written into an Android build directory: the NDK, ExecuTorch prefix and platform level it was
+built with (what the backend-registry wrapper of the same device is built with)."""
+
+
+def android_toolchain_definitions(ndk: Path, executorch_prefix: Path,
+                                  platform: int = 30) -> list[str]:
+    """The CMake definitions of every Android build: the NDK's toolchain file, arm64-v8a, the
+    API level, the ExecuTorch prefix (one source for the runner and the wrapper)."""
+    toolchain = Path(ndk) / "build" / "cmake" / "android.toolchain.cmake"
+    return [
+        f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
+        "-DANDROID_ABI=arm64-v8a",
+        f"-DANDROID_PLATFORM=android-{int(platform)}",
+        f"-DCMAKE_PREFIX_PATH={Path(executorch_prefix)}",
+        # The NDK toolchain confines package lookup to its sysroot; the
+        # ExecuTorch prefix lives outside it.
+        "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH",
+    ]
+
 
 def android_build_commands(
     build_dir: Path,
@@ -45,16 +77,19 @@ def android_build_commands(
 ) -> list[list[str]]:
     """Configure and build command lines for an arm64-v8a Android runner with
     the NDK's toolchain file, against an ExecuTorch install prefix."""
-    toolchain = Path(ndk) / "build" / "cmake" / "android.toolchain.cmake"
-    return cmake_commands(build_dir, source_dir, [
-        f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
-        "-DANDROID_ABI=arm64-v8a",
-        f"-DANDROID_PLATFORM=android-{int(platform)}",
-        f"-DCMAKE_PREFIX_PATH={Path(executorch_prefix)}",
-        # The NDK toolchain confines package lookup to its sysroot; the
-        # ExecuTorch prefix lives outside it.
-        "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH",
-    ])
+    return cmake_commands(build_dir, source_dir,
+                          android_toolchain_definitions(ndk, executorch_prefix, platform))
+
+
+def android_wrapper_commands(build_dir: Path, ndk: Path, executorch_prefix: Path,
+                             platform: int = 30) -> list[list[str]]:
+    """Configure and build lines of the backend-registry wrapper (`--runtime-variant`) for
+    arm64-v8a Android: its CMake project (harness/runtime/wrapper) with the runner's toolchain
+    definitions."""
+    from harness.runtime.variants import WRAPPER_PROJECT
+
+    return cmake_commands(build_dir, WRAPPER_PROJECT,
+                          android_toolchain_definitions(ndk, executorch_prefix, platform))
 
 
 def _ndk_host_tag() -> str:
@@ -131,6 +166,9 @@ def build_android_runner(
     for out in (binary, interposer):
         if not out.is_file():
             raise missing_output_error("Android build", out, log)
+    (build_dir / ANDROID_BUILD_RECORD).write_text(json.dumps(
+        {"ndk": str(ndk.resolve()), "executorch_prefix": str(prefix.resolve()),
+         "platform": int(platform)}) + "\n")
     # The runner's RUNPATH is $ORIGIN: shared ExecuTorch libraries (e.g.
     # libqnn_executorch_backend.so) go to the device next to it, from here.
     libs = [p for p in sorted((prefix / "lib").glob("*.so*")) if p.is_file()]
@@ -172,3 +210,81 @@ def android_prefix_build(prefix: Path, lib_dir: Path, ndk: Path, platform: int =
             build_android_runner(build_dir, ndk, prefix, platform)
             marker.write_text(f"prefix={prefix}\n" + build_record([runner]))
     return build_dir
+
+
+def build_android_wrapper(ndk: Path | None, executorch_prefix: Path, platform: int = 30,
+                          force: bool = False) -> Path:
+    """The backend-registry wrapper of `--runtime-variant` for an arm64-v8a Android runner:
+    the wrapper's CMake project configured exactly as the runner (`android_toolchain_definitions`)
+    and cached by its source, the NDK, the prefix's libraries and the platform level. Raises
+    VariantError naming what to set when there is no NDK or no prefix, and the failing line of
+    the build log when the build fails."""
+    from harness.runtime.variants import LIB_NAME, SOURCE, WRAPPER_PROJECT, VariantError
+
+    what = "the backend-registry wrapper of --runtime-variant for Android"
+    if ndk is None:
+        raise VariantError(f"{what} is built with the Android NDK, and none is known: set "
+                           "ANDROID_NDK to the NDK the runner was built with")
+    ndk = Path(ndk).expanduser()
+    prefix = Path(executorch_prefix).expanduser()
+    if not (ndk / "build" / "cmake" / "android.toolchain.cmake").is_file():
+        raise VariantError(f"{what}: {ndk} is not an Android NDK (no build/cmake/"
+                           "android.toolchain.cmake): set ANDROID_NDK to the NDK's root, e.g. "
+                           "$ANDROID_HOME/ndk/27.2.12479018")
+    if not list(prefix.glob("lib/cmake/*/executorch-config.cmake")) + list(
+            prefix.glob("lib/cmake/*/ExecuTorchConfig.cmake")):
+        raise VariantError(f"{what}: {prefix} holds no ExecuTorch CMake package (lib/cmake/"
+                           "ExecuTorch/executorch-config.cmake): it needs the arm64-v8a install "
+                           "prefix the runner was built against")
+    if find_cmake() is None or find_ninja() is None:
+        raise VariantError(f"{what} needs cmake and ninja: pip install 'cmake>=3.28' ninja")
+    key = digest([SOURCE.read_bytes(), (WRAPPER_PROJECT / "CMakeLists.txt").read_bytes(),
+                  str(ndk.resolve()), str(prefix), runtime_libraries_digest(prefix / "lib"),
+                  str(int(platform))])
+    entry = cache_root() / "registry-wrapper" / f"android-{key}"
+    build_dir, marker = entry / "build", entry / "build.ok"
+    output = build_dir / LIB_NAME
+    if not force and marker.is_file() and not verify_build(marker, [output]):
+        return output
+    with file_lock(entry.parent / f"android-{key}.lock"):
+        problem = verify_build(marker, [output]) if marker.is_file() else ""
+        if not force and marker.is_file() and not problem:
+            return output
+        if problem and output.exists():
+            rebuild_notice(f"the cached Android backend-registry wrapper is damaged: {problem}; "
+                           "rebuilding it")
+        marker.unlink(missing_ok=True)
+        output.unlink(missing_ok=True)
+        log = entry / "build.log"
+        try:
+            run_commands(android_wrapper_commands(build_dir, ndk, prefix, platform), log,
+                         f"{what} (NDK {ndk}, android-{int(platform)})")
+        except RunnerBuildError as exc:
+            why = f"{exc.reason}\n" if exc.reason else ""
+            raise VariantError(f"building {what} failed: {why}{exc}") from None
+        if not output.is_file():
+            raise VariantError(str(missing_output_error(f"building {what}", output, log)))
+        marker.write_text(build_record([output]))
+    return output
+
+
+def wrapper_for_android_build(directory: Path) -> Path:
+    """The wrapper for the Android build in `directory` (its runner's `ANDROID_BUILD_RECORD`
+    names the NDK, prefix and platform; ANDROID_NDK stands in for a recorded NDK that is gone)."""
+    from harness.runtime.variants import VariantError
+
+    record = Path(directory) / ANDROID_BUILD_RECORD
+    try:
+        built = json.loads(record.read_text())
+    except (OSError, ValueError):
+        raise VariantError(
+            f"the Android build in {directory} has no {ANDROID_BUILD_RECORD} (it predates "
+            "--runtime-variant on Android, or was not made by the harness): rebuild it with "
+            "`python -m harness build-runner --android --ndk <ndk> --executorch-prefix "
+            "<prefix>` so the backend-registry wrapper is built with the same NDK and prefix"
+        ) from None
+    ndk: Path | None = Path(built["ndk"])
+    if not (Path(str(ndk)) / "build" / "cmake").is_dir():
+        ndk = Path(os.environ["ANDROID_NDK"]) if os.environ.get("ANDROID_NDK") else ndk
+    return build_android_wrapper(ndk, Path(built["executorch_prefix"]),
+                                 int(built.get("platform", 30)))

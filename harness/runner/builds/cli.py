@@ -24,6 +24,7 @@ from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.android import (
     android_build_commands,
     android_interposer_command,
+    android_wrapper_commands,
     build_android_runner,
     default_android_build_dir,
 )
@@ -102,6 +103,10 @@ def _main_android(args: argparse.Namespace) -> int:
         )
         cmds.append(android_interposer_command(
             Path(build_dir) / INTERPOSER_NAME, shown_ndk, args.platform))
+        # --runtime-variant's backend-registry wrapper (built on first use, into the cache)
+        cmds += android_wrapper_commands(
+            Path(build_dir) / "registry-wrapper", shown_ndk,
+            args.executorch_prefix or Path("<executorch-prefix>"), args.platform)
         for cmd in cmds:
             print(shlex.join(cmd))
         return 0
