@@ -4,9 +4,9 @@ server whose libraries started a thread refuses to fork.
 
 One test of every scenario kind in both isolation modes is compared in test_isolation_parity.py.
 """
-
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -51,11 +51,17 @@ def test_fork_gives_what_a_process_gives(both_isolations, compiled_model):
         process = both_isolations["process"].run(sc, allow_crash=True)
         assert fork.completed and process.completed, fork.crash_report()
         same_steps(fork, process)
-        assert fork.output.trace_text.split("\n", 1)[0].startswith("1 api ")
+        # Numbered from 1: the fork's first QNN call or dlopen (the runtime's RTLD_NOLOAD
+        # probe of libQnnHtp.so), none of the server's.
+        assert re.match(r"1 (api|dlopen) ", fork.output.trace_text), fork.output.trace_text[:200]
         # A process opens libQnnHtp.so itself (its `library_open`); a fork finds it loaded.
         opened = [r.kind for r in process.trace if r.kind.startswith("library_")]
         assert opened == ["library_open"], process.output.trace_text
-        assert len(fork.trace) == len(process.trace) - 1
+        # The runtime's own dlopens (traced by the dlopen shim) differ as loading does: a
+        # process's RTLD_NOLOAD probe finds nothing and it opens the library, a fork's probe
+        # finds it; every QNN call is the same.
+        calls = [[r for r in result.trace if r.kind != "dlopen"] for result in (fork, process)]
+        assert len(calls[0]) == len(calls[1]) - 1
 
 
 def test_each_fork_starts_with_an_empty_delegate_cache(both_isolations, compiled_model):

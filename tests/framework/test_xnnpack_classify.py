@@ -272,7 +272,12 @@ def test_note_counters_is_one_keyed_notice_per_process_and_writes_artifacts(tmp_
     from harness.log import NOTICE_KEY_ATTR
 
     monkeypatch.setattr(xnnpack, "_said", set())
-    caplog.set_level(logging.INFO, logger="harness")
+    # A logger of its own that does not propagate: the notice of this made-up runtime must not
+    # reach the session running this test (its summary would name "executorch 9.9").
+    isolated = logging.getLogger("harness.test.counters-notice")
+    monkeypatch.setattr(isolated, "propagate", False)
+    isolated.addHandler(caplog.handler)
+    monkeypatch.setattr(xnnpack, "_log", isolated)
     result = probes(tmp_path, {k: (("ok", ""), ("ok", 0)) for k in COUNTER_KEYS})
     counters = read_counters(result)
     with warnings.catch_warnings(record=True) as caught:
@@ -285,3 +290,4 @@ def test_note_counters_is_one_keyed_notice_per_process_and_writes_artifacts(tmp_
     assert getattr(said[0], NOTICE_KEY_ATTR) == xnnpack.counters_notice_key("9.9")
     saved = json.loads((tmp_path / "a2" / "xnnpack_counters.json").read_text())
     assert saved["executorch"] == "9.9" and saved["values"] == {}
+    isolated.removeHandler(caplog.handler)
