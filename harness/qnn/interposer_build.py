@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.cache import build_record, cache_root, digest, file_lock, rebuild_notice, verify_build
 from harness.errors import SdkError
+from harness.storage import full_disk_reason
 
 SOURCE = Path(__file__).with_name("interposer.c")
 LIB_NAME = "libQnnHtp.so"
@@ -71,7 +72,9 @@ def build_interposer(force: bool = False, name: str = LIB_NAME,
         proc = subprocess.run(command[:1] + list(flags) + command[1:], capture_output=True,
                               text=True)
         if proc.returncode != 0:
-            raise SdkError(f"building the QNN interposer failed:\n{proc.stderr[-2000:]}")
+            full = full_disk_reason(proc.stderr, out_dir)  # the storage, not the linker's words
+            raise SdkError(f"building the QNN interposer failed: {full}" if full else
+                           f"building the QNN interposer failed:\n{proc.stderr[-2000:]}")
         tmp.replace(output)
         marker.write_text(build_record([output]))
     return output

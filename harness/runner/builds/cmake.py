@@ -84,7 +84,23 @@ def missing_output_error(what: str, output: Path, log: Path) -> RunnerBuildError
 
 def run_commands(commands: list[list[str]], log: Path, what: str) -> None:
     """Runs the command lines in order, appending their output to ``log``;
-    raises RunnerBuildError with the log's tail on the first failure."""
+    raises RunnerBuildError with the log's tail on the first failure. A full disk met by the
+    build's own log (before any compiler could say it) is that RunnerBuildError too, naming the
+    storage, not an OSError from inside the build."""
+    import errno
+
+    from harness.storage import full_disk_reason
+
+    try:
+        _run_logged(commands, log, what)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        reason = full_disk_reason(str(exc), log.parent)
+        raise RunnerBuildError(f"{what} failed: {reason}", reason=reason) from None
+
+
+def _run_logged(commands: list[list[str]], log: Path, what: str) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         for cmd in commands:
