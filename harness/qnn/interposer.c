@@ -521,16 +521,18 @@ static int dlopen_api(const char *file) {
  * nothing, 2 when that probe's failure was injected. */
 static __thread int probe_failed[API_COUNT];
 
-/* Whether the call at `caller` is the runtime's: made from an ExecuTorch library (a file whose
- * name holds "executorch": libexecutorch_backend_qnn.so, libqnn_executorch_backend.so), not
- * the runner's own dlopen of the interposer for its step points, made only when a scenario has
- * rules (it would shift the occurrences against a run without), nor the interposer's of the
- * real library. */
+/* Whether the call at `caller` is the runtime's: made from an ExecuTorch shared library (a
+ * file whose name holds "executorch" and ".so": libexecutorch_backend_qnn.so,
+ * libqnn_executorch_backend.so), not the runner's own dlopen of the interposer for its step
+ * points, made only when a scenario has rules (it would shift the occurrences against a run
+ * without; on a device the runner is named executorch_hil_runner), nor the interposer's of
+ * the real library. */
 static int from_runtime(void *caller) {
   Dl_info info;
   if (!dladdr(caller, &info) || !info.dli_fname) return 0;
   const char *base = strrchr(info.dli_fname, '/');
-  return strstr(base ? base + 1 : info.dli_fname, "executorch") != NULL;
+  base = base ? base + 1 : info.dli_fname;
+  return strstr(base, "executorch") != NULL && strstr(base, ".so") != NULL;
 }
 
 /* libQnnSystem.so's calls: QnnSystemInterface_t is {u32 backendId; const char *providerName;
