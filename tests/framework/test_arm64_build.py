@@ -141,7 +141,7 @@ def test_print_commands_for_arm64_linux_and_android(capsys):
     out = capsys.readouterr().out
     assert "android.toolchain.cmake" in out
     assert "aarch64-linux-android30-clang" in out and "libQnnHtp.so" in out
-    assert "aarch64-linux-android30-clang -DHARNESS_DLOPEN_SHIM" in out
+    assert "aarch64-linux-android30-clang' -DHARNESS_DLOPEN_SHIM" in out  # a quoted path
     assert "libharness_qnn_dlopen.so" in out
 
 
