@@ -78,6 +78,7 @@ def test_every_traced_call_is_a_site_and_a_probe_with_its_open_is_one_attempt(tm
     extra = ["dlopen lib=libQnnHtp.so rc=1 noload=1", "dlopen lib=libQnnHtp.so rc=0 after_probe=1",
              "api core=2.40.0", "call api=QnnDevice_getInfrastructure rc=0",
              "call api=QnnBackend_getApiVersion rc=0", "dlopen lib=libQnnSystem.so rc=0 noload=0",
+             "call api=QnnSystemInterface_getProviders rc=0",
              "context_create rc=0 handle=0x1 binary=10"]
     text = "".join(f"{n + 1} {line}\n" for n, line in enumerate(extra))
     events = [{"event": "step", "index": i, "status": "ok", "error_code": 0, "message": "",
@@ -87,7 +88,8 @@ def test_every_traced_call_is_a_site_and_a_probe_with_its_open_is_one_attempt(tm
     result = ScenarioResult.build(sc, RunOutput(0, stdout, "", text), parse_trace(text))
     assert [s.api for s in fault_sweep.call_sites(result, len(sc.steps))] == [
         "dlopen.libQnnHtp.so", "QnnInterface_getProviders", "QnnDevice_getInfrastructure",
-        "QnnBackend_getApiVersion", "dlopen.libQnnSystem.so", "QnnContext_createFromBinary"]
+        "QnnBackend_getApiVersion", "dlopen.libQnnSystem.so", "QnnSystemInterface_getProviders",
+        "QnnContext_createFromBinary"]
 
 
 def test_an_injected_run_of_a_scenario_meeting_a_known_bug_allows_its_failing_steps(tmp_path):
@@ -120,3 +122,6 @@ def test_every_function_table_entry_and_dlopen_point_is_a_rule_target():
     from harness.protocol.nemesis import QNN_SYSTEM_TABLE
 
     assert tuple(re.findall(r'\[API_SYSTEM_FIRST \+ \d\] = "(\w+)"', source)) == QNN_SYSTEM_TABLE
+    # libQnnSystem.so's entry point, which the shim answers for the runtime's handle
+    assert '[API_SYSTEM_PROVIDERS] = "QnnSystemInterface_getProviders"' in source
+    assert "QnnSystemInterface_getProviders" in QNN_APIS
