@@ -275,8 +275,15 @@ def test_cross_build_gives_aarch64_runner_and_interposer(arm64_build):
     runner, interposer = build_dir / "harness-runner", build_dir / "libQnnHtp.so"
     assert emulation.elf_machine(runner) == emulation.EM_AARCH64
     assert emulation.elf_machine(interposer) == emulation.EM_AARCH64
-    # the dlopen shim an arm64 device's runner preloads, built with them
-    assert emulation.elf_machine(build_dir / "libharness_qnn_dlopen.so") == emulation.EM_AARCH64
+    # the dlopen shim an arm64 device's runner preloads, built with them, defining what it
+    # stands in for (the runtime's dlopen and dlclose, libQnnSystem.so's entry point)
+    shim = build_dir / "libharness_qnn_dlopen.so"
+    assert emulation.elf_machine(shim) == emulation.EM_AARCH64
+    nm = shutil.which("aarch64-linux-gnu-nm")
+    if nm:
+        symbols = subprocess.run([nm, "-D", "--defined-only", str(shim)], capture_output=True,
+                                 text=True).stdout.split()
+        assert {"dlopen", "dlclose", "QnnSystemInterface_getProviders"} <= set(symbols)
     if shutil.which("file"):
         assert "ARM aarch64" in subprocess.run(["file", "-L", str(runner)], capture_output=True,
                                                text=True).stdout
