@@ -2,7 +2,9 @@
 leaves S1's run (DelegateHandle has been deleted on 1.5.1) and S4's (passing); `replay` runs
 each again with the real runner, `export --format cpp|python|bundle` writes standalone tests
 whose run.sh builds (CMake against the installed wheel) and runs them with the real
-runtime, and each exits 1 on S1 with the runtime's words and 0 on S4."""
+runtime, and each exits 1 on S1 with the runtime's words and 0 on S4. A run whose runner
+started under a wrapper (fiu-run, setpriv: the XNNPACK cache suite's causes) replays and
+exports under it again."""
 
 import json
 import os
@@ -311,3 +313,33 @@ def test_replay_says_a_branch_the_recorded_cause_did_not_give(launched, tmp_path
     assert "launched under" not in proc.stdout, proc.stdout
     assert "xnnpack cache branches: none: NOT the recorded ones (truncate0_failed 5 (EIO))" \
         in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("fmt", ["cpp", "python"])
+def test_an_export_runs_the_test_under_the_recorded_cause(runs, tmp_path, fmt):
+    """S4 (passing) recorded with a setpriv launch (root without its permission capabilities),
+    its export's data in a directory only `nobody` may read: the exported test, started under
+    setpriv by run.sh, cannot read its program and fails; the export of the run without the
+    launch reads it (root) and passes. The cause is in the export's command, not the data."""
+    if os.geteuid() != 0:
+        pytest.skip("root drops capabilities here")
+    import shutil
+
+    launched_run = tmp_path / "run"
+    shutil.copytree(runs["s4"], launched_run)
+    record = json.loads((launched_run / "replay.json").read_text())
+    record["launch"] = [{"tool": "setpriv", "args": [
+        "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]}]
+    (launched_run / "replay.json").write_text(json.dumps(record))
+    verdicts = {}
+    for name, run in (("launched", launched_run), ("plain", runs["s4"])):
+        out = tmp_path / f"{fmt}-{name}"
+        proc = _harness("export", str(run), "--format", fmt, "--out", str(out))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        os.chown(out / "data", 65534, 65534)
+        (out / "data").chmod(0o700)
+        verdicts[name] = _bash(out / "run.sh", cwd=tmp_path)
+    launched, plain = verdicts["launched"], verdicts["plain"]
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert launched.returncode == 1, launched.stdout + launched.stderr
+    assert "FAILED step 0 load_module(A)" in launched.stdout, launched.stdout
