@@ -289,7 +289,7 @@ class SshDevice(ShellDevice):
         self._check_not_lost()
         try:
             proc = self.transport.popen(self._run_command(run_dir, nonce, scenario.run_env,
-                                                                 launch))
+                                                          launch))
         except SshError as exc:
             raise self._offline("starting the runner", exc) from exc
         _, chunks, errors = self._output_buffers()
