@@ -257,18 +257,31 @@ def launched(tmp_path_factory) -> dict:
     return found
 
 
-def _cache_dir(run: Path) -> Path:
-    """The recorded cache file's directory, made again as the recorded session had it (the
-    scratch directory went with its session): the cause is the launch, not the directory."""
-    doc = json.loads((run / "scenario.json").read_text())
-    load = next(s for s in doc["steps"] if s["op"] == "load_module")
-    directory = Path(load["backend_options"]["XnnpackBackend"]["packed_cache_path"]).parent
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
+@pytest.fixture
+def cache_dir(request):
+    """cache_dir(run): the recorded cache file's directory, made again as the recorded session
+    had it (the scratch directory went with its session: the cause is the launch, not the
+    directory), and removed at teardown with the parents it made."""
+    import shutil
+
+    made: list[Path] = []
+
+    def make(run: Path) -> Path:
+        doc = json.loads((run / "scenario.json").read_text())
+        load = next(s for s in doc["steps"] if s["op"] == "load_module")
+        directory = Path(load["backend_options"]["XnnpackBackend"]["packed_cache_path"]).parent
+        top = next((p for p in reversed(directory.parents) if not p.exists()), None)
+        made.append(top if top is not None else directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    yield make
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.parametrize("scenario", list(CAUSES))
-def test_replay_of_a_launch_caused_branch_takes_it_again(launched, tmp_path, scenario):
+def test_replay_of_a_launch_caused_branch_takes_it_again(launched, tmp_path, cache_dir, scenario):
     from harness.results.xnnpack_log import failures
 
     tool, branch = CAUSES[scenario]
@@ -277,7 +290,7 @@ def test_replay_of_a_launch_caused_branch_takes_it_again(launched, tmp_path, sce
     assert [l["tool"] for l in record.get("launch", [])] == [tool], record.get("launch")
     recorded = failures((run / "runner.stderr").read_text().splitlines())
     assert recorded == [branch], recorded
-    directory = _cache_dir(run)
+    directory = cache_dir(run)
     for leftover in directory.iterdir():  # a replay starts from the recorded (empty) state
         leftover.unlink()
     if tool == "setpriv":
@@ -294,7 +307,7 @@ def test_replay_of_a_launch_caused_branch_takes_it_again(launched, tmp_path, sce
         assert not list(directory.iterdir())  # root did not write it
 
 
-def test_replay_says_a_branch_the_recorded_cause_did_not_give(launched, tmp_path):
+def test_replay_says_a_branch_the_recorded_cause_did_not_give(launched, tmp_path, cache_dir):
     """The same fiu-run record without its launch (the record as it was before launches were
     recorded): replay runs the runner plainly, the runtime writes the file, and replay says
     the branch is not the recorded one."""
@@ -306,7 +319,7 @@ def test_replay_says_a_branch_the_recorded_cause_did_not_give(launched, tmp_path
     record = json.loads((source / "replay.json").read_text())
     record.pop("launch")
     (run / "replay.json").write_text(json.dumps(record))
-    directory = _cache_dir(run)
+    directory = cache_dir(run)
     for leftover in directory.iterdir():
         leftover.unlink()
     proc = _harness("replay", str(run), "--artifacts-dir", str(tmp_path / "replayed"))
