@@ -20,14 +20,7 @@ import platform as _platform
 import shutil
 from pathlib import Path
 
-from harness.cache import (
-    build_record,
-    cache_root,
-    digest,
-    file_lock,
-    rebuild_notice,
-    verify_build,
-)
+from harness.cache import cache_root, cached_build, digest
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.cmake import (
     INTERPOSER_NAME,
@@ -195,20 +188,15 @@ def android_prefix_build(prefix: Path, lib_dir: Path, ndk: Path, platform: int =
     h.update(f"prefix={prefix}:{runtime_libraries_digest(lib_dir)}:ndk={Path(ndk).resolve()}:"
              f"{platform}".encode())
     entry = default_cache_root() / ANDROID_CACHE_DIR / h.hexdigest()[:16]
-    build_dir, marker = entry / "build", entry / "build.ok"
+    build_dir = entry / "build"
     runner = build_dir / RUNNER_NAME
-    if marker.is_file() and not verify_build(marker, [runner]):
-        return build_dir
-    with file_lock(entry.parent / f"{entry.name}.lock"):
-        problem = verify_build(marker, [runner]) if marker.is_file() else "absent"
-        if problem:
-            if problem != "absent":
-                rebuild_notice(f"the cached Android runner build is damaged: {problem}; "
-                               "rebuilding it")
-            marker.unlink(missing_ok=True)
-            runner.unlink(missing_ok=True)
-            build_android_runner(build_dir, ndk, prefix, platform)
-            marker.write_text(f"prefix={prefix}\n" + build_record([runner]))
+
+    def build() -> str:
+        runner.unlink(missing_ok=True)
+        build_android_runner(build_dir, ndk, prefix, platform)
+        return f"prefix={prefix}\n"
+
+    cached_build(entry, [runner], build, "Android runner build")
     return build_dir
 
 
@@ -242,18 +230,10 @@ def build_android_wrapper(ndk: Path | None, executorch_prefix: Path, platform: i
                   str(ndk.resolve()), str(prefix), runtime_libraries_digest(prefix / "lib"),
                   str(int(platform))])
     entry = cache_root() / "registry-wrapper" / f"android-{key}"
-    build_dir, marker = entry / "build", entry / "build.ok"
+    build_dir = entry / "build"
     output = build_dir / LIB_NAME
-    if not force and marker.is_file() and not verify_build(marker, [output]):
-        return output
-    with file_lock(entry.parent / f"android-{key}.lock"):
-        problem = verify_build(marker, [output]) if marker.is_file() else ""
-        if not force and marker.is_file() and not problem:
-            return output
-        if problem and output.exists():
-            rebuild_notice(f"the cached Android backend-registry wrapper is damaged: {problem}; "
-                           "rebuilding it")
-        marker.unlink(missing_ok=True)
+
+    def build() -> str:
         output.unlink(missing_ok=True)
         log = entry / "build.log"
         try:
@@ -264,7 +244,9 @@ def build_android_wrapper(ndk: Path | None, executorch_prefix: Path, platform: i
             raise VariantError(f"building {what} failed: {why}{exc}") from None
         if not output.is_file():
             raise VariantError(str(missing_output_error(f"building {what}", output, log)))
-        marker.write_text(build_record([output]))
+        return ""
+
+    cached_build(entry, [output], build, "Android backend-registry wrapper", force)
     return output
 
 
