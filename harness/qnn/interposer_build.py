@@ -13,9 +13,13 @@ from pathlib import Path
 
 from harness.cache import cache_root, cached_build, digest
 from harness.errors import SdkError
+from harness.qnn.api_names import HEADER as API_NAMES_HEADER
 from harness.storage import full_disk_reason
 
 SOURCE = Path(__file__).with_name("interposer.c")
+SOURCES = (SOURCE, API_NAMES_HEADER)
+"""What an interposer is compiled from: every build's cache key covers all of them, so a change
+of the names table (api_names.h, from harness/protocol/nemesis.py) is a new build."""
 LIB_NAME = "libQnnHtp.so"
 
 
@@ -48,7 +52,7 @@ def build_interposer(force: bool = False, name: str = LIB_NAME,
             "gcc is needed to build the QNN interposer (libQnnHtp.so shim): "
             "install it with `apt-get install gcc`."
         )
-    key = digest([SOURCE.read_bytes(), compiler, *flags])
+    key = digest([*(source.read_bytes() for source in SOURCES), compiler, *flags])
     out_dir = cache_root() / "interposer" / key
     output = out_dir / name
 

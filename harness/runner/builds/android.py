@@ -199,9 +199,10 @@ def android_prefix_build(prefix: Path, lib_dir: Path, ndk: Path, platform: int =
     """The Android build against an --executorch-prefix built for Android, cached by the
     runner's sources, the prefix's libraries' content and the NDK; returns its directory."""
     h = hashlib.sha256(sources_digest(runner_source_dir()).encode())
-    from harness.qnn.interposer_build import SOURCE as interposer_source
+    from harness.qnn.interposer_build import SOURCES as interposer_sources
 
-    h.update(interposer_source.read_bytes())
+    for source in interposer_sources:
+        h.update(source.read_bytes())
     h.update(f"prefix={prefix}:{runtime_libraries_digest(lib_dir)}:ndk={Path(ndk).resolve()}:"
              f"{platform}".encode())
     entry = default_cache_root() / ANDROID_CACHE_DIR / h.hexdigest()[:16]

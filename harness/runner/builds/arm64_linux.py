@@ -126,12 +126,13 @@ def arm64_linux_available() -> tuple[bool, str]:
 
 
 def _arm64_build_key(src: Path) -> str:
-    """Hash of the runner sources, the interposer source, the executorch version (which names
+    """Hash of the runner sources, the interposer sources, the executorch version (which names
     the aarch64 wheel), the cross compilers and the toolchain file's shape."""
-    from harness.qnn.interposer_build import SOURCE as interposer_source
+    from harness.qnn.interposer_build import SOURCES as interposer_sources
 
     h = hashlib.sha256(sources_digest(src).encode())
-    h.update(interposer_source.read_bytes())
+    for source in interposer_sources:
+        h.update(source.read_bytes())
     h.update(f"executorch={executorch_version()}:{AARCH64_WHEEL_PLATFORM}:{python_tag()}".encode())
     from harness.runtime import current
 
