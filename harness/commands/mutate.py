@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
         print(f"mutate: {exc}", file=sys.stderr)
         return 2
     suites = pytest_args or DEFAULT_SUITES
-    started = time.monotonic()
+    started, load_start = time.monotonic(), os.getloadavg()
     try:
         baseline, status, seconds = run_pass(args.out / "unmutated", args.variant, suites, {},
                                              stop_at_first=False)
@@ -101,7 +102,8 @@ def main(argv: list[str]) -> int:
     except (HarnessError, subprocess.TimeoutExpired) as exc:
         print(f"mutate: {exc}", file=sys.stderr)
         return 1
-    doc = document(outcomes, args.variant, suites, time.monotonic() - started, seconds)
+    doc = document(outcomes, args.variant, suites, time.monotonic() - started, seconds,
+                   load_start)
     (args.out / "mutate.json").write_text(json.dumps(doc, indent=2) + "\n")
     write_html(args.out / "mutate.html", doc)
     print(table(outcomes))
