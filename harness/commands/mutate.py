@@ -17,8 +17,8 @@ injected, and compares each test's verdict with the unmutated run's:
 Each mutant's pass runs only the tests that can reach it, by what the unmutated run shows (a
 test none of whose runs loaded a program of the mutant's backend is left out), in stages
 (STAGES: the isolation suite first), each stopping at the first kill (`-x`), the next stage only
-while the mutant survives, and last the tests a fix model turned XPASS(strict) (without `-x`:
-they fail by design): the unmutated run's full verdicts are the reference, a mutant needs
+while the mutant survives, the tests a fix model turned XPASS(strict) (without `-x`: they fail
+by design) before the last stage, every other test: the unmutated run's full verdicts are the reference, a mutant needs
 one killing test. A latency regression is killed by `harness compare`'s step times. The
 runtime reads the mutant when its runner starts, so no build happens per mutant, and fork
 servers start once per pass.

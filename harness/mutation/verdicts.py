@@ -78,7 +78,7 @@ def reachable(baseline: dict, mutant: Mutant) -> list[str]:
 def fixed(baseline: dict, mutant: Mutant) -> list[str]:
     """The reachable tests that were XPASS(strict) unmutated: on a fix model, the cells the fix
     turned; a mutant that brings their bug back changes them. They fail by design, so they run
-    in a last stage of their own, without -x."""
+    in a stage of their own without -x, after the named STAGES and before the rest."""
     ran = _reaching(baseline, mutant)
     return [t["nodeid"] for t in baseline["tests"]
             if t["nodeid"] in ran and t.get("xpass_strict")]

@@ -164,9 +164,10 @@ def test_on_a_fix_model_a_mutant_that_brings_the_bug_back_is_killed():
     assert judge(m, baseline, still).verdict == "survived"
 
 
-def test_short_stages_run_in_one_process_and_the_fixed_cells_last_without_x():
+def test_short_stages_run_in_one_process_and_the_fixed_cells_before_the_rest_without_x():
     """Starting pytest-xdist's workers costs more than they save on a stage of a few short
-    tests; a stage that took SERIAL_BELOW_S or more unmutated keeps them."""
+    tests; a stage that took SERIAL_BELOW_S or more unmutated keeps them. The fixed cells run
+    after the named stages and before every other test."""
     from harness.mutation.passes import SERIAL_BELOW_S, plan
 
     (m,) = [m for m in load_mutants() if m.name == "users-off-by-one"]
@@ -180,7 +181,7 @@ def test_short_stages_run_in_one_process_and_the_fixed_cells_last_without_x():
                           {"nodeid": ids[3], "outcome": "failed", "xpass_strict": True,
                            "duration_s": 50.0}]}
     assert plan(m, baseline) == [([ids[0]], True, True), ([ids[1]], True, False),
-                                 ([ids[2]], True, True), ([ids[3]], False, False)]
+                                 ([ids[3]], False, False), ([ids[2]], True, True)]
 
 
 def test_a_race_that_ends_elsewhere_is_not_a_masked_mutant():
