@@ -17,8 +17,8 @@ injected, and compares each test's verdict with the unmutated run's:
 Each mutant's pass runs only the tests that can reach it, by what the unmutated run shows (a
 test none of whose runs loaded a program of the mutant's backend is left out), in stages
 (STAGES: the isolation suite first), each stopping at the first kill (`-x`), the next stage only
-while the mutant survives, and last the tests a fix model turned XPASS(strict) (without `-x`:
-they fail by design): the unmutated run's full verdicts are the reference, a mutant needs
+while the mutant survives, the tests a fix model turned XPASS(strict) (without `-x`: they fail
+by design) before the last stage, every other test: the unmutated run's full verdicts are the reference, a mutant needs
 one killing test. A latency regression is killed by `harness compare`'s step times. The
 runtime reads the mutant when its runner starts, so no build happens per mutant, and fork
 servers start once per pass.
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
         print(f"mutate: {exc}", file=sys.stderr)
         return 2
     suites = pytest_args or DEFAULT_SUITES
-    started = time.monotonic()
+    started, load_start = time.monotonic(), os.getloadavg()
     try:
         baseline, status, seconds = run_pass(args.out / "unmutated", args.variant, suites, {},
                                              stop_at_first=False)
@@ -101,7 +102,8 @@ def main(argv: list[str]) -> int:
     except (HarnessError, subprocess.TimeoutExpired) as exc:
         print(f"mutate: {exc}", file=sys.stderr)
         return 1
-    doc = document(outcomes, args.variant, suites, time.monotonic() - started, seconds)
+    doc = document(outcomes, args.variant, suites, time.monotonic() - started, seconds,
+                   load_start)
     (args.out / "mutate.json").write_text(json.dumps(doc, indent=2) + "\n")
     write_html(args.out / "mutate.html", doc)
     print(table(outcomes))

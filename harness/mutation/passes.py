@@ -16,22 +16,28 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.mutation.verdicts import Outcome, fixed, judge, reachable, stages
+from harness.mutation.verdicts import STAGES, Outcome, fixed, judge, reachable, stages
 from harness.runtime.mutants import Mutant
 
 PASS_TIMEOUT_S = 3600
 RUNNER_TIMEOUT_S = 120  # a hanging mutant is a killed one after this, not a stalled pass
+SERIAL_BELOW_S = 20.0
+"""A stage whose tests took less than this in the unmutated run runs in one process (`-n 0`):
+pytest-xdist's workers each import the harness and start fork servers of their own, which costs
+more than two workers save on a few short tests (most mutants die in the isolation suite, 12
+tests of about 0.3 s each)."""
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_pass(out: Path, variant: str, args: list[str], env: dict[str, str],
-             stop_at_first: bool, options: tuple[str, ...] = ()) -> tuple[dict, int, float]:
+             stop_at_first: bool, options: tuple[str, ...] = (),
+             serial: bool = False) -> tuple[dict, int, float]:
     """One pytest run of `args` (test ids or paths) with a report in `out`: (results.json,
     exit status, seconds). `options` are the caller's own pytest options (a device, a runner),
-    passed on unchanged."""
+    passed on unchanged and after `serial`'s `-n 0`, so a caller's own `-n` still wins."""
     out.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "pytest", *options, *args, "-q", "-p", "no:cacheprovider",
-            "--tb=no", f"--runtime-variant={variant}", f"--hil-report={out}",
+    argv = [sys.executable, "-m", "pytest", *(("-n", "0") if serial else ()), *options, *args,
+            "-q", "-p", "no:cacheprovider", "--tb=no", f"--runtime-variant={variant}", f"--hil-report={out}",
             f"--artifacts-dir={out / 'artifacts'}", f"--runner-timeout={RUNNER_TIMEOUT_S}"]
     if stop_at_first:
         argv.append("-x")
@@ -48,25 +54,40 @@ def run_pass(out: Path, variant: str, args: list[str], env: dict[str, str],
     return json.loads(results.read_text()), proc.returncode, seconds
 
 
+def plan(mutant: Mutant, baseline: dict) -> list[tuple[list[str], bool, bool]]:
+    """A mutant's passes against the unmutated run `baseline`, in order: (tests, stop at the
+    first kill, in one process). The tests that can reach it in the named stages
+    (verdicts.STAGES), each with `-x`; then, without `-x`, the tests a fix model turned
+    XPASS(strict) (they fail by design, and a mutant that brings their bug back changes them);
+    last every other test, with `-x`. The fixed cells come before the rest since the mutants
+    only they kill (a user count off, a destroy made twice) otherwise ran the whole rest first:
+    about 170 tests and 100 to 140 s under load, against 26 to 47 s for the fixed cells. A
+    stage whose tests took less than SERIAL_BELOW_S unmutated runs without pytest-xdist."""
+    tests, turned = reachable(baseline, mutant), fixed(baseline, mutant)
+    took = {t["nodeid"]: t.get("duration_s") or 0.0 for t in baseline["tests"]}
+    named = {f + "::" for files in STAGES for f in files if f}
+    staged = [(stage, not stage[0].startswith(tuple(named))) for stage in stages(tests)]
+    passes = ([(stage, True) for stage, rest in staged if not rest]
+              + ([(turned, False)] if turned else [])
+              + [(stage, True) for stage, rest in staged if rest])
+    return [(stage, stop, sum(took.get(t, 0.0) for t in stage) < SERIAL_BELOW_S)
+            for stage, stop in passes]
+
+
 def run_mutant(mutant: Mutant, baseline: dict, variant: str, out: Path,
                options: tuple[str, ...] = ()) -> Outcome:
-    """One mutant against the unmutated run `baseline`: only the tests that can reach it, in
-    stages (verdicts.STAGES), each stopping at the first kill (`-x`), the next only while it
-    survives; last, without `-x`, the tests a fix model turned XPASS(strict) (they fail by
-    design, and a mutant that brings their bug back changes them)."""
+    """One mutant against the unmutated run `baseline`: its passes (`plan`), the next only
+    while it survives."""
     if mutant.equivalent_on(variant):
         return Outcome(mutant, verdict="equivalent")
-    tests, turned = reachable(baseline, mutant), fixed(baseline, mutant)
-    if not tests and not turned:
+    passes = plan(mutant, baseline)
+    if not passes:
         return Outcome(mutant, verdict="not reached")
-    plan = [(stage, True) for stage in stages(tests)]
-    if turned:
-        plan.append((turned, False))
     spent, ran, status = 0.0, 0, None
     outcome = Outcome(mutant)
-    for k, (stage, stop_at_first) in enumerate(plan):
+    for k, (stage, stop_at_first, serial) in enumerate(passes):
         doc, status, seconds = run_pass(out / mutant.name / f"stage{k + 1}", variant, stage,
-                                        mutant.environment(), stop_at_first, options)
+                                        mutant.environment(), stop_at_first, options, serial)
         outcome = judge(mutant, baseline, doc)
         spent, ran = spent + seconds, ran + outcome.tests_run
         if outcome.verdict != "survived":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from typing import Any
 
 from harness.errors import HarnessError
@@ -77,7 +78,7 @@ def reachable(baseline: dict, mutant: Mutant) -> list[str]:
 def fixed(baseline: dict, mutant: Mutant) -> list[str]:
     """The reachable tests that were XPASS(strict) unmutated: on a fix model, the cells the fix
     turned; a mutant that brings their bug back changes them. They fail by design, so they run
-    in a last stage of their own, without -x."""
+    in a stage of their own without -x, after the named STAGES and before the rest."""
     ran = _reaching(baseline, mutant)
     return [t["nodeid"] for t in baseline["tests"]
             if t["nodeid"] in ran and t.get("xpass_strict")]
@@ -177,10 +178,16 @@ def select(mutants: list[Mutant], names: list[str], size: int, key: str) -> list
 
 
 def document(outcomes: list[Outcome], variant: str, args: list[str], seconds: float,
-             baseline_seconds: float | None = None) -> dict[str, Any]:
-    """mutate.json (and results.json's `mutation`): the score, the counts and every mutant."""
+             baseline_seconds: float | None = None,
+             load_start: tuple[float, float, float] | None = None) -> dict[str, Any]:
+    """mutate.json (and results.json's `mutation`): the score, the counts and every mutant,
+    with the host's load average at the start (when given) and now: on a shared host the
+    seconds move with it several times over, so a time is read beside its load."""
+    load = {"start": None if load_start is None else [round(x, 2) for x in load_start],
+            "end": [round(x, 2) for x in os.getloadavg()]}
     return {"variant": variant, "args": args, "seconds": round(seconds, 1),
             "baseline_seconds": None if baseline_seconds is None else round(baseline_seconds, 1),
+            "load_average": load,
             "score": score(outcomes),
             **{k: sum(o.verdict == k for o in outcomes) for k in ("killed", "masked", "survived")},
             "not_reached": sum(o.verdict == "not reached" for o in outcomes),
@@ -193,7 +200,9 @@ def score_line(doc: dict[str, Any]) -> str:
     return (f"score {doc['score']:.0%}: {doc['killed']} killed, {doc['masked']} masked, "
             f"{doc['survived']} survived, {doc['not_reached']} not reached, "
             f"{doc['equivalent']} equivalent, of {len(doc['mutants'])} mutants on "
-            f"{doc['variant']} in {doc['seconds']:.0f} s")
+            f"{doc['variant']} in {doc['seconds']:.0f} s"
+            + (f" (load average {doc['load_average']['end'][0]:.1f} at the end)"
+               if doc.get("load_average") else ""))
 
 
 def passes(doc: dict[str, Any], floor: float) -> bool:

@@ -147,7 +147,7 @@ class Mutation:
             hil.close()  # the passes take the device (its lease, its workspace) after this
         options = pass_options(self.config.invocation_params.args, list(self.config.args))
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        started = time.monotonic()
+        started, load_start = time.monotonic(), os.getloadavg()
         try:
             self.outcomes = run_mutants(
                 self.mutants, baseline, self.variant, directory / "mutate", tuple(options),
@@ -157,7 +157,7 @@ class Mutation:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
         self.doc = document(self.outcomes, self.variant, [t["nodeid"] for t in baseline["tests"]],
-                            time.monotonic() - started, baseline.get("duration_s"))
+                            time.monotonic() - started, baseline.get("duration_s"), load_start)
         with disk_full_tolerated(directory, "the mutation run's results"):
             (directory / "mutate").mkdir(exist_ok=True)
             (directory / "mutate" / "mutate.json").write_text(json.dumps(self.doc, indent=2) + "\n")

@@ -164,6 +164,26 @@ def test_on_a_fix_model_a_mutant_that_brings_the_bug_back_is_killed():
     assert judge(m, baseline, still).verdict == "survived"
 
 
+def test_short_stages_run_in_one_process_and_the_fixed_cells_before_the_rest_without_x():
+    """Starting pytest-xdist's workers costs more than they save on a stage of a few short
+    tests; a stage that took SERIAL_BELOW_S or more unmutated keeps them. The fixed cells run
+    after the named stages and before every other test."""
+    from harness.mutation.passes import SERIAL_BELOW_S, plan
+
+    (m,) = [m for m in load_mutants() if m.name == "users-off-by-one"]
+    qnn = {"A": {"backend": "qnn"}}
+    ids = ["tests/hil/test_isolation.py::a", "tests/hil/test_soak.py::b",
+           "tests/hil/test_orderings.py::c", "tests/hil/test_orderings.py::d"]
+    baseline = {"runs": [{"nodeid": n, "modules": qnn} for n in ids],
+                "tests": [{"nodeid": ids[0], "outcome": "passed", "duration_s": 0.3},
+                          {"nodeid": ids[1], "outcome": "xfailed", "duration_s": SERIAL_BELOW_S},
+                          {"nodeid": ids[2], "outcome": "passed", "duration_s": 1.0},
+                          {"nodeid": ids[3], "outcome": "failed", "xpass_strict": True,
+                           "duration_s": 50.0}]}
+    assert plan(m, baseline) == [([ids[0]], True, True), ([ids[1]], True, False),
+                                 ([ids[3]], False, False), ([ids[2]], True, True)]
+
+
 def test_a_race_that_ends_elsewhere_is_not_a_masked_mutant():
     """A racing test's XFAIL meets its race's endings at other steps from run to run with
     nothing injected: judged by its outcome only, never masked by where its runs failed."""
