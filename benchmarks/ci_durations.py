@@ -80,6 +80,7 @@ class Case:
     file: str
     name: str
     seconds: float
+    cpu: float | None = None  # the `cpu_s` property (tests/conftest.py), when the run wrote it
 
     @property
     def id(self) -> str:
@@ -104,12 +105,23 @@ def _file_of(case: ET.Element) -> str:
     return "/".join(parts) + ".py" if parts != [""] else "(no file)"
 
 
+def _cpu_of(case: ET.Element) -> float | None:
+    """The test's CPU seconds (its `cpu_s` property), or None for a report without them."""
+    for prop in case.iter("property"):
+        if prop.get("name") == "cpu_s":
+            try:
+                return float(prop.get("value") or "")
+            except ValueError:
+                return None
+    return None
+
+
 def parse_junit(path: Path) -> Tests:
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as exc:
         raise UsageError(f"{path}: not a JUnit XML report ({exc})") from exc
-    cases = [Case(_file_of(c), c.get("name", ""), float(c.get("time") or 0))
+    cases = [Case(_file_of(c), c.get("name", ""), float(c.get("time") or 0), _cpu_of(c))
              for c in root.iter("testcase")]
     if not cases:
         raise UsageError(f"{path}: no test case in the JUnit XML report")
@@ -134,23 +146,41 @@ def steps_markdown(steps: Steps) -> str:
 
 
 def junit_markdown(tests: Tests, top: int = TOP) -> str:
+    """Time per file, the slowest tests and their share; with a CPU column (and the CPU-costliest
+    tests) when the report has each test's `cpu_s`: on a CPU-bound machine that, not the wall
+    time a worker spent beside the other, is what a test costs."""
     total = sum(c.seconds for c in tests.cases)
+    with_cpu = any(c.cpu is not None for c in tests.cases)
+    cpu_total = sum(c.cpu or 0.0 for c in tests.cases)
     per_file: dict[str, list[Case]] = {}
     for case in tests.cases:
         per_file.setdefault(case.file, []).append(case)
     files = sorted(per_file.items(), key=lambda kv: (-sum(c.seconds for c in kv[1]), kv[0]))
     wall = f" (the session's wall time: {tests.wall:.1f} s)" if tests.wall is not None else ""
-    out = [f"{len(tests.cases)} tests, {total:.1f} s of test time{wall}.", "",
-           "| test file | tests | seconds | share |", "| --- | ---: | ---: | ---: |"]
+    cpu = f", {cpu_total:.1f} s of CPU" if with_cpu else ""
+    out = [f"{len(tests.cases)} tests, {total:.1f} s of test time{cpu}{wall}.", ""]
+    if with_cpu:
+        out += ["| test file | tests | seconds | share | CPU seconds |",
+                "| --- | ---: | ---: | ---: | ---: |"]
+    else:
+        out += ["| test file | tests | seconds | share |", "| --- | ---: | ---: | ---: |"]
     for name, cases in files:
         seconds = sum(c.seconds for c in cases)
-        out.append(f"| `{_cell(name)}` | {len(cases)} | {seconds:.1f} | {_share(seconds, total)} |")
+        row = f"| `{_cell(name)}` | {len(cases)} | {seconds:.1f} | {_share(seconds, total)} |"
+        if with_cpu:
+            row += f" {sum(c.cpu or 0.0 for c in cases):.1f} |"
+        out.append(row)
     slowest = sorted(tests.cases, key=lambda c: (-c.seconds, c.id))[:top]
     top_total = sum(c.seconds for c in slowest)
     out += ["", f"The {len(slowest)} slowest tests:", "", "| test | seconds |", "| --- | ---: |"]
     out += [f"| `{_cell(c.id)}` | {c.seconds:.1f} |" for c in slowest]
     out += ["", f"Those {len(slowest)} take {top_total:.1f} s of {total:.1f} s, "
                 f"{_share(top_total, total)} of the test time."]
+    if with_cpu:
+        costly = sorted(tests.cases, key=lambda c: (-(c.cpu or 0.0), c.id))[:top]
+        out += ["", f"The {len(costly)} tests that cost the most CPU:", "",
+                "| test | CPU seconds | seconds |", "| --- | ---: | ---: |"]
+        out += [f"| `{_cell(c.id)}` | {c.cpu or 0.0:.1f} | {c.seconds:.1f} |" for c in costly]
     return "\n".join(out)
 
 
