@@ -27,10 +27,13 @@ import argparse
 import re
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 STEP_LINE = re.compile(r"^(?:\d{4}-\d\d-\d\dT\S+\s+)?-- (?P<step>.+): (?P<seconds>\d+) s\s*$")
+# A step of a lane (steps 2-10 run as two lanes side by side): its line prefixed by the lane.
+LANE_STEP_LINE = re.compile(
+    r"^(?:\d{4}-\d\d-\d\dT\S+\s+)?\[(?P<lane>\w+)\] -- (?P<step>.+): (?P<seconds>\d+) s\s*$")
 TABLE_LINE = re.compile(r"^(?:\d{4}-\d\d-\d\dT\S+\s+)?\s*(?P<seconds>\d+) s  (?P<step>.+?)\s*$")
 TOP = 10
 
@@ -43,17 +46,22 @@ class UsageError(Exception):
 class Steps:
     steps: list[tuple[str, int]]
     total: int  # the run's own total when it printed one, else the sum of the steps
+    lane_steps: list[tuple[str, str, int]] = field(default_factory=list)  # (lane, step, s)
 
 
 def parse_ci_log(text: str) -> Steps:
     """The steps of a `.ci/run` log, in the order they ended."""
     lines = text.splitlines()
     steps: list[tuple[str, int]] = []
+    lane_steps: list[tuple[str, str, int]] = []
     total = None
     for line in lines:
         m = STEP_LINE.match(line)
         if m:
             steps.append((m["step"], int(m["seconds"])))
+        m = LANE_STEP_LINE.match(line)
+        if m:
+            lane_steps.append((m["lane"], m["step"], int(m["seconds"])))
     # The table that ends the run: its total, and its rows when the step lines are missing
     # (a log that kept only the end).
     starts = [i for i, line in enumerate(lines) if line.rstrip().endswith("step times:")]
@@ -72,7 +80,14 @@ def parse_ci_log(text: str) -> Steps:
     if not steps:
         raise UsageError("no step in the CI log: no `-- <step>: N s` line and no `step times:` "
                          "table (is it the output of .ci/run?)")
-    return Steps(steps, total if total is not None else sum(s for _, s in steps))
+    lane_steps.sort(key=lambda row: _step_order(row[1]))
+    return Steps(steps, total if total is not None else sum(s for _, s in steps), lane_steps)
+
+
+def _step_order(name: str) -> tuple[int, str]:
+    """A step's place by its number ("6b. ..." after "6. ...", "10. ..." after "9. ...")."""
+    m = re.match(r"(\d+)(\w*)\.", name)
+    return (int(m[1]), m[2]) if m else (10**6, name)
 
 
 @dataclass
@@ -142,6 +157,10 @@ def steps_markdown(steps: Steps) -> str:
     rows = ["| step | seconds | share |", "| --- | ---: | ---: |"]
     rows += [f"| {_cell(name)} | {s} | {_share(s, steps.total)} |" for name, s in steps.steps]
     rows.append(f"| total | {steps.total} | |")
+    if steps.lane_steps:
+        rows += ["", "The lanes' steps, each its own wall time (the two lanes overlap):", "",
+                 "| step | lane | seconds |", "| --- | --- | ---: |"]
+        rows += [f"| {_cell(name)} | {lane} | {s} |" for lane, name, s in steps.lane_steps]
     return "\n".join(rows)
 
 

@@ -142,3 +142,17 @@ def test_the_project_conftest_records_each_tests_cpu(pytester):
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     tests = ci_durations.parse_junit(pytester.path / "junit.xml")
     assert tests.cases[0].cpu is not None and tests.cases[0].cpu >= 0.1
+
+
+def test_the_lanes_steps_in_the_order_of_their_numbers():
+    log = ("-- 1. full: 600 s\n[A] -- 3. adb: 17 s\n[B] -- 2. python: 26 s\n"
+           "[A] -- 6b. venvs: 188 s\n[B] -- 10. variants: 108 s\n[B] -- 6. replay: 30 s\n"
+           "-- 2-10, two lanes side by side (A: 3 6b; B: 2 6 10): 250 s\n")
+    steps = ci_durations.parse_ci_log(log)
+    assert [name for name, _ in steps.steps] == [
+        "1. full", "2-10, two lanes side by side (A: 3 6b; B: 2 6 10)"]
+    assert steps.total == 850
+    assert [(lane, name[:3]) for lane, name, _ in steps.lane_steps] == [
+        ("B", "2. "), ("A", "3. "), ("B", "6. "), ("A", "6b."), ("B", "10.")]
+    table = ci_durations.steps_markdown(steps)
+    assert "| 6b. venvs | A | 188 |" in table and table.index("| 6. replay") < table.index("| 6b.")
