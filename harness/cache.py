@@ -11,7 +11,7 @@ import fcntl
 import hashlib
 import os
 from pathlib import Path
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 
 def cache_root() -> Path:
@@ -107,11 +107,49 @@ class CacheRepairWarning(UserWarning):
     """A cached build or entry was found damaged and is rebuilt (pytest's warnings summary)."""
 
 
-def rebuild_notice(message: str) -> None:
+def rebuild_notice(message: str, stacklevel: int = 3) -> None:
     """Say that a damaged cache entry, named in `message`, is rebuilt: a warning in pytest's
-    summary and the log, so a repair is never silent and never blamed on the runtime."""
+    summary and the log, so a repair is never silent and never blamed on the runtime.
+    `stacklevel` as warnings.warn's: by default the warning names the caller's caller."""
     import logging
     import warnings
 
     logging.getLogger("harness.cache").warning("%s", message)
-    warnings.warn(message, CacheRepairWarning, stacklevel=3)
+    warnings.warn(message, CacheRepairWarning, stacklevel=stacklevel)
+
+
+BUILD_MARKER = "build.ok"
+
+
+def cached_build(entry: Path, outputs: Sequence[Path], build: Callable[[], str], what: str,
+                 force: bool = False, preflight: Callable[[], None] | None = None,
+                 adopt_unmarked: bool = False) -> None:
+    """Make sure the build cached in the directory `entry` is done and sound, running `build`
+    when it is not: one sequence for every build the harness caches, so each is safe from
+    several processes at once and a damaged one is never used nor silently replaced.
+
+    Done means `entry/build.ok` exists and verify_build finds `outputs` as recorded. Otherwise,
+    under the lock `<entry>.lock`: checked again (another process may have built or repaired it
+    while this one waited), a damaged build is announced (rebuild_notice: "the cached `what` is
+    damaged: ...") unless `force` asked for the rebuild, the marker is removed, `build()` runs
+    and its return value (`key=value` lines, or "") becomes the new marker, followed by the
+    outputs' build_record. `preflight` runs before the lock, only when a build may be needed
+    (a missing tool is then its own error, not a notice). `adopt_unmarked`: an output left with
+    no marker by an older harness is checked for shape and recorded rather than rebuilt."""
+    marker = entry / BUILD_MARKER
+    if not force and marker.is_file() and not verify_build(marker, outputs):
+        return
+    if preflight is not None:
+        preflight()
+    with file_lock(entry.parent / f"{entry.name}.lock"):
+        if adopt_unmarked and not marker.is_file() and all(p.exists() for p in outputs):
+            marker.write_text("")
+        problem = verify_build(marker, outputs) if marker.is_file() else ""
+        if not force and marker.is_file() and not problem:
+            return
+        if problem and not force:
+            rebuild_notice(f"the cached {what} is damaged: {problem}; rebuilding it",
+                           stacklevel=4)  # named at the caller of the build function
+        marker.unlink(missing_ok=True)
+        header = build()
+        marker.write_text(header + build_record(outputs))

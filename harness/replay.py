@@ -27,6 +27,7 @@ from harness.results.assertions import unreachable
 from harness.results.failures import HilFailure, run_failures
 from harness.protocol.scenario_check import check_scenario, load_scenario
 from harness.results.run import ScenarioResult
+from harness.runner.launch import LaunchError, command_prefix, parse_launches, shell_words
 from harness.scenario import Scenario, parse_scenario
 from harness.storage import confined_file
 from harness.protocol.tensors import TensorFile
@@ -144,6 +145,10 @@ def load_run(target: Path | str, confine: Sequence[Path] | None = None) -> RunRe
     scenario.watch_mappings = list(doc.get("watch_mappings") or [])
     scenario.qnn_nemesis = list(parsed.qnn_nemesis)
     scenario.allowed_errors = set(record.get("allowed_errors", []))
+    try:  # the wrappers the recorded runner started under: its cause, applied again
+        scenario.launch = parse_launches(record.get("launch"), str(directory / RUN_RECORD))
+    except LaunchError as exc:
+        raise ReplayError(str(exc)) from None
     return RunRecord(directory, scenario, record, recorded)
 
 
@@ -365,6 +370,29 @@ def runtime_lines(result: ScenarioResult, limit: int = 20) -> str:
     return "\n".join(out)
 
 
+def cache_branches(run: RunRecord, result: ScenarioResult) -> str:
+    """The XNNPACK packed-weight cache's failure branches of this run and of the recorded one,
+    in the runtime's words (harness.results.xnnpack_log), and whether they are the same: a
+    branch driven by a launch cause (fiu-run, setpriv) is reproduced only if they are; ""
+    when neither run logged one."""
+    from harness.results.xnnpack_log import failures
+
+    now = failures(result.output.stderr.splitlines())
+    then = failures(_text(run.stderr_file).splitlines())
+    if not now and not then:
+        return ""
+    verdict = "the same as recorded" if now == then else \
+        f"NOT the recorded ones ({'; '.join(then) or 'none'})"
+    return f"xnnpack cache branches: {'; '.join(now) or 'none'}: {verdict}"
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 # The command -----------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -449,6 +477,12 @@ def main(argv: list[str]) -> int:
         return 2
     sc = run.scenario
     recorded_soc = run.record.get("device", {}).get("soc") or None
+    if sc.launch and not args.device:  # the host's tools; a device checks its own
+        try:
+            command_prefix(sc.launch)
+        except LaunchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     artifacts = (args.artifacts_dir or Path(tempfile.mkdtemp(prefix="harness-replay-"))).resolve()
     try:
         session = open_session(args, recorded_soc, artifacts)
@@ -457,6 +491,9 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"replay of scenario {sc.name} from {run.directory}")
     print("ordering: " + ", ".join(s.describe() for s in sc.steps))
+    if sc.launch:
+        print(f"launched under: {shell_words(sc.launch)} RUNNER scenario.json (the recorded "
+              "run's cause, applied again)")
     failure = run.recorded_failure()
     if failure:
         print(f"recorded: step {failure[0]} {failure[1]}: {failure[2]}")
@@ -498,6 +535,9 @@ def main(argv: list[str]) -> int:
             if failure and first is not None:
                 same = "the same step as" if first.step == failure[0] else "another step than"
                 print(f"first failing step: {first.step} {first.where}, {same} recorded")
+            said = cache_branches(run, result)
+            if said:
+                print(said)
             for text in unreachable(result):
                 print(f"forced interleaving unreachable on this runtime, judged on the run "
                       f"that happened: {text}")

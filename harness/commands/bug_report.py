@@ -141,6 +141,10 @@ REPRODUCTIONS = {r.id: r for r in (
                  (Program("linear_relu_shared_buffer", "linear_relu",
                           options=(("shared_buffer", True),)),),
                  "the same program with its inputs on the heap executes"),
+    Reproduction("xnnpack-missing-external-data-crashes",
+                 "xnnpack_missing_external_data_crashes.py", (),
+                 "the same XNNPACK program loaded with its .ptd: executes (Python API and C++ "
+                 "Module alike)", native=True, models=("linear_relu",)),
 )}
 
 
@@ -402,9 +406,11 @@ def readme(repro: Reproduction, entries: list[KnownIssue], pairing: str, qnn_ver
                   "too) and their inputs in `inputs/` with executorch's public lowering API, "
                   "with the QNN libraries you run (on another QAIRT, regenerate first).", ""]
     if repro.models:
+        lowering = bool(entries) and all(i.where == "export" for i in entries)
         lines += ["The script lowers " + ", ".join(f"`models/{m}.py`" for m in repro.models)
-                  + " itself with executorch's public lowering API (no program is shipped: the "
-                  "lowering is what it judges).", ""]
+                  + " itself with executorch's public lowering API (no program is shipped: "
+                  + ("the lowering is what it judges)." if lowering else
+                     "each run makes the program it loads from the model source)."), ""]
     if fixed:
         lines += ["On a runtime with the delegate cache isolated per Module (upstream's \"Isolate "
                   "cached delegates by Module lifetime\", PR 24462) `reproduce` must exit 0: "

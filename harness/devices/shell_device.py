@@ -38,6 +38,7 @@ from harness.protocol.wire import run_ended
 from harness.qnn.sdk import TRACE_ENV
 from harness.protocol.output import RunOutput
 from harness.runner.fork_server import ForkServerError, is_ready, not_started, parse_reply
+from harness.runner.launch import missing_tool, shell_words
 from harness.scenario import Scenario
 
 q = shlex.quote
@@ -224,6 +225,18 @@ class ShellDevice(Device):
             return self._shell(command, timeout)
         except self.transport_errors as exc:
             raise self._offline(f"`{command[:80]}`", exc) from exc  # type: ignore[arg-type]
+
+    def launch_prefix(self, scenario: Scenario) -> str:
+        """The scenario's launch wrappers as the device's shell command prefix ("" for none),
+        each tool found on the device's PATH; DeviceError naming its package otherwise (an
+        Android device has neither fiu-run nor setpriv; a Debian board may)."""
+        for launch in scenario.launch:
+            code, out = self.sh(f"command -v {q(launch.tool)}")
+            if code != 0 or not out.strip():
+                raise DeviceError(f"scenario {scenario.name} on {self.serial}: "
+                                  + missing_tool(launch).replace("not installed here",
+                                                                 "not installed on the device"))
+        return shell_words(scenario.launch) + " " if scenario.launch else ""
 
     @abc.abstractmethod
     def _shell(self, command: str, timeout: float) -> tuple[int, str]:

@@ -37,7 +37,7 @@ from harness.qnn.interposer_build import build_dlopen_shim
 from harness.qnn.sdk import TRACE_ENV, QnnSdk
 from harness.protocol.output import RunOutput
 from harness.runner.fork_server import ForkServerPool
-from harness.runner.privileges import capabilities_dropped
+from harness.runner.launch import command_prefix as launch_prefix
 from harness.runner.select import RunnerChoice
 from harness.runner.valgrind import SLOWDOWN, XML_NAME, command_prefix
 from harness.scenario import Scenario
@@ -163,7 +163,7 @@ class SimulatorDevice(Device):
             artifacts.mkdir(parents=True, exist_ok=True)
             xml = artifacts / XML_NAME
             xml.unlink(missing_ok=True)
-            prefix = (capabilities_dropped(scenario.drop_capabilities) +
+            prefix = (launch_prefix(scenario.launch) +
                       (command_prefix(self.valgrind, xml) if self.valgrind else []))
             proc, trace = self._run(scenario, artifacts, base, lambda path, env: run_process(
                 prefix + self.runner.command(str(path)), env, timeout))

@@ -217,4 +217,6 @@ def write_run_record(path: Path, scenario: Scenario, device: Device) -> None:
               "device": {"serial": info.serial, "kind": info.kind, "soc": info.soc,
                          "abi": info.abi, "android": info.android, "details": info.details},
               "runner": device.runner_kind, "executorch": executorch_version()}
+    if scenario.launch:  # the cause the runner started under: replay and exports start it so
+        record["launch"] = [launch.to_json() for launch in scenario.launch]
     path.write_text(json.dumps(record, indent=1, default=str))

@@ -9,14 +9,11 @@ module, so the suites shipped in the wheel (harness._data.tests.hil) import it a
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
 import posixpath
 import shlex
 import struct
-from collections.abc import Iterator
 from typing import Any
 
 from harness.devices.base import Device
@@ -30,6 +27,7 @@ from harness.results.xnnpack import (CacheLoad, add_counter_probes, assert_cache
                                      classify_span, note_counters, read_counters)
 from harness.results.xnnpack_launches import CacheStory, FileState, Launch, judge
 from harness.results.run import ScenarioResult
+from harness.runner import launch as wrapper
 from harness.runtime import executorch_version
 from harness.scenario import Scenario
 
@@ -52,7 +50,6 @@ class Cache:
     driver: ScenarioDriver
     dir: str
     launches: int = 0
-    environment: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def path(self, name: str) -> str:
         return posixpath.join(self.dir, name)
@@ -123,19 +120,15 @@ class Cache:
 
     def launch(self, tag: str, cache: str | None,
                modules: tuple[tuple[str, str], ...] = (("A", "forward"),),
-               load_mode: str | None = None, environment: dict[str, str] | None = None,
-               allow_crash: bool = False,
-               drop_capabilities: tuple[str, ...] = ()) -> ScenarioResult:
-        """Run one launch in a fresh process; check it completed with correct outputs.
-        `environment`: variables the runner process gets on top of the session's (a new
-        process rather than a fork, since a fork server's environment is fixed at its start);
-        `allow_crash`: a run that did not complete is returned for the caller to judge;
-        `drop_capabilities`: the runner starts without them (Scenario.drop_capabilities)."""
+               load_mode: str | None = None, allow_crash: bool = False,
+               under: tuple[wrapper.Launch, ...] = ()) -> ScenarioResult:
+        """Run one launch; check it completed with correct outputs. `allow_crash`: a run that
+        did not complete is returned for the caller to judge; `under`: the wrappers the runner
+        starts under, its cause (Scenario.launch: libfiu's fiu-run, setpriv), recorded with
+        the run so that replay and the exports start it so again."""
         self.launches += 1
         sc = Scenario(f"x1_{self.launches}_{tag}")
-        sc.fresh_process = environment is not None
-        sc.drop_capabilities = list(drop_capabilities)
-        self.environment = environment or {}
+        sc.launch = list(under)
         if cache:
             sc.watch_mappings.append(cache)
         sc.snapshot()
@@ -149,8 +142,7 @@ class Cache:
         for module, _ in modules:
             sc.destroy_module(module)
         sc.snapshot()
-        with environment_during(self.environment):
-            result = self.driver.run(sc, allow_crash=allow_crash)
+        result = self.driver.run(sc, allow_crash=allow_crash)
         if allow_crash and not result.completed:
             return result
         assert_cache_steps_ok(result)  # no crash, every execute matches the CPU reference
@@ -176,23 +168,6 @@ class Cache:
         if result.artifacts is not None:
             (result.artifacts / "xnnpack_loads.json").write_text(
                 json.dumps([l.to_json() for l in loads], indent=1))
-
-
-@contextlib.contextmanager
-def environment_during(extra: dict[str, str]) -> Iterator[None]:
-    """`extra` in os.environ for the block: the host simulator starts runner processes with
-    the harness's environment (a preload such as libfiu's must not reach the harness's own
-    device commands, so only around the run)."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def new_cache(device: Device, driver: ScenarioDriver, model: CompiledModel, name: str) -> Cache:

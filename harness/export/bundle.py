@@ -145,6 +145,11 @@ def _readme(run: RunRecord, plan: Plan, name: str, referenced: list) -> str:
         "`runtime.log` (the runtime's stderr, steps marked), `runner.stdout` (the step events), "
         "`result.json`, `environment.json`, `data/` (programs and tensors).",
     ]
+    if plan.launch:  # the cause, as the command a reader types
+        lines += ["", plan.launch_note.replace(
+            "COMMAND", f"cd {name}\nbash cpp/run.sh   # builds cpp/build/test_{plan.scenario} "
+            "and runs it so\n" + plan.launched(f"cpp/build/test_{plan.scenario} data"))
+            .rstrip("\n")]
     said = _failing_step_log(run, failure[0]) if failure else ""
     if said and failure:
         lines += ["", f"What the runtime said during step {failure[0]} {failure[1]} (from "

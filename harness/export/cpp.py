@@ -119,7 +119,7 @@ def export_cpp(plan: Plan, out: Path, data: str = "data", copy_data: bool = True
     body = BUILD.format(scenario=plan.scenario, cmake=cmake, ninja=ninja)
     write_run_script(out / "run.sh", f"Builds and runs the C++ test of scenario {plan.scenario} "
                      "against the installed ExecuTorch.", plan.scenario, plan.ordering, body, data,
-                     plan.nemesis)
+                     plan.nemesis, plan.launch)
     (out / "README.md").write_text(
         f"# HIL scenario {plan.scenario} as a C++ test\n\n"
         f"Ordering: {plan.ordering}\n\n"
@@ -130,5 +130,7 @@ def export_cpp(plan: Plan, out: Path, data: str = "data", copy_data: bool = True
         "```bash\nbash run.sh            # exit 1 when a check fails, 2 when it does not build\n```\n\n"
         "By hand: `cmake -S . -B build -G Ninja -DCMAKE_PREFIX_PATH=<site-packages>/executorch "
         f"&& cmake --build build && build/test_{plan.scenario} data` with `QNN_SDK_ROOT` and "
-        "`LD_LIBRARY_PATH` naming the QNN libraries.\n")
+        "`LD_LIBRARY_PATH` naming the QNN libraries.\n"
+        + ("\n" + plan.launch_note.replace(
+            "COMMAND", plan.launched(f"build/test_{plan.scenario} data")) if plan.launch else ""))
     return out

@@ -20,6 +20,7 @@ from harness.errors import HarnessError
 from harness.protocol.scenario_file import DEFAULT_LOAD_MODE, VALUE_KINDS
 from harness.scenario.reference import predict
 from harness.replay import RunRecord
+from harness.runner.launch import Launch, shell_words
 
 # `parallel` sub-steps run on one thread each, released together (runner-protocol.md).
 EXPORTED_OPS = ("load_module", "load_method", "execute", "unload_method", "destroy_module",
@@ -66,6 +67,27 @@ class Plan:
     # would (HARNESS_QNN_NEMESIS); the C++ test also carries them itself, with the thread names
     # and step points rules on actors and steps need (`forced_rules`).
     nemesis: tuple[str, ...] = ()
+    # The wrappers the recorded runner started under (harness.runner.launch: fiu-run, setpriv),
+    # its cause: run.sh starts the test under them too.
+    launch: tuple[Launch, ...] = ()
+
+    def launched(self, command: str) -> str:
+        """`command` (already quoted) as run.sh runs it: under the launch wrappers."""
+        return f"{shell_words(self.launch)} {command}" if self.launch else command
+
+    @property
+    def launch_note(self) -> str:
+        """A README paragraph on the cause the test runs under, with `COMMAND` to fill in;
+        "" without one."""
+        if not self.launch:
+            return ""
+        packages = ", ".join(dict.fromkeys(f"`{l.package}` (`{l.tool}`)" for l in self.launch))
+        return ("The recorded runner started under a wrapper that is the branch's cause "
+                "(harness/runner/launch.py), and `run.sh` runs the test under it too:\n\n"
+                "```bash\nCOMMAND\n```\n\n"
+                f"It needs the Debian package(s) {packages}; without one `run.sh` stops with "
+                "exit 2 naming it. A wrapper acts on the whole process it starts (the Python "
+                "interpreter too, for the Python test).\n")
 
     @property
     def forced_rules(self) -> list[tuple[int, str]]:
@@ -176,4 +198,5 @@ def build_plan(run: RunRecord) -> Plan:
     steps = [plan_step(i, step, expected.contexts if qnn else -1, i in sc.allowed_errors,
                        ordinals[i][0])
              for i, (step, expected) in enumerate(zip(sc.steps, predict(sc, failed)))]
-    return Plan(sc.name, run.directory, steps, files, modules, tuple(sc.qnn_nemesis))
+    return Plan(sc.name, run.directory, steps, files, modules, tuple(sc.qnn_nemesis),
+                tuple(sc.launch))

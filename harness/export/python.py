@@ -62,12 +62,15 @@ def export_python(plan: Plan, out: Path, data: str = "data", copy_data: bool = T
         plan.copy_data(out / data)
     write_run_script(out / "run.sh", f"Runs the Python (pybindings) test of scenario "
                      f"{plan.scenario}.", plan.scenario, plan.ordering,
-                     f'repeat "$PYTHON" -u "$here/{script}" "$data"\n', data, plan.nemesis)
+                     f'repeat "$PYTHON" -u "$here/{script}" "$data"\n', data, plan.nemesis,
+                     plan.launch)
     (out / "README.md").write_text(
         f"# HIL scenario {plan.scenario} as a Python test\n\n"
         f"Ordering: {plan.ordering}\n\n"
         f"`{script}` performs it with the ExecuTorch pybindings "
         "(`executorch.extension.pybindings._C`, holding the method objects itself) and asserts "
         "what the framework asserted. Run:\n\n"
-        "```bash\nbash run.sh            # exit 1 when a check fails\n```\n")
+        "```bash\nbash run.sh            # exit 1 when a check fails\n```\n"
+        + ("\n" + plan.launch_note.replace(
+            "COMMAND", plan.launched(f"python3 -u {script} data")) if plan.launch else ""))
     return out

@@ -12,6 +12,8 @@ import shlex
 import stat
 from pathlib import Path
 
+from harness.runner.launch import Launch, missing_tool, shell_words
+
 PRELUDE = """#!/usr/bin/env bash
 # {what}
 # Scenario {scenario}: {ordering}
@@ -33,13 +35,14 @@ fi
 # The interposer appends every QNN call here; the test counts live contexts from it.
 export HARNESS_QNN_TRACE="${{HARNESS_QNN_TRACE:-$here/qnn_trace.txt}}"
 data="${{1:-$here/{data}}}"
+LAUNCH=()  # the wrappers the test starts under (the recorded run's cause), set below
 # RUNS=N: run the test up to N times, each a new process with an empty trace, stopping at the
 # first failure (a race the framework met in some runs only).
 repeat() {{
   local n status=0
   for n in $(seq 1 "${{RUNS:-1}}"); do
     : > "$HARNESS_QNN_TRACE"
-    "$@" 2>&1 || status=$?
+    ${{LAUNCH[@]+"${{LAUNCH[@]}}"}} "$@" 2>&1 || status=$?
     if [ "$status" != 0 ]; then
       echo "run $n of ${{RUNS:-1}} failed (exit $status)"
       return "$status"
@@ -60,15 +63,32 @@ def shim_rule(text: str) -> bool:
     return any(c.api in DLOPEN_POINTS or c.api in QNN_SYSTEM_TABLE for c in calls)
 
 
+def launch_lines(launch: tuple[Launch, ...]) -> str:
+    """run.sh's lines for the launch wrappers: each tool there or exit 2 naming its Debian
+    package, then LAUNCH, which `repeat` puts before the test's command. Every word quoted."""
+    if not launch:
+        return ""
+    text = ("# The recorded runner started under this wrapper, the branch's cause "
+            "(harness/runner/launch.py).\n")
+    for wrapper in launch:
+        message = "run.sh: " + missing_tool(wrapper)
+        text += (f"command -v {shlex.quote(wrapper.tool)} >/dev/null || "
+                 f"{{ echo {shlex.quote(message)} >&2; exit 2; }}\n")
+    return text + f"LAUNCH=({shell_words(launch)})\n"
+
+
 def write_run_script(path: Path, what: str, scenario: str, ordering: str, body: str,
-                     data: str = "data", nemesis: tuple[str, ...] = ()) -> Path:
+                     data: str = "data", nemesis: tuple[str, ...] = (),
+                     launch: tuple[Launch, ...] = ()) -> Path:
     """Write `run.sh` (executable): the prelude, then `body` (which may use $here, $data,
     $PYTHON, and `repeat COMMAND...` to run the test). `nemesis`: the scenario's QNN nemesis
-    rules, for the interposer (HARNESS_QNN_NEMESIS), as the harness's runner passes them."""
+    rules, for the interposer (HARNESS_QNN_NEMESIS), as the harness's runner passes them;
+    `launch`: the wrappers `repeat` starts the test under."""
     import sys
 
     text = PRELUDE.format(what=what, scenario=scenario, ordering=ordering,
                           python=shlex.quote(sys.executable), data=data)
+    text += launch_lines(launch)
     if nemesis:
         text += ("# The scenario's QNN failures and holds, made by the interposer "
                  "(harness/protocol/nemesis.py).\n"

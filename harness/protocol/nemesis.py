@@ -61,7 +61,9 @@ QNN_TABLE = (
 built with it (core API 2.27: 69 entries, a 592-byte QnnInterface_t): the interposer wraps
 every entry but the two that take a struct by value (QnnBackend_validateOpConfig,
 QnnGraph_addNode, never called once a program is prepared), the 14 it traces by kind and the
-rest as `call api=NAME rc=N`."""
+rest as `call api=NAME rc=N`. The interposer's names are these (and STEP_POINTS,
+DLOPEN_POINTS, QNN_SYSTEM_TABLE), through harness/qnn/api_names.h, which
+`python -m harness.qnn.api_names` writes from them."""
 QNN_SYSTEM_TABLE = ("QnnSystemContext_create", "QnnSystemContext_getBinaryInfo",
                     "QnnSystemContext_getMetadata", "QnnSystemContext_free")
 """The first entries of libQnnSystem.so's function table (QnnSystemInterface.h order), which

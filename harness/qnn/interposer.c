@@ -69,6 +69,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api_names.h"
+
 typedef uint64_t qnn_err_t; /* Qnn_ErrorHandle_t */
 typedef void *qnn_handle_t;
 
@@ -182,53 +184,22 @@ static void trace(const char *fmt, ...) {
  * fork, per API and per (API, actor). Every held, released, timed-out and injected point is
  * one trace line. */
 
-enum { API_GET_PROVIDERS = FN_COUNT, API_STEP_FIRST, API_DLOPEN_FIRST = API_STEP_FIRST + 5,
-       API_SYSTEM_FIRST = API_DLOPEN_FIRST + 4, SYSTEM_COUNT = 4,
-       API_COUNT = API_SYSTEM_FIRST + SYSTEM_COUNT };
+enum { API_GET_PROVIDERS = FN_COUNT, API_STEP_FIRST,
+       API_DLOPEN_FIRST = API_STEP_FIRST + HARNESS_STEP_COUNT,
+       API_SYSTEM_FIRST = API_DLOPEN_FIRST + HARNESS_DLOPEN_COUNT, SYSTEM_COUNT = 4,
+       API_COUNT = API_SYSTEM_FIRST + HARNESS_SYSTEM_COUNT };
+_Static_assert(HARNESS_QNN_TABLE_COUNT == FN_COUNT,
+               "QNN_TABLE (harness/protocol/nemesis.py) must name the FN_COUNT table entries");
+_Static_assert(HARNESS_SYSTEM_COUNT == SYSTEM_COUNT,
+               "QNN_SYSTEM_TABLE (harness/protocol/nemesis.py) must name the entries sys_N wrap");
 
-/* Every entry of the function table by its QNN function's name (QnnInterface.h order), so a
- * rule may name any of them and the trace names every call (`call api=...`). */
-static const char *const api_names[API_COUNT] = {
-    "QnnProperty_hasCapability", "QnnBackend_create", "QnnBackend_setConfig",
-    "QnnBackend_getApiVersion", "QnnBackend_getBuildId", "QnnBackend_registerOpPackage",
-    "QnnBackend_getSupportedOperations", "QnnBackend_validateOpConfig", "QnnBackend_free",
-    "QnnContext_create", "QnnContext_setConfig", "QnnContext_getBinarySize",
-    "QnnContext_getBinary", "QnnContext_createFromBinary", "QnnContext_free",
-    "QnnGraph_create", "QnnGraph_createSubgraph", "QnnGraph_setConfig", "QnnGraph_addNode",
-    "QnnGraph_finalize", "QnnGraph_retrieve", "QnnGraph_execute", "QnnGraph_executeAsync",
-    "QnnTensor_createContextTensor", "QnnTensor_createGraphTensor", "QnnLog_create",
-    "QnnLog_setLogLevel", "QnnLog_free", "QnnProfile_create", "QnnProfile_setConfig",
-    "QnnProfile_getEvents", "QnnProfile_getSubEvents", "QnnProfile_getEventData",
-    "QnnProfile_getExtendedEventData", "QnnProfile_free", "QnnMem_register",
-    "QnnMem_deregister", "QnnDevice_getPlatformInfo", "QnnDevice_freePlatformInfo",
-    "QnnDevice_getInfrastructure", "QnnDevice_create", "QnnDevice_setConfig",
-    "QnnDevice_getInfo", "QnnDevice_free", "QnnSignal_create", "QnnSignal_setConfig",
-    "QnnSignal_trigger", "QnnSignal_free", "QnnError_getMessage", "QnnError_getVerboseMessage",
-    "QnnError_freeVerboseMessage", "QnnGraph_prepareExecutionEnvironment",
-    "QnnGraph_releaseExecutionEnvironment", "QnnGraph_getProperty", "QnnContext_validateBinary",
-    "QnnContext_createFromBinaryWithSignal", "QnnContext_createFromBinaryListAsync",
-    "QnnTensor_updateGraphTensors", "QnnTensor_updateContextTensors",
-    "QnnContext_getBinarySectionSize", "QnnContext_getBinarySection",
-    "QnnContext_applyBinarySection", "QnnBackend_getProperty", "QnnContext_getProperty",
-    "QnnContext_getIncrementalBinary", "QnnContext_releaseIncrementalBinary",
-    "QnnContext_finalize", "QnnGlobalConfig_set", "QnnContext_createFromBinaryWithCallback",
-    [API_GET_PROVIDERS] = "QnnInterface_getProviders",
-    [API_STEP_FIRST + 0] = "step.load_module",
-    [API_STEP_FIRST + 1] = "step.load_method",
-    [API_STEP_FIRST + 2] = "step.execute",
-    [API_STEP_FIRST + 3] = "step.unload_method",
-    [API_STEP_FIRST + 4] = "step.destroy_module",
-    /* the libraries the runtime dlopens (HARNESS_DLOPEN_SHIM build, below) */
-    [API_DLOPEN_FIRST + 0] = "dlopen.libQnnHtp.so",
-    [API_DLOPEN_FIRST + 1] = "dlopen.libQnnSystem.so",
-    [API_DLOPEN_FIRST + 2] = "dlopen.libcdsprpc.so",
-    [API_DLOPEN_FIRST + 3] = "dlopen.libQnnHtpPrepare.so",
-    /* libQnnSystem.so's function table, its first entries (the dlopen shim patches them) */
-    [API_SYSTEM_FIRST + 0] = "QnnSystemContext_create",
-    [API_SYSTEM_FIRST + 1] = "QnnSystemContext_getBinaryInfo",
-    [API_SYSTEM_FIRST + 2] = "QnnSystemContext_getMetadata",
-    [API_SYSTEM_FIRST + 3] = "QnnSystemContext_free",
-};
+/* Every entry of the function table by its QNN function's name (QnnInterface.h order), then
+ * QnnInterface_getProviders, the runner's step points, the libraries the runtime dlopens
+ * (HARNESS_DLOPEN_SHIM build, below) and libQnnSystem.so's first entries (the dlopen shim
+ * patches them), so a rule may name any of them and the trace names every call (`call
+ * api=...`). One list with the rules' checker: api_names.h is generated from
+ * harness/protocol/nemesis.py (`python -m harness.qnn.api_names`). */
+static const char *const api_names[API_COUNT] = {HARNESS_API_NAMES};
 
 enum { NEMESIS_MAX_RULES = 32, NEMESIS_MAX_ACTORS = 32, ACTOR_LEN = 16 };
 enum { PHASE_ENTER = 0, PHASE_LEAVE = 1 };

@@ -11,11 +11,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness.cache import build_record, cache_root, digest, file_lock, rebuild_notice, verify_build
+from harness.cache import cache_root, cached_build, digest
 from harness.errors import SdkError
+from harness.qnn.api_names import HEADER as API_NAMES_HEADER
 from harness.storage import full_disk_reason
 
 SOURCE = Path(__file__).with_name("interposer.c")
+SOURCES = (SOURCE, API_NAMES_HEADER)
+"""What an interposer is compiled from: every build's cache key covers all of them, so a change
+of the names table (api_names.h, from harness/protocol/nemesis.py) is a new build."""
 LIB_NAME = "libQnnHtp.so"
 
 
@@ -48,24 +52,11 @@ def build_interposer(force: bool = False, name: str = LIB_NAME,
             "gcc is needed to build the QNN interposer (libQnnHtp.so shim): "
             "install it with `apt-get install gcc`."
         )
-    key = digest([SOURCE.read_bytes(), compiler, *flags])
+    key = digest([*(source.read_bytes() for source in SOURCES), compiler, *flags])
     out_dir = cache_root() / "interposer" / key
     output = out_dir / name
-    marker = out_dir / "build.ok"
-    if not force and marker.is_file() and not verify_build(marker, [output]):
-        return output
-    with file_lock(out_dir.parent / f"{key}.lock"):
-        # A build of an older harness has no marker: its file is checked for shape and its
-        # sha256 recorded now (verify_build); one that fails that, or its recorded sha256,
-        # is rebuilt with a notice naming it.
-        if output.exists() and not marker.is_file():
-            marker.write_text("")
-        problem = verify_build(marker, [output]) if marker.is_file() else ""
-        if not force and marker.is_file() and not problem:
-            return output
-        if problem and not force and output.exists():
-            rebuild_notice(f"the cached QNN interposer is damaged: {problem}; rebuilding it")
-        marker.unlink(missing_ok=True)
+
+    def build() -> str:
         out_dir.mkdir(parents=True, exist_ok=True)
         tmp = out_dir / (name + ".tmp")
         command = interposer_command(tmp, compiler)
@@ -76,5 +67,10 @@ def build_interposer(force: bool = False, name: str = LIB_NAME,
             raise SdkError(f"building the QNN interposer failed: {full}" if full else
                            f"building the QNN interposer failed:\n{proc.stderr[-2000:]}")
         tmp.replace(output)
-        marker.write_text(build_record([output]))
+        return ""
+
+    # A build of an older harness has no marker: its file is checked for shape and its sha256
+    # recorded now (adopt_unmarked); one that fails that, or its recorded sha256, is rebuilt
+    # with a notice naming it.
+    cached_build(out_dir, [output], build, "QNN interposer", force, adopt_unmarked=True)
     return output

@@ -113,7 +113,9 @@ class IssueEntry(StrictModel):
     # PEP 440 specifier sets or versions ("1.5.1", ">=0.5,<=1.5.1"); a list applies if any does
     executorch: NonEmpty | list[NonEmpty] = Field(min_length=1)
     qnn: NonEmpty | None = None  # QAIRT versions it applies to (">=2.47"); any when absent
-    tests: list[NonEmpty] = Field(min_length=1)  # "tests/hil/test_x.py::test_y*" (fnmatch)
+    # "tests/hil/test_x.py::test_y*" (fnmatch); [] only for a runtime or QNN defect that no test
+    # of the suites meets (its standalone reproduction is its evidence)
+    tests: list[NonEmpty]
     # Program shapes (harness.programs.pte.PROGRAM_SHAPES) the defect belongs to: the entry also
     # covers any test of a user's program (--pte) that inspect finds of one of them
     programs: list[NonEmpty] | None = None
@@ -149,6 +151,14 @@ class IssueEntry(StrictModel):
             if name not in groups:
                 raise ValueError(f"{field}: needs `match` to capture the failure's size as a "
                                  f"named group (?P<{name}>...)")
+        return self
+
+    @model_validator(mode="after")
+    def _tests_named(self) -> IssueEntry:
+        if not self.tests and self.where not in BUG_CLASSES:
+            raise ValueError("tests: at least one pattern (an entry that covers no test is a "
+                             "runtime or QNN defect with its standalone reproduction, `where: "
+                             "executorch` or `qnn`)")
         return self
 
     @model_validator(mode="after")

@@ -85,6 +85,12 @@ def events(lines: tuple[str, ...] | list[str]) -> list[CacheEvent]:
     return found
 
 
+def failures(lines: tuple[str, ...] | list[str]) -> list[str]:
+    """The cache's failure branches in `lines` as `event errno`, in order ("truncate0_failed
+    5 (EIO)"): what a replay compares with its recorded run."""
+    return [f"{e.event} {errno_name(e.errno)}" for e in events(lines) if e.event in FAILURES]
+
+
 def errno_name(code: int | None) -> str:
     """`28 (ENOSPC)`; Linux numbering, which Android shares."""
     if code is None:

@@ -12,24 +12,24 @@ and it cannot write fails with EACCES, as for any user.
 from __future__ import annotations
 
 import re
-import shutil
 
 from harness.errors import HarnessError
+from harness.runner.launch import Launch, command_prefix
 
 _CAPABILITY = re.compile(r"^[a-z_]+$")
 
 
-def capabilities_dropped(capabilities: list[str] | tuple[str, ...]) -> list[str]:
-    """The command prefix that starts a process without `capabilities` (names as setpriv
-    spells them: "dac_override"); [] for none."""
-    if not capabilities:
-        return []
-    bad = [c for c in capabilities if not _CAPABILITY.match(c)]
+def without_capabilities(capabilities: list[str] | tuple[str, ...]) -> Launch:
+    """The launch (`setpriv --bounding-set -CAP,... --`) that starts a process without
+    `capabilities` (names as setpriv spells them: "dac_override")."""
+    bad = [c for c in capabilities if not _CAPABILITY.match(c)] or \
+        ([] if capabilities else ["(none)"])
     if bad:
         raise HarnessError(f"capability names {bad!r}: spell them as setpriv does, e.g. "
                            "'dac_override'")
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        raise HarnessError("running a runner without capabilities needs util-linux setpriv "
-                           "(Debian package util-linux)")
-    return [setpriv, "--bounding-set", ",".join(f"-{c}" for c in capabilities), "--"]
+    return Launch("setpriv", ("--bounding-set", ",".join(f"-{c}" for c in capabilities), "--"))
+
+
+def capabilities_dropped(capabilities: list[str] | tuple[str, ...]) -> list[str]:
+    """The host command prefix that starts a process without `capabilities`; [] for none."""
+    return command_prefix([without_capabilities(capabilities)]) if capabilities else []

@@ -28,7 +28,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from harness.cache import build_record, cache_root, digest, file_lock, rebuild_notice, verify_build
+from harness.cache import cache_root, cached_build, digest
 from harness.errors import ConfigError, HarnessError
 
 VARIANTS = ("none", "stock", "fix-model", "fix-model-serialized")
@@ -123,17 +123,8 @@ def build_wrapper_for(compiler: str, include: Path, lib_dir: Path, what: str,
     key = digest([SOURCE.read_bytes(), compiler, str(lib_dir), str(include), *identity])
     out_dir = cache_root() / "registry-wrapper" / key
     output = out_dir / LIB_NAME
-    marker = out_dir / "build.ok"
-    if not force and marker.is_file() and not verify_build(marker, [output]):
-        return output
-    with file_lock(out_dir.parent / f"{key}.lock"):
-        problem = verify_build(marker, [output]) if marker.is_file() else ""
-        if not force and marker.is_file() and not problem:
-            return output
-        if problem and output.exists():
-            rebuild_notice(f"the cached backend-registry wrapper is damaged: {problem}; "
-                           "rebuilding it")
-        marker.unlink(missing_ok=True)
+
+    def build() -> str:
         out_dir.mkdir(parents=True, exist_ok=True)
         tmp = out_dir / (LIB_NAME + ".tmp")
         proc = subprocess.run(wrapper_command(tmp, include, lib_dir, compiler),
@@ -142,7 +133,9 @@ def build_wrapper_for(compiler: str, include: Path, lib_dir: Path, what: str,
             raise VariantError(f"building the backend-registry wrapper against {what} "
                                f"failed:\n{proc.stderr[-3000:]}")
         tmp.replace(output)
-        marker.write_text(build_record([output]))
+        return ""
+
+    cached_build(out_dir, [output], build, "backend-registry wrapper", force)
     return output
 
 

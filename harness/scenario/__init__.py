@@ -23,6 +23,7 @@ from harness.protocol.nemesis import NemesisError, check_rules
 from harness.protocol.scenario_file import (LOAD_MODES, DecodeSpec, MAX_PARALLEL, PARALLEL_OPS,
                                             SCENARIO_VERSION, ScenarioError, ScenarioStep)
 from harness.protocol.scenario_check import check_distinct_modules, validate_scenario
+from harness.runner.launch import Launch
 
 __all__ = ["Scenario", "Step", "parse_scenario"]
 
@@ -97,11 +98,12 @@ class Scenario:
     # Rules for the QNN interposer (harness.protocol.nemesis): threads held at named points and
     # QNN calls made to fail, so the scenario states an interleaving or a failure as data.
     qnn_nemesis: list[str] = dataclasses.field(default_factory=list)
-    # Capabilities the runner process starts without (util-linux `setpriv --bounding-set`),
-    # e.g. ["dac_override", "dac_read_search", "fowner"]: a root runner then meets the file
-    # permission checks an app (not root) meets. Runs in a new process; host simulator only.
-    # Host-side only.
-    drop_capabilities: list[str] = dataclasses.field(default_factory=list)
+    # Wrappers the runner process starts under, outermost first (harness.runner.launch: libfiu's
+    # `fiu-run` making POSIX calls fail, util-linux `setpriv` dropping capabilities): the
+    # cause of a branch, recorded with the run (replay.json `launch`) so replay and the exports
+    # start the runner under it again. Runs in a new process. Host-side only: the scenario
+    # file never says them.
+    launch: list[Launch] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -110,8 +112,8 @@ class Scenario:
     @property
     def own_process(self) -> bool:
         """Whether the scenario needs a runner process of its own (never a fork of a server):
-        a fresh process, an environment of its own, or capabilities dropped at its start."""
-        return self.fresh_process or bool(self.run_env) or bool(self.drop_capabilities)
+        a fresh process, an environment of its own, or a wrapper it starts under."""
+        return self.fresh_process or bool(self.run_env) or bool(self.launch)
 
     # Building ------------------------------------------------------------------------------
     def _add(self, step: Step) -> Scenario:

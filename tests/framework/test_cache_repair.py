@@ -96,3 +96,40 @@ def test_a_damaged_cached_runner_is_rebuilt_with_a_notice_naming_it(tmp_path, mo
                                                 "executable"):
         assert host.build_host_runner(tmp_path / "cache") == binary
     assert len(builds) == 2 and os.access(binary, os.X_OK)
+
+
+def test_cached_build_builds_once_announces_damage_and_not_a_forced_rebuild(tmp_path):
+    """The one sequence every cached build uses (harness.cache.cached_build)."""
+    from harness.cache import cached_build
+
+    entry, builds = tmp_path / "entry", []
+    output = entry / "lib.so"
+
+    def build() -> str:
+        entry.mkdir(exist_ok=True)
+        output.write_bytes(b"\x7fELF" + bytes(len(builds) + 1) * 64)
+        builds.append(1)
+        return "what=it\n"
+
+    cached_build(entry, [output], build, "thing")
+    cached_build(entry, [output], build, "thing")
+    assert len(builds) == 1 and (entry / "build.ok").read_text().startswith("what=it\nsha256:")
+    assert (tmp_path / "entry.lock").is_file()
+    output.write_bytes(b"")
+    with pytest.warns(CacheRepairWarning, match=f"the cached thing is damaged: {output} "):
+        cached_build(entry, [output], build, "thing")
+    assert len(builds) == 2 and verify_build(entry / "build.ok", [output]) == ""
+    output.write_bytes(b"")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cached_build(entry, [output], build, "thing", force=True)
+    assert len(builds) == 3
+
+    def refuse() -> None:
+        raise RuntimeError("no compiler")
+
+    cached_build(entry, [output], build, "thing", preflight=refuse)  # done: never asked
+    with pytest.raises(RuntimeError, match="no compiler"):
+        cached_build(entry, [output], build, "thing", force=True, preflight=refuse)

@@ -267,3 +267,113 @@ def test_bug_report_copies_only_from_its_reproductions_and_the_cache(tmp_path, m
             write_folder(REPRODUCTIONS["delegate-cache-module-lifetime"], out, tmp_path)
         assert not (out / "programs").exists()
     assert_nothing_leaked(tmp_path, tmp_path / "never")
+
+
+# A launch cause (harness.runner.launch) is the run's data: every export says it, quoted.
+def launched_run(tmp_path: Path, launch: list[dict]) -> Path:
+    run = make_run(tmp_path)
+    (run / "replay.json").write_text(json.dumps({"models": {"A": {"backend": "portable"}},
+                                                 "launch": launch}))
+    return run
+
+
+def causes(tmp_path: Path) -> list[dict]:
+    """setpriv, then fiu-run with a command a shell would run if it were not quoted."""
+    evil = f"enable name=posix/io/oc/open,failinfo=13 $(touch {tmp_path}/pwned) 'x"
+    return [{"tool": "setpriv", "args": ["--bounding-set", "-dac_override", "--"]},
+            {"tool": "fiu-run", "args": ["-x", "-f", "", "-c", evil]}]
+
+
+def words(launch: list[dict]) -> list[str]:
+    return [w for record in launch for w in (record["tool"], *record["args"])]
+
+
+def bash_words(line: str) -> list[str]:
+    """The words bash makes of run.sh's `LAUNCH=(...)` line."""
+    proc = subprocess.run(["bash", "-c", line + '\nprintf "%s\\0" "${LAUNCH[@]}"'],
+                          capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.decode().split("\0")[:-1]
+
+
+@pytest.mark.parametrize("fmt", ["cpp", "python", "bundle"])
+def test_an_export_starts_the_test_under_the_recorded_cause(tmp_path, capsys, fmt):
+    import shlex
+    import tarfile
+
+    from harness.export import main
+
+    launch = causes(tmp_path)
+    out = tmp_path / "out"
+    assert main([str(launched_run(tmp_path, launch)), "--format", fmt, "--out", str(out)]) \
+        == 0, capsys.readouterr().err
+    if fmt == "bundle":
+        with tarfile.open(next(out.glob("*.tar.gz"))) as tar:
+            tar.extractall(out, filter="data")
+        out = out / "hil-s"
+        readme = (out / "README.md").read_text()
+        assert f"{shlex.join(words(launch))} cpp/build/test_s data" in readme, readme
+        assert "`util-linux` (`setpriv`), `fiu-utils` (`fiu-run`)" in readme, readme
+        assert json.loads((out / "replay.json").read_text())["launch"] == launch
+        scripts = [out / "cpp" / "run.sh", out / "python" / "run.sh"]
+    else:
+        readme = (out / "README.md").read_text()
+        command = "build/test_s data" if fmt == "cpp" else "python3 -u test_s.py data"
+        assert f"{shlex.join(words(launch))} {command}" in readme, readme
+        scripts = [out / "run.sh"]
+    for script in scripts:
+        text = script.read_text()
+        line = next(l for l in text.splitlines()
+                    if l.startswith("LAUNCH=(") and not l.startswith("LAUNCH=()"))
+        assert bash_words(line) == words(launch), line
+        assert 'command -v fiu-run >/dev/null || { echo' in text and "fiu-utils" in text
+        assert '${LAUNCH[@]+"${LAUNCH[@]}"} "$@"' in text  # repeat starts the test under it
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_run_sh_without_the_tool_stops_naming_the_package(tmp_path, capsys):
+    """run.sh on a host without fiu-run: exit 2 and one line naming fiu-utils, before the
+    test runs."""
+    from harness.export import main
+
+    launch = causes(tmp_path)[1:]
+    out = tmp_path / "out"
+    assert main([str(launched_run(tmp_path, launch)), "--format", "python", "--out",
+                 str(out)]) == 0, capsys.readouterr().err
+    bin_dir = tmp_path / "bin"  # only what run.sh needs before the launch check
+    bin_dir.mkdir()
+    for tool in ("dirname", "seq"):
+        (bin_dir / tool).symlink_to(subprocess.check_output(["which", tool], text=True).strip())
+    proc = subprocess.run(["/bin/bash", str(out / "run.sh")], capture_output=True, text=True,
+                          timeout=60, env={"PATH": str(bin_dir), "QNN_SDK_ROOT": "/nowhere",
+                                           "PYTHON": sys.executable})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Debian package fiu-utils" in proc.stderr, \
+        proc.stderr
+    assert "run(s) passed" not in proc.stdout
+
+
+def test_replay_without_the_tool_is_one_error_naming_the_package(tmp_path, capsys, no_device,
+                                                               monkeypatch):
+    from harness.__main__ import main
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["replay", str(launched_run(tmp_path, causes(tmp_path)[1:]))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the scenario's runner starts under fiu-run (fiu-run -x -f")
+    assert "install the Debian package fiu-utils" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("record", [{"tool": "sh", "args": ["-c", "id"]},
+                                    {"tool": "setpriv", "args": "--bounding-set"}])
+def test_a_launch_record_of_no_known_wrapper_is_refused(tmp_path, capsys, no_device, record):
+    from harness.__main__ import main
+
+    run = launched_run(tmp_path, [record])
+    for argv in (["replay", str(run)], ["export", str(run), "--format", "cpp", "--out",
+                                        str(tmp_path / "out")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {run / 'replay.json'}: ") and err.count("\n") == 1, err
+        assert "not one of fiu-run, setpriv" in err or "a launch record is" in err, err
+    assert not (tmp_path / "out").exists()

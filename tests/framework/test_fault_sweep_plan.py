@@ -106,17 +106,14 @@ def test_every_function_table_entry_and_dlopen_point_is_a_rule_target():
     assert "QnnGraph_addNode" not in QNN_APIS and "QnnDevice_getInfrastructure" in QNN_APIS
     for api in ("QnnBackend_getApiVersion", *DLOPEN_POINTS):
         assert str(parse_rule(f"fail {api}#2 rc=1100")) == f"fail {api}#2 rc=1100"
-    # The interposer names the table's entries in the same order (harness/qnn/interposer.c).
-    import re
-    from pathlib import Path
+    # The interposer takes its names from the same tables: api_names.h, generated from them
+    # and included by harness/qnn/interposer.c (whose build keys cover it).
+    from harness.qnn import api_names, interposer_build
 
-    import harness.qnn
-
-    source = (Path(harness.qnn.__file__).parent / "interposer.c").read_text()
-    block = source.split("static const char *const api_names[API_COUNT] = {", 1)[1]
-    block = block.split("[API_GET_PROVIDERS]", 1)[0]
-    assert tuple(re.findall(r'"(Qnn\w+)"', block)) == QNN_TABLE
-    assert all(f'"{p}"' in source for p in DLOPEN_POINTS)
-    from harness.protocol.nemesis import QNN_SYSTEM_TABLE
-
-    assert tuple(re.findall(r'\[API_SYSTEM_FIRST \+ \d\] = "(\w+)"', source)) == QNN_SYSTEM_TABLE
+    assert api_names.HEADER.read_text() == api_names.header_text(), (
+        "harness/qnn/api_names.h is stale: run `python -m harness.qnn.api_names`")
+    source = interposer_build.SOURCE.read_text()
+    assert '#include "api_names.h"' in source and "{HARNESS_API_NAMES}" in source
+    assert api_names.HEADER in interposer_build.SOURCES
+    for name in (*QNN_TABLE, *DLOPEN_POINTS, "QnnSystemContext_free", "step.execute"):
+        assert f'  "{name}"' in api_names.header_text()

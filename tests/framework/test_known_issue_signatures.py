@@ -205,6 +205,14 @@ OWN = {
             "of size 8 by thread #3: std::__detail::_Map_base::operator[] "
             "[libexecutorch_backend_qnn.so] <- ?? [libexecutorch_backend_qnn.so] <- "
             "executorch::runtime::BackendDelegate::Init [libexecutorch.so]"))],
+    "xnnpack-missing-external-data-crashes": [Failure("crash", (
+        "runner crashed with signal SIGSEGV\ncrash site: SIGSEGV at fault address 0x0; frames: "
+        "#0 libexecutorch_backend_xnnpack.so+0x25e217 executorch::backends::xnnpack::delegate::"
+        "getConstantDataPtr+0x347 <- #1 libexecutorch_backend_xnnpack.so+0x25e54f "
+        "executorch::backends::xnnpack::delegate::getConstantDataPtr+0x3f <- #2 "
+        "libexecutorch_backend_xnnpack.so+0x25eb33 executorch::backends::xnnpack::delegate::"
+        "defineTensor+0x243 <- #3 libexecutorch_backend_xnnpack.so+0x2609e5 "
+        "executorch::backends::xnnpack::delegate::XNNCompiler::compileModel+0x6c5"))],
 }
 OWN["qnn-delegate-cache-forced-warm-hit"] = OWN["qnn-delegate-cache-parallel-same-program"]
 OWN["qnn-delegate-cache-forced-concurrent-execute"] = OWN["qnn-delegate-cache-parallel-same-program"]

@@ -117,6 +117,7 @@ ENTRY = ("- id: a\n  executorch: ['1.5.1']\n  tests: ['t.py::x']\n  kind: [error
     (ENTRY.replace("['1.5.1']", "['1.5.1', '1.5.x']"), ["[0].executorch", "'1.5.x'"]),
     (ENTRY.replace("  kind:", "  qnn: 'latest'\n  kind:"), ["line 4: [0].qnn", "'latest'"]),
     (ENTRY.replace("['1.5.1']", "[]"), ["[0].executorch"]),
+    (ENTRY.replace("['t.py::x']", "[]"), ["tests: at least one pattern"]),
     (ENTRY.replace("- id: a", "- id: 3"), ["line 1: [0].id", "valid string"]),
     ("id: a\n", ["expected a list at the top level"]),
     (ENTRY + ENTRY, ["known issue id 'a' is also defined"]),
@@ -333,6 +334,25 @@ def test_a_bug_entry_without_a_root_is_refused(tmp_path):
     path = tmp_path / "k.yaml"
     path.write_text(ENTRY.replace("where: design", "where: executorch\n  reproduce: r"))
     with pytest.raises(ConfigError, match="needs `root:`"):
+        load_known_issues(path)
+
+
+def test_a_defect_no_suite_meets_is_a_root_whose_entry_covers_no_test(tmp_path):
+    """The XNNPACK backend's null data map: no suite loads a program with external data, so its
+    entry names no test, yet it is a root of its own with a folder, which the fix model leaves."""
+    from harness.commands.bug_report import REPRODUCTIONS, fixed_by_seed
+    from harness.results.known_issues import defects
+
+    issues = load_known_issues()
+    entry = next(i for i in issues if i.id == "xnnpack-missing-external-data-crashes")
+    assert entry.is_bug and entry.tests == () and entry.reproduce in REPRODUCTIONS
+    assert defects([entry.id], issues) == {"xnnpack-null-named-data-map": [entry.id]}
+    assert not fixed_by_seed(entry.reproduce, issues)
+    assert issue_for(PROJECT_ROOT / "tests/hil/test_isolation.py",
+                     "test_s1_two_modules_same_program[A-fp16]", "1.5.1", [entry]) is None
+    path = tmp_path / "k.yaml"  # a design limit still names its tests
+    path.write_text(ENTRY.replace("['t.py::x']", "[]"))
+    with pytest.raises(ConfigError, match="tests: at least one pattern"):
         load_known_issues(path)
 
 

@@ -1,7 +1,8 @@
-"""The defects shown by valgrind, by the lowering API and by a program without its compile spec
-(known issues qnn-delegated-mutable-buffer-read-uninitialised,
-qnn-context-free-reads-freed-block-qairt-2.49, qnn-delegate-maps-read-unlocked,
-qnn-spill-fill-size-last-program-only, qnn-init-crashes-without-its-compile-spec): their entries
+"""The defects shown by valgrind, by the lowering API, by a program without its compile spec and
+by an XNNPACK program without its external data (known issues
+qnn-delegated-mutable-buffer-read-uninitialised, qnn-context-free-reads-freed-block-qairt-2.49,
+qnn-delegate-maps-read-unlocked, qnn-spill-fill-size-last-program-only,
+qnn-init-crashes-without-its-compile-spec, xnnpack-missing-external-data-crashes): their entries
 apply where they can be met, and their standalone folders reproduce on executorch 1.5.1 (the
 quick ones here; scripts/fresh_venv_check.py runs every folder in a fresh venv)."""
 
@@ -90,3 +91,12 @@ def test_the_missing_compile_spec_folder_crashes_under_init_and_its_control_runs
     programs = json.loads((tmp_path / "delegate-without-compile-spec-crashes" /
                            "programs.json").read_text())
     assert [p.get("spec_renamed", False) for p in programs] == [False, True]
+
+
+def test_the_missing_external_data_folder_crashes_in_xnnpack_and_its_control_runs(tmp_path):
+    """reproduce: SIGSEGV in getConstantDataPtr under XNNCompiler::compileModel (the C++ Module's
+    frames; the Python API dies at load_method too); control: both execute with the .ptd."""
+    folder = run_folder(tmp_path, "xnnpack-missing-external-data-crashes")
+    assert (folder["result"]["reproduce"], folder["result"]["control"]) == (1, 0)
+    assert "18getConstantDataPtr" in folder["readme"]
+    assert "XNNCompiler12compileModel" in folder["readme"]

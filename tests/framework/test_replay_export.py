@@ -2,7 +2,9 @@
 leaves S1's run (DelegateHandle has been deleted on 1.5.1) and S4's (passing); `replay` runs
 each again with the real runner, `export --format cpp|python|bundle` writes standalone tests
 whose run.sh builds (CMake against the installed wheel) and runs them with the real
-runtime, and each exits 1 on S1 with the runtime's words and 0 on S4."""
+runtime, and each exits 1 on S1 with the runtime's words and 0 on S4. A run whose runner
+started under a wrapper (fiu-run, setpriv: the XNNPACK cache suite's causes) replays and
+exports under it again."""
 
 import json
 import os
@@ -225,3 +227,132 @@ def test_a_parallel_step_runs_on_threads_released_together(runs, tmp_path, fmt):
     assert step4.split("step 5 ")[0].count("outputs match the reference") == 2, result.stdout
     if S1_FAILS:
         assert "FAILED step 6 execute(B.forward)" in result.stdout, result.stdout
+
+
+# A branch driven by a launch cause (harness.runner.launch): the XNNPACK cache suite's
+# ftruncate(0) failing under libfiu's fiu-run and open(O_CREAT) refused to root without its
+# permission-bypassing capabilities (setpriv). The run records the wrapper; replay starts the
+# runner under it again, so the runtime takes the same branch with the same errno.
+CAUSES = {"x1_1_ftruncate0": ("fiu-run", "truncate0_failed 5 (EIO)"),
+          "x1_1_eacces1": ("setpriv", "open_failed 13 (EACCES)")}
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> dict:
+    """The XNNPACK branch suite's fiu-run (ftruncate(0)) and setpriv (EACCES) tests, artifacts
+    kept; their first launch's run directory by scenario name."""
+    if os.geteuid() != 0:
+        pytest.skip("the EACCES branch needs root without its capabilities (setpriv)")
+    artifacts = tmp_path_factory.mktemp("xnn-artifacts")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/hil/test_xnnpack_branches.py", "-q", "-p",
+         "no:cacheprovider", "-k", "ftruncate_zero or eacces", "--keep-artifacts",
+         f"--artifacts-dir={artifacts}"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+    found = {p.parent.name: p.parent for p in (artifacts / "latest").resolve().rglob(
+        "scenario.json")}
+    if "skipped" in proc.stdout and not set(CAUSES) <= set(found):
+        pytest.skip(f"the branch suite skipped: {proc.stdout[-300:]}")
+    assert proc.returncode == 0 and set(CAUSES) <= set(found), proc.stdout + proc.stderr
+    return found
+
+
+@pytest.fixture
+def cache_dir(request):
+    """cache_dir(run): the recorded cache file's directory, made again as the recorded session
+    had it (the scratch directory went with its session: the cause is the launch, not the
+    directory), and removed at teardown with the parents it made."""
+    import shutil
+
+    made: list[Path] = []
+
+    def make(run: Path) -> Path:
+        doc = json.loads((run / "scenario.json").read_text())
+        load = next(s for s in doc["steps"] if s["op"] == "load_module")
+        directory = Path(load["backend_options"]["XnnpackBackend"]["packed_cache_path"]).parent
+        top = next((p for p in reversed(directory.parents) if not p.exists()), None)
+        made.append(top if top is not None else directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    yield make
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("scenario", list(CAUSES))
+def test_replay_of_a_launch_caused_branch_takes_it_again(launched, tmp_path, cache_dir, scenario):
+    from harness.results.xnnpack_log import failures
+
+    tool, branch = CAUSES[scenario]
+    run = launched[scenario]
+    record = json.loads((run / "replay.json").read_text())
+    assert [l["tool"] for l in record.get("launch", [])] == [tool], record.get("launch")
+    recorded = failures((run / "runner.stderr").read_text().splitlines())
+    assert recorded == [branch], recorded
+    directory = cache_dir(run)
+    for leftover in directory.iterdir():  # a replay starts from the recorded (empty) state
+        leftover.unlink()
+    if tool == "setpriv":
+        os.chown(directory, 65534, 65534)  # nobody's, as the test made it
+        directory.chmod(0o755)
+    proc = _harness("replay", str(run), "--artifacts-dir", str(tmp_path / "replayed"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert f"launched under: {tool} " in out, out
+    assert f"xnnpack cache branches: {branch}: the same as recorded" in out, out
+    replayed = next((tmp_path / "replayed").rglob("runner.stderr"))
+    assert failures(replayed.read_text().splitlines()) == recorded
+    if tool == "setpriv":
+        assert not list(directory.iterdir())  # root did not write it
+
+
+def test_replay_says_a_branch_the_recorded_cause_did_not_give(launched, tmp_path, cache_dir):
+    """The same fiu-run record without its launch (the record as it was before launches were
+    recorded): replay runs the runner plainly, the runtime writes the file, and replay says
+    the branch is not the recorded one."""
+    source = launched["x1_1_ftruncate0"]
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("scenario.json", "runner.stderr", "result.json"):
+        (run / name).write_bytes((source / name).read_bytes())
+    record = json.loads((source / "replay.json").read_text())
+    record.pop("launch")
+    (run / "replay.json").write_text(json.dumps(record))
+    directory = cache_dir(run)
+    for leftover in directory.iterdir():
+        leftover.unlink()
+    proc = _harness("replay", str(run), "--artifacts-dir", str(tmp_path / "replayed"))
+    assert "launched under" not in proc.stdout, proc.stdout
+    assert "xnnpack cache branches: none: NOT the recorded ones (truncate0_failed 5 (EIO))" \
+        in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("fmt", ["cpp", "python"])
+def test_an_export_runs_the_test_under_the_recorded_cause(runs, tmp_path, fmt):
+    """S4 (passing) recorded with a setpriv launch (root without its permission capabilities),
+    its export's data in a directory only `nobody` may read: the exported test, started under
+    setpriv by run.sh, cannot read its program and fails; the export of the run without the
+    launch reads it (root) and passes. The cause is in the export's command, not the data."""
+    if os.geteuid() != 0:
+        pytest.skip("root drops capabilities here")
+    import shutil
+
+    launched_run = tmp_path / "run"
+    shutil.copytree(runs["s4"], launched_run)
+    record = json.loads((launched_run / "replay.json").read_text())
+    record["launch"] = [{"tool": "setpriv", "args": [
+        "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]}]
+    (launched_run / "replay.json").write_text(json.dumps(record))
+    verdicts = {}
+    for name, run in (("launched", launched_run), ("plain", runs["s4"])):
+        out = tmp_path / f"{fmt}-{name}"
+        proc = _harness("export", str(run), "--format", fmt, "--out", str(out))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        os.chown(out / "data", 65534, 65534)
+        (out / "data").chmod(0o700)
+        verdicts[name] = _bash(out / "run.sh", cwd=tmp_path)
+    launched, plain = verdicts["launched"], verdicts["plain"]
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert launched.returncode == 1, launched.stdout + launched.stderr
+    assert "FAILED step 0 load_module(A)" in launched.stdout, launched.stdout

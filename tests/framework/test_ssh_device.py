@@ -274,3 +274,25 @@ def test_the_fix_model_rides_with_the_runner_to_the_board(board, tmp_path, compi
         dev.close()
     assert "[harness registry wrapper] runtime variant fix-model" in result.output.stderr
     assert all(s.ok for s in result.steps), [(s.status, s.message) for s in result.steps]
+
+
+def test_a_launch_cause_runs_on_a_board_that_has_the_tool(device, compiled_model, tmp_path):
+    """A scenario recorded under libfiu's fiu-run (harness.runner.launch) runs under the
+    board's own fiu-run (this host's, the board being a local sshd): the XNNPACK cache's
+    ftruncate(0) fails with EIO there as on the simulator. Without it the file is written."""
+    import shutil
+
+    from harness.drive.xnnpack_cache import MODEL, PRECISION, new_cache
+    from harness.results.xnnpack_log import failures
+    from harness.runner.launch import fiu_run
+
+    if shutil.which("fiu-run") is None:
+        pytest.skip("libfiu is not installed (Debian fiu-utils)")
+    xnn = new_cache(device, ScenarioDriver(device, tmp_path / "a", 120),
+                    compiled_model(MODEL, PRECISION), "board-fiu")
+    fault = fiu_run("enable name=posix/io/rw/ftruncate,failinfo=5,onetime=1")
+    result = xnn.launch("ftruncate0", xnn.path("stack.xnncache"), under=(fault,))
+    assert failures(result.output.stderr.splitlines()) == ["truncate0_failed 5 (EIO)"], \
+        result.output.stderr[-2000:]
+    plain = xnn.launch("plain", xnn.path("plain.xnncache"))
+    assert failures(plain.output.stderr.splitlines()) == [], plain.output.stderr[-2000:]

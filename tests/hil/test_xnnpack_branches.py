@@ -17,7 +17,10 @@ The causes that need mounts, libfiu, a second host process or dropped capabiliti
 host simulator only. EACCES needs a runner that is not root: the runtime, runner and programs
 live under /root (0700), out of another user's reach, so the runner keeps uid 0 and starts
 without the capabilities that let root bypass file permissions (setpriv --bounding-set,
-harness.runner.privileges): the kernel's permission check is then a user's.
+harness.runner.privileges): the kernel's permission check is then a user's. A cause that is a
+wrapper of the runner (fiu-run, setpriv) is a launch record of the scenario
+(harness.runner.launch), kept in the run's replay.json: `python -m harness replay` starts the
+runner under it again (on the host, and on a device that has the tool).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from harness.results.xnnpack import (HEAP_LIMIT, assert_fallback, assert_no_fall
                                      classify_load)
 from harness.results.xnnpack_launches import Launch, judge
 from harness.drive.xnnpack_cache import FOOTER, MODEL, PACKS, PRECISION, Cache, new_cache
+from harness.runner import launch as wrapper
+from harness.runner.privileges import without_capabilities
 
 FIU = "/usr/lib/fiu"
 
@@ -56,13 +61,12 @@ def host(xnn: Cache) -> Cache:
     return xnn
 
 
-def libfiu(*commands: str) -> dict[str, str]:
-    """The runner's environment for libfiu's POSIX preload with `commands` enabled (what
-    `fiu-run -x -c ...` sets), remote control off."""
-    if not os.path.exists(f"{FIU}/fiu_posix_preload.so"):
+def libfiu(*commands: str) -> tuple[wrapper.Launch, ...]:
+    """The runner started under `fiu-run -x -c COMMAND...` (libfiu's POSIX preload with
+    `commands` enabled), recorded with the run so that replay starts it so again."""
+    if shutil.which("fiu-run") is None or not os.path.exists(f"{FIU}/fiu_posix_preload.so"):
         pytest.skip("libfiu is not installed (Debian fiu-utils, libfiu0: scripts/setup.sh)")
-    return {"LD_PRELOAD": f"{FIU}/fiu_run_preload.so {FIU}/fiu_posix_preload.so",
-            "FIU_ENABLE": "\n".join(commands), "FIU_CTRL_FIFO": ""}
+    return (wrapper.fiu_run(*commands),)
 
 
 @pytest.fixture
@@ -134,7 +138,8 @@ def test_open_o_creat_fails_eacces_runner_not_root(host):
     os.chown(directory, 65534, 65534)  # nobody:nogroup on Debian and Android alike
     os.chmod(directory, 0o755)
     story = host.story("eacces", posixpath.join(directory, "stack.xnncache"), n=2,
-                       expect="fallback", drop_capabilities=NOT_ROOT)
+                       expect="fallback",
+                       under=(without_capabilities(NOT_ROOT),))
     for launch in story.launches:
         assert (launch.load.branch, launch.load.errno) == ("open_failed", errno.EACCES), \
             launch.load.describe()
@@ -218,7 +223,7 @@ def test_ftruncate_zero_fails(host):
     no open file, every pack to heap; the empty file stays and the next launch writes it."""
     cache = host.path("stack.xnncache")
     fault = libfiu("enable name=posix/io/rw/ftruncate,failinfo=5,onetime=1")
-    result = host.launch("ftruncate0", cache, environment=fault)
+    result = host.launch("ftruncate0", cache, under=fault)
     load = assert_fallback(result, host.weights["forward"], branch="truncate0_failed")
     host.record(result, load)
     assert load.errno == errno.EIO, load.describe()
@@ -240,7 +245,7 @@ def test_reserve_space_ftruncate_fails(host):
     (seed,) = struct.unpack("<I", host.read(cache, seed_at, 4))
     host.write(cache, seed_at, struct.pack("<I", seed ^ 0x5A5A5A5A))
     fault = libfiu(f"enable name=posix/io/rw/ftruncate,failinfo={errno.EFBIG}")
-    result = host.launch("reserve_ftruncate", cache, environment=fault)
+    result = host.launch("reserve_ftruncate", cache, under=fault)
     load = assert_fallback(result, host.weights["forward"], branch="reserve_ftruncate_failed")
     host.record(result, load)
     assert load.errno == errno.EFBIG, load.describe()
@@ -254,7 +259,7 @@ def test_reserve_space_mmap_fails(host):
     file is closed after its first extension and every pack goes to heap."""
     cache = host.path("stack.xnncache")
     fault = libfiu(f"enable name=posix/mm/mmap,failinfo={errno.ENOMEM}")
-    result = host.launch("reserve_mmap", cache, load_mode="File", environment=fault)
+    result = host.launch("reserve_mmap", cache, load_mode="File", under=fault)
     load = assert_fallback(result, host.weights["forward"], branch="reserve_mmap_failed")
     host.record(result, load)
     assert load.errno == errno.ENOMEM, load.describe()

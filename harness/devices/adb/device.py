@@ -222,9 +222,7 @@ class AdbDevice(ShellDevice):
 
     # Running -------------------------------------------------------------------------------
     def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
-        if scenario.drop_capabilities:  # setpriv on the host: the device's runner has its own
-            raise DeviceError(f"scenario {scenario.name}: drop_capabilities runs on the host "
-                              "simulator only")
+        launch = self.launch_prefix(scenario)  # the tools there, before anything is pushed
         before, content, sha, run_dir = self._prepare_run(scenario, artifacts)
         for retry in (True, False):  # a second server when the first ended before forking
             server = self._fork_server(scenario)
@@ -238,7 +236,8 @@ class AdbDevice(ShellDevice):
                                  "server runs it", server.pid, scenario.name, gone)
         nonce = uuid.uuid4().hex[:16]
         text, timed_out, pid, start, cut, stream_total = self._stream(
-            self._run_command(run_dir, scenario_sha=sha, nonce=nonce, env=scenario.run_env),
+            self._run_command(run_dir, scenario_sha=sha, nonce=nonce, env=scenario.run_env,
+                              launch=launch),
             timeout, stdin=content)
         stdout, outputs, notes, sent, code = self._process_output(text, stream_total, nonce)
         if sent:
@@ -264,7 +263,7 @@ class AdbDevice(ShellDevice):
         first use; None when scenarios run as processes: --scenario-isolation process, a test's
         own runner in place of the harness's, or a server that could not start (said once)."""
         if (self.isolation != "fork" or self.fork_refused or self.runner_source is None
-                or scenario.fresh_process or scenario.run_env
+                or scenario.own_process
                 or self.runner_path != self.workspace / RUNNER_NAME):
             return None
         qnn = bool(self.qnn_libraries) and any(uses_qnn(m.backend)
@@ -341,7 +340,8 @@ class AdbDevice(ShellDevice):
             return ""
 
     def _run_command(self, run_dir: PurePosixPath, scenario_sha: str = "",
-                     nonce: str = "", env: dict[str, str] | None = None) -> str:
+                     nonce: str = "", env: dict[str, str] | None = None,
+                     launch: str = "") -> str:
         """The runner in its own process group (`setsid`), so a timeout can kill everything it
         started; its pid in the run's pid file while it may run (for a later session to find);
         the device time at the start, so crash logs are taken from the run's own window.
@@ -350,7 +350,8 @@ class AdbDevice(ShellDevice):
         scenario file from its stdin (unless the directory holds those bytes already: it prints
         `HARNESS_SCENARIO written` or `kept`); with `nonce`, it ends by printing the runner's
         stderr and the QNN trace after that run's markers (`split_outputs`). Without either it
-        runs in an existing directory, as a stream of the shell protocol v1 can."""
+        runs in an existing directory, as a stream of the shell protocol v1 can. `launch`: the
+        scenario's wrappers, quoted (`launch_prefix`), between setsid and the runner."""
         program = q(str(self.runner_path))
         directory = q(str(run_dir))
         stderr_file, trace_file = q(str(run_dir / STDERR_FILE)), q(str(run_dir / TRACE_FILE))
@@ -371,7 +372,7 @@ class AdbDevice(ShellDevice):
         outputs = (_print_outputs(stderr_file, trace_file, nonce) if nonce else "")
         return (f"{enter}: > {trace_file} && {{ now=${{EPOCHREALTIME:-$(date +%s)}}; "
                 f"echo HARNESS_START ${{now%%[.,]*}}; "
-                f"{variables} setsid {program} scenario.json </dev/null 2>{stderr_file} & "
+                f"{variables} setsid {launch}{program} scenario.json </dev/null 2>{stderr_file} & "
                 f"pid=$!; echo $pid > {q(PID_FILE)}; echo HARNESS_PID $pid; "
                 # The exit line starts a line of its own whatever the runner's last line was
                 # (a runtime's text without a newline would otherwise hide it).

@@ -202,15 +202,14 @@ class SshDevice(ShellDevice):
 
     # Running -------------------------------------------------------------------------------
     def run(self, scenario: Scenario, artifacts: Path, timeout: float) -> RunOutput:
-        if scenario.drop_capabilities:  # setpriv on the host: the device's runner has its own
-            raise DeviceError(f"scenario {scenario.name}: drop_capabilities runs on the host "
-                              "simulator only")
+        launch = self.launch_prefix(scenario)  # the tools there, before anything is pushed
         before, content, _, run_dir = self._prepare_run(scenario, artifacts)
         server = self._fork_server(scenario)
         if server is not None:
             return self._run_forked(server, scenario, artifacts, run_dir, content, before,
                                     timeout)
-        return self._run_process(scenario, artifacts, run_dir, content, before, timeout)
+        return self._run_process(scenario, artifacts, run_dir, content, before, timeout,
+                                 launch)
 
     def _runner_variables(self, extra: dict[str, str] | None = None) -> str:
         ws = str(self.workspace)
@@ -223,8 +222,7 @@ class SshDevice(ShellDevice):
 
     # Forks ---------------------------------------------------------------------------------
     def _fork_server(self, scenario: Scenario) -> ServedRunner | None:
-        if (self.isolation != "fork" or self.fork_refused or scenario.fresh_process
-                or scenario.run_env
+        if (self.isolation != "fork" or self.fork_refused or scenario.own_process
                 or self.runner_path != self.workspace / RUNNER_NAME or self.payload is None):
             return None
         qnn = any(uses_qnn(m.backend) for m in scenario.models.values()) and bool(
@@ -267,7 +265,7 @@ class SshDevice(ShellDevice):
 
     # Processes -----------------------------------------------------------------------------
     def _run_command(self, run_dir: PurePosixPath, nonce: str,
-                     extra: dict[str, str] | None = None) -> str:
+                     extra: dict[str, str] | None = None, launch: str = "") -> str:
         """The run directory and scenario file (from stdin, kept when there), the runner in
         its own process group with a pid file, the start time, and after the exit line the
         runner's stderr and the QNN trace (`print_outputs`)."""
@@ -279,17 +277,19 @@ class SshDevice(ShellDevice):
                 "else cat > .scenario.json.tmp && mv -f .scenario.json.tmp scenario.json && "
                 "echo HARNESS_SCENARIO written; fi && : > " + trace_file + " && "
                 "{ ulimit -c unlimited 2>/dev/null; echo HARNESS_START $(date +%s); "
-                f"{env} setsid {q(str(self.runner_path))} scenario.json </dev/null "
+                f"{env} setsid {launch}{q(str(self.runner_path))} scenario.json </dev/null "
                 f"2>{stderr_file} & pid=$!; echo $pid > {q(PID_FILE)}; echo HARNESS_PID $pid; "
                 f"wait $pid; c=$?; echo; echo HARNESS_EXIT $c; rm -f {q(PID_FILE)}"
                 f"{print_outputs(stderr_file, trace_file, nonce)}; }}")
 
     def _run_process(self, scenario: Scenario, artifacts: Path, run_dir: PurePosixPath,
-                     content: bytes, before: PushStats, timeout: float) -> RunOutput:
+                     content: bytes, before: PushStats, timeout: float,
+                     launch: str = "") -> RunOutput:
         nonce = uuid.uuid4().hex[:16]
         self._check_not_lost()
         try:
-            proc = self.transport.popen(self._run_command(run_dir, nonce, scenario.run_env))
+            proc = self.transport.popen(self._run_command(run_dir, nonce, scenario.run_env,
+                                                          launch))
         except SshError as exc:
             raise self._offline("starting the runner", exc) from exc
         _, chunks, errors = self._output_buffers()

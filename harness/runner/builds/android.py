@@ -20,14 +20,7 @@ import platform as _platform
 import shutil
 from pathlib import Path
 
-from harness.cache import (
-    build_record,
-    cache_root,
-    digest,
-    file_lock,
-    rebuild_notice,
-    verify_build,
-)
+from harness.cache import cache_root, cached_build, digest
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.cmake import (
     INTERPOSER_NAME,
@@ -52,14 +45,35 @@ ANDROID_BUILD_RECORD = "harness-android-build.json"
 built with (what the backend-registry wrapper of the same device is built with)."""
 
 
+ANDROID_ABI = "arm64-v8a"
+"""The one ABI the Android builds target (the runner, the interposer, the wrapper)."""
+
+DEFAULT_PLATFORM = 30
+"""The Android API level of a build unless told (`build-runner --platform`), and of a recorded
+build that names none."""
+
+
+def ndk_toolchain_file(ndk: Path) -> Path:
+    """The NDK's CMake toolchain file, which every Android build is configured with; its absence
+    is what tells a path that is not an NDK."""
+    return Path(ndk) / "build" / "cmake" / "android.toolchain.cmake"
+
+
+def prefix_packages(executorch_prefix: Path) -> list[Path]:
+    """The ExecuTorch CMake package files of an install prefix (none: not an ExecuTorch
+    prefix), which the runner and the wrapper builds find with find_package."""
+    prefix = Path(executorch_prefix)
+    return (list(prefix.glob("lib/cmake/*/executorch-config.cmake"))
+            + list(prefix.glob("lib/cmake/*/ExecuTorchConfig.cmake")))
+
+
 def android_toolchain_definitions(ndk: Path, executorch_prefix: Path,
-                                  platform: int = 30) -> list[str]:
+                                  platform: int = DEFAULT_PLATFORM) -> list[str]:
     """The CMake definitions of every Android build: the NDK's toolchain file, arm64-v8a, the
     API level, the ExecuTorch prefix (one source for the runner and the wrapper)."""
-    toolchain = Path(ndk) / "build" / "cmake" / "android.toolchain.cmake"
     return [
-        f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
-        "-DANDROID_ABI=arm64-v8a",
+        f"-DCMAKE_TOOLCHAIN_FILE={ndk_toolchain_file(ndk)}",
+        f"-DANDROID_ABI={ANDROID_ABI}",
         f"-DANDROID_PLATFORM=android-{int(platform)}",
         f"-DCMAKE_PREFIX_PATH={Path(executorch_prefix)}",
         # The NDK toolchain confines package lookup to its sysroot; the
@@ -72,7 +86,7 @@ def android_build_commands(
     build_dir: Path,
     ndk: Path,
     executorch_prefix: Path,
-    platform: int = 30,
+    platform: int = DEFAULT_PLATFORM,
     source_dir: Path | None = None,
 ) -> list[list[str]]:
     """Configure and build command lines for an arm64-v8a Android runner with
@@ -82,7 +96,7 @@ def android_build_commands(
 
 
 def android_wrapper_commands(build_dir: Path, ndk: Path, executorch_prefix: Path,
-                             platform: int = 30) -> list[list[str]]:
+                             platform: int = DEFAULT_PLATFORM) -> list[list[str]]:
     """Configure and build lines of the backend-registry wrapper (`--runtime-variant`) for
     arm64-v8a Android: its CMake project (harness/runtime/wrapper) with the runner's toolchain
     definitions."""
@@ -97,13 +111,13 @@ def _ndk_host_tag() -> str:
     return f"{'darwin' if system == 'darwin' else 'linux'}-x86_64"
 
 
-def ndk_clang(ndk: Path, platform: int = 30) -> Path:
+def ndk_clang(ndk: Path, platform: int = DEFAULT_PLATFORM) -> Path:
     """The NDK's clang driver for arm64-v8a at API level `platform`."""
     return (Path(ndk) / "toolchains" / "llvm" / "prebuilt" / _ndk_host_tag() / "bin"
             / f"aarch64-linux-android{int(platform)}-clang")
 
 
-def android_interposer_command(output: Path, ndk: Path, platform: int = 30) -> list[str]:
+def android_interposer_command(output: Path, ndk: Path, platform: int = DEFAULT_PLATFORM) -> list[str]:
     """The QNN interposer's compile line with the NDK's clang (no -lpthread on bionic)."""
     from harness.qnn.interposer_build import interposer_command
 
@@ -111,15 +125,14 @@ def android_interposer_command(output: Path, ndk: Path, platform: int = 30) -> l
 
 
 def build_android_runner(
-    build_dir: Path, ndk: Path, executorch_prefix: Path, platform: int = 30
+    build_dir: Path, ndk: Path, executorch_prefix: Path, platform: int = DEFAULT_PLATFORM
 ) -> Path:
     """Cross-compiles the runner for arm64-v8a Android into ``build_dir`` and
     returns the binary's path (to push with ``adb push``). Raises
     RunnerBuildError naming what to pass when the NDK or the prefix is wrong."""
     ndk = Path(ndk).expanduser()
     prefix = Path(executorch_prefix).expanduser()
-    toolchain = ndk / "build" / "cmake" / "android.toolchain.cmake"
-    if not toolchain.is_file():
+    if not ndk_toolchain_file(ndk).is_file():
         raise RunnerBuildError(
             f"Android NDK not found at {ndk} (no build/cmake/android.toolchain.cmake): "
             "pass --ndk <path to the NDK, e.g. $ANDROID_HOME/ndk/27.2.12479018> "
@@ -131,10 +144,7 @@ def build_android_runner(
             "<the CMAKE_INSTALL_PREFIX of an arm64-v8a ExecuTorch build with "
             "EXECUTORCH_BUILD_EXTENSION_MODULE/TENSOR, XNNPACK and QNN enabled>"
         )
-    configs = list(prefix.glob("lib/cmake/*/executorch-config.cmake")) + list(
-        prefix.glob("lib/cmake/*/ExecuTorchConfig.cmake")
-    )
-    if not configs:
+    if not prefix_packages(prefix):
         raise RunnerBuildError(
             f"{prefix} holds no ExecuTorch CMake package (lib/cmake/ExecuTorch/"
             "executorch-config.cmake): pass --executorch-prefix <the directory ExecuTorch "
@@ -185,34 +195,30 @@ def default_android_build_dir() -> Path:
     return default_cache_root() / ANDROID_CACHE_DIR
 
 
-def android_prefix_build(prefix: Path, lib_dir: Path, ndk: Path, platform: int = 30) -> Path:
+def android_prefix_build(prefix: Path, lib_dir: Path, ndk: Path, platform: int = DEFAULT_PLATFORM) -> Path:
     """The Android build against an --executorch-prefix built for Android, cached by the
     runner's sources, the prefix's libraries' content and the NDK; returns its directory."""
     h = hashlib.sha256(sources_digest(runner_source_dir()).encode())
-    from harness.qnn.interposer_build import SOURCE as interposer_source
+    from harness.qnn.interposer_build import SOURCES as interposer_sources
 
-    h.update(interposer_source.read_bytes())
+    for source in interposer_sources:
+        h.update(source.read_bytes())
     h.update(f"prefix={prefix}:{runtime_libraries_digest(lib_dir)}:ndk={Path(ndk).resolve()}:"
              f"{platform}".encode())
     entry = default_cache_root() / ANDROID_CACHE_DIR / h.hexdigest()[:16]
-    build_dir, marker = entry / "build", entry / "build.ok"
+    build_dir = entry / "build"
     runner = build_dir / RUNNER_NAME
-    if marker.is_file() and not verify_build(marker, [runner]):
-        return build_dir
-    with file_lock(entry.parent / f"{entry.name}.lock"):
-        problem = verify_build(marker, [runner]) if marker.is_file() else "absent"
-        if problem:
-            if problem != "absent":
-                rebuild_notice(f"the cached Android runner build is damaged: {problem}; "
-                               "rebuilding it")
-            marker.unlink(missing_ok=True)
-            runner.unlink(missing_ok=True)
-            build_android_runner(build_dir, ndk, prefix, platform)
-            marker.write_text(f"prefix={prefix}\n" + build_record([runner]))
+
+    def build() -> str:
+        runner.unlink(missing_ok=True)
+        build_android_runner(build_dir, ndk, prefix, platform)
+        return f"prefix={prefix}\n"
+
+    cached_build(entry, [runner], build, "Android runner build")
     return build_dir
 
 
-def build_android_wrapper(ndk: Path | None, executorch_prefix: Path, platform: int = 30,
+def build_android_wrapper(ndk: Path | None, executorch_prefix: Path, platform: int = DEFAULT_PLATFORM,
                           force: bool = False) -> Path:
     """The backend-registry wrapper of `--runtime-variant` for an arm64-v8a Android runner:
     the wrapper's CMake project configured exactly as the runner (`android_toolchain_definitions`)
@@ -227,12 +233,11 @@ def build_android_wrapper(ndk: Path | None, executorch_prefix: Path, platform: i
                            "ANDROID_NDK to the NDK the runner was built with")
     ndk = Path(ndk).expanduser()
     prefix = Path(executorch_prefix).expanduser()
-    if not (ndk / "build" / "cmake" / "android.toolchain.cmake").is_file():
+    if not ndk_toolchain_file(ndk).is_file():
         raise VariantError(f"{what}: {ndk} is not an Android NDK (no build/cmake/"
                            "android.toolchain.cmake): set ANDROID_NDK to the NDK's root, e.g. "
                            "$ANDROID_HOME/ndk/27.2.12479018")
-    if not list(prefix.glob("lib/cmake/*/executorch-config.cmake")) + list(
-            prefix.glob("lib/cmake/*/ExecuTorchConfig.cmake")):
+    if not prefix_packages(prefix):
         raise VariantError(f"{what}: {prefix} holds no ExecuTorch CMake package (lib/cmake/"
                            "ExecuTorch/executorch-config.cmake): it needs the arm64-v8a install "
                            "prefix the runner was built against")
@@ -242,18 +247,10 @@ def build_android_wrapper(ndk: Path | None, executorch_prefix: Path, platform: i
                   str(ndk.resolve()), str(prefix), runtime_libraries_digest(prefix / "lib"),
                   str(int(platform))])
     entry = cache_root() / "registry-wrapper" / f"android-{key}"
-    build_dir, marker = entry / "build", entry / "build.ok"
+    build_dir = entry / "build"
     output = build_dir / LIB_NAME
-    if not force and marker.is_file() and not verify_build(marker, [output]):
-        return output
-    with file_lock(entry.parent / f"android-{key}.lock"):
-        problem = verify_build(marker, [output]) if marker.is_file() else ""
-        if not force and marker.is_file() and not problem:
-            return output
-        if problem and output.exists():
-            rebuild_notice(f"the cached Android backend-registry wrapper is damaged: {problem}; "
-                           "rebuilding it")
-        marker.unlink(missing_ok=True)
+
+    def build() -> str:
         output.unlink(missing_ok=True)
         log = entry / "build.log"
         try:
@@ -264,7 +261,9 @@ def build_android_wrapper(ndk: Path | None, executorch_prefix: Path, platform: i
             raise VariantError(f"building {what} failed: {why}{exc}") from None
         if not output.is_file():
             raise VariantError(str(missing_output_error(f"building {what}", output, log)))
-        marker.write_text(build_record([output]))
+        return ""
+
+    cached_build(entry, [output], build, "Android backend-registry wrapper", force)
     return output
 
 
@@ -284,7 +283,7 @@ def wrapper_for_android_build(directory: Path) -> Path:
             "<prefix>` so the backend-registry wrapper is built with the same NDK and prefix"
         ) from None
     ndk: Path | None = Path(built["ndk"])
-    if not (Path(str(ndk)) / "build" / "cmake").is_dir():
+    if not ndk_toolchain_file(Path(str(ndk))).parent.is_dir():
         ndk = Path(os.environ["ANDROID_NDK"]) if os.environ.get("ANDROID_NDK") else ndk
     return build_android_wrapper(ndk, Path(built["executorch_prefix"]),
-                                 int(built.get("platform", 30)))
+                                 int(built.get("platform", DEFAULT_PLATFORM)))

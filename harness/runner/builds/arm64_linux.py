@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.cache import build_record, file_lock, rebuild_notice, verify_build
+from harness.cache import cached_build
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.aarch64_wheel import (
     AARCH64_WHEEL_PLATFORM,
@@ -126,12 +126,13 @@ def arm64_linux_available() -> tuple[bool, str]:
 
 
 def _arm64_build_key(src: Path) -> str:
-    """Hash of the runner sources, the interposer source, the executorch version (which names
+    """Hash of the runner sources, the interposer sources, the executorch version (which names
     the aarch64 wheel), the cross compilers and the toolchain file's shape."""
-    from harness.qnn.interposer_build import SOURCE as interposer_source
+    from harness.qnn.interposer_build import SOURCES as interposer_sources
 
     h = hashlib.sha256(sources_digest(src).encode())
-    h.update(interposer_source.read_bytes())
+    for source in interposer_sources:
+        h.update(source.read_bytes())
     h.update(f"executorch={executorch_version()}:{AARCH64_WHEEL_PLATFORM}:{python_tag()}".encode())
     from harness.runtime import current
 
@@ -168,25 +169,14 @@ def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Pat
     src = runner_source_dir()
     build_dir = arm64_linux_build_dir(cache_dir)
     entry = build_dir.parent
-    marker = entry / "build.ok"
     binary, interposer = build_dir / RUNNER_NAME, build_dir / INTERPOSER_NAME
 
-    def cached() -> bool:
-        return (not force and marker.is_file()
-                and not verify_build(marker, [binary, interposer]))
+    def preflight() -> None:
+        ok, why = arm64_linux_available()
+        if not ok:
+            raise RunnerBuildError(f"cannot build the arm64-linux runner: {why}")
 
-    if cached():
-        return build_dir
-    ok, why = arm64_linux_available()
-    if not ok:
-        raise RunnerBuildError(f"cannot build the arm64-linux runner: {why}")
-    with file_lock(entry.parent / f"{entry.name}.lock"):
-        if cached():
-            return build_dir
-        problem = verify_build(marker, [binary, interposer]) if marker.is_file() else ""
-        if problem and not force:
-            rebuild_notice(f"the cached arm64-linux build is damaged: {problem}; rebuilding it")
-        marker.unlink(missing_ok=True)
+    def build() -> str:
         binary.unlink(missing_ok=True)  # a damaged one is newer than its inputs: ninja keeps it
         interposer.unlink(missing_ok=True)
         if force and build_dir.exists():
@@ -207,10 +197,10 @@ def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Pat
         for out in (binary, interposer):
             if not out.is_file():
                 raise missing_output_error("arm64-linux build", out, log)
-        marker.write_text(
-            f"executorch={executorch_version()}\nwheel={prefix}\n"
-            f"seconds={time.monotonic() - started:.1f}\n" + build_record([binary, interposer])
-        )
+        return (f"executorch={executorch_version()}\nwheel={prefix}\n"
+                f"seconds={time.monotonic() - started:.1f}\n")
+
+    cached_build(entry, [binary, interposer], build, "arm64-linux build", force, preflight)
     return build_dir
 
 

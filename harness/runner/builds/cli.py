@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.android import (
+    DEFAULT_PLATFORM,
     android_build_commands,
     android_interposer_command,
     android_wrapper_commands,
@@ -61,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
              "a CMake install prefix (default: the installed wheel; for --arm64-linux the "
              "aarch64 wheel of its release)",
     )
-    p.add_argument("--platform", type=int, default=30, help="Android API level (default 30)")
+    p.add_argument("--platform", type=int, default=DEFAULT_PLATFORM,
+                   help=f"Android API level (default {DEFAULT_PLATFORM})")
     p.add_argument("--build-dir", type=Path, default=None, help="build directory")
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="build cache root (host and arm64-linux)")

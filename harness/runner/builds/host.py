@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from harness.cache import build_record, file_lock, rebuild_notice, verify_build
+from harness.cache import cached_build
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.cmake import (
     RUNNER_NAME,
@@ -117,23 +117,13 @@ def build_host_runner(cache_dir: Path | None = None, force: bool = False) -> Pat
     key = host_build_key(src)
     entry = root / key
     binary = entry / "build" / RUNNER_NAME
-    marker = entry / "build.ok"
-    if not force and marker.is_file() and not verify_build(marker, [binary]):
-        return binary
 
-    ok, why = host_runner_available()
-    if not ok:
-        raise RunnerBuildError(f"cannot build the native runner: {why}")
+    def preflight() -> None:
+        ok, why = host_runner_available()
+        if not ok:
+            raise RunnerBuildError(f"cannot build the native runner: {why}")
 
-    with file_lock(root / f"{key}.lock"):
-        # Another process may have finished (or repaired) the build while we waited.
-        problem = verify_build(marker, [binary]) if marker.is_file() else ""
-        if not force and marker.is_file() and not problem:
-            return binary
-        if problem and not force:
-            rebuild_notice(f"the cached native runner build is damaged: {problem}; "
-                           "rebuilding it")
-        marker.unlink(missing_ok=True)
+    def build() -> str:
         build_dir = entry / "build"
         binary.unlink(missing_ok=True)  # a damaged one is newer than its inputs: ninja keeps it
         if force and build_dir.exists():
@@ -143,8 +133,9 @@ def build_host_runner(cache_dir: Path | None = None, force: bool = False) -> Pat
         run_commands(host_build_commands(build_dir, src), log, "native runner host build")
         if not binary.is_file():
             raise missing_output_error("native runner host build", binary, log)
-        marker.write_text(
-            f"executorch={executorch_version()}\n"
-            f"seconds={time.monotonic() - started:.1f}\n" + build_record([binary])
-        )
+        return (f"executorch={executorch_version()}\n"
+                f"seconds={time.monotonic() - started:.1f}\n")
+
+    # Another process may finish (or repair) the build while this one waits for the lock.
+    cached_build(entry, [binary], build, "native runner build", force, preflight)
     return binary

@@ -15,6 +15,12 @@
 //   module_repro execute-once PTE IN                    load PTE, execute forward once, print
 //                                                       the first output's floats (memcheck's
 //                                                       report on what it read is the finding)
+//   module_repro execute-with-data PTE PTD IN           the same with PTD (a .ptd file) as the
+//                                                       program's external data map, or none
+//                                                       when PTD is "-"
+//   module_repro cycles PTE IN N                        N times: load PTE, execute forward once,
+//                                                       destroy the Module (exit 0; memcheck's
+//                                                       definite leaks per cycle are the finding)
 //
 // Exit 0 when the behaviour is correct, 2 when it could not run. A crash is the caller's to
 // judge (it runs this in a child process): a fatal signal prints one line
@@ -41,6 +47,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -320,10 +327,11 @@ int handoff(const char* a_pte, const char* a_in, const char* b_pte, const char* 
   return ok ? 0 : 2;
 }
 
-int execute_once(const char* pte, const char* in) {
+int execute_once(const char* pte, const char* in, const char* ptd = nullptr) {
   catch_fatal_signals();  // a crash prints its frames (the caller judges them)
   executorch::runtime::runtime_init();
-  Module m(pte);
+  auto module = ptd ? std::make_unique<Module>(pte, std::string(ptd)) : std::make_unique<Module>(pte);
+  Module& m = *module;
   auto out = m.execute("forward", {EValue(shaped_input(m, in))});
   if (!out.ok()) {
     std::printf("execute(forward) failed with error 0x%x\n", static_cast<int>(out.error()));
@@ -334,6 +342,16 @@ int execute_once(const char* pte, const char* in) {
   std::printf("forward:");
   for (ssize_t i = 0; i < t.numel(); ++i) std::printf(" %.9g", v[i]);
   std::printf("\n");
+  return 0;
+}
+
+int cycles(const char* pte, const char* in, int n) {
+  executorch::runtime::runtime_init();
+  for (int i = 0; i < n; ++i) {
+    Module m(pte);
+    if (run(m, shaped_input(m, in), "cycle").empty()) return 2;
+  }  // each Module destroyed before the next load: nothing lives between cycles
+  std::printf("cycles: %d\n", n);
   return 0;
 }
 
@@ -349,6 +367,9 @@ int main(int argc, char** argv) {
                                           std::string(argv[6]) == "locked"))
     return handoff(argv[2], argv[3], argv[4], argv[5], std::string(argv[6]) == "locked");
   if (mode == "execute-once" && argc == 4) return execute_once(argv[2], argv[3]);
+  if (mode == "execute-with-data" && argc == 5)
+    return execute_once(argv[2], argv[4], std::string(argv[3]) == "-" ? nullptr : argv[3]);
+  if (mode == "cycles" && argc == 5) return cycles(argv[2], argv[3], std::atoi(argv[4]));
   std::fprintf(stderr, "usage: see the header of module_repro.cpp\n");
   return 2;
 }
