@@ -34,6 +34,19 @@ def qnn_simulator_libraries(lib_dir: Path, workspace: PurePosixPath) -> dict[Pat
     return {lib_dir / n: workspace / n for n in ("libQnnHtp.so", "libQnnSystem.so")}
 
 
+def with_dlopen_shim(shim: Path | None, workspace: PurePosixPath,
+                     files: dict[Path, PurePosixPath], env: dict[str, str]) -> None:
+    """Add the build's dlopen shim (harness/qnn/interposer.c built with -DHARNESS_DLOPEN_SHIM)
+    to `files` and put it first among the preloads of `env`, as the simulator preloads it into
+    its runners: the runtime's dlopen of each QNN library is traced and open to nemesis rules
+    (`dlopen.libQnnHtp.so`, ...) on every device kind. Nothing for a build without one."""
+    if shim is None:
+        return
+    on_device = workspace / shim.name
+    files[shim] = on_device
+    env["LD_PRELOAD"] = " ".join(p for p in (str(on_device), env.get("LD_PRELOAD", "")) if p)
+
+
 @dataclasses.dataclass(frozen=True)
 class Payload:
     """What a device gets for its build: the runner, the runtime's shared libraries, the QNN

@@ -71,9 +71,11 @@ the dlopen shim wraps when the runtime opens that library (the rest take a struc
 or serve the ahead-of-time DLC flow)."""
 QNN_APIS = tuple(name for name in QNN_TABLE
                  if name not in ("QnnBackend_validateOpConfig", "QnnGraph_addNode")
-                 ) + QNN_SYSTEM_TABLE + ("QnnInterface_getProviders",)
-"""The QNN functions a rule may name (QnnInterface_getProviders: a failure there is the
-library being unusable after it loaded)."""
+                 ) + QNN_SYSTEM_TABLE + ("QnnInterface_getProviders",
+                                         "QnnSystemInterface_getProviders")
+"""The QNN functions a rule may name (QnnInterface_getProviders and
+QnnSystemInterface_getProviders, the dlopen shim's: a failure there is the library being
+unusable after it loaded)."""
 STEP_POINTS = tuple(f"step.{op}" for op in
                     ("load_module", "load_method", "execute", "unload_method", "destroy_module"))
 DLOPEN_POINTS = tuple(f"dlopen.{lib}" for lib in

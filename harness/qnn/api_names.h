@@ -7,9 +7,11 @@
 #define HARNESS_STEP_COUNT 5
 #define HARNESS_DLOPEN_COUNT 4
 #define HARNESS_SYSTEM_COUNT 4
+#define HARNESS_SYSTEM_PROVIDERS_COUNT 1
 
-/* QNN_TABLE, then QnnInterface_getProviders, STEP_POINTS, DLOPEN_POINTS and
- * QNN_SYSTEM_TABLE: an array initializer in the interposer's index order. */
+/* QNN_TABLE, then QnnInterface_getProviders, STEP_POINTS, DLOPEN_POINTS,
+ * QNN_SYSTEM_TABLE and QnnSystemInterface_getProviders: an array initializer in the
+ * interposer's index order. */
 #define HARNESS_API_NAMES \
   "QnnProperty_hasCapability", \
   "QnnBackend_create", \
@@ -93,6 +95,7 @@
   "QnnSystemContext_create", \
   "QnnSystemContext_getBinaryInfo", \
   "QnnSystemContext_getMetadata", \
-  "QnnSystemContext_free"
+  "QnnSystemContext_free", \
+  "QnnSystemInterface_getProviders"
 
 #endif

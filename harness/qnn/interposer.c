@@ -187,16 +187,20 @@ static void trace(const char *fmt, ...) {
 enum { API_GET_PROVIDERS = FN_COUNT, API_STEP_FIRST,
        API_DLOPEN_FIRST = API_STEP_FIRST + HARNESS_STEP_COUNT,
        API_SYSTEM_FIRST = API_DLOPEN_FIRST + HARNESS_DLOPEN_COUNT, SYSTEM_COUNT = 4,
-       API_COUNT = API_SYSTEM_FIRST + HARNESS_SYSTEM_COUNT };
+       API_SYSTEM_PROVIDERS = API_SYSTEM_FIRST + HARNESS_SYSTEM_COUNT,
+       API_COUNT = API_SYSTEM_PROVIDERS + HARNESS_SYSTEM_PROVIDERS_COUNT };
 _Static_assert(HARNESS_QNN_TABLE_COUNT == FN_COUNT,
                "QNN_TABLE (harness/protocol/nemesis.py) must name the FN_COUNT table entries");
+_Static_assert(HARNESS_SYSTEM_PROVIDERS_COUNT == 1,
+               "libQnnSystem.so's entry point (QnnSystemInterface_getProviders) is one name");
 _Static_assert(HARNESS_SYSTEM_COUNT == SYSTEM_COUNT,
                "QNN_SYSTEM_TABLE (harness/protocol/nemesis.py) must name the entries sys_N wrap");
 
 /* Every entry of the function table by its QNN function's name (QnnInterface.h order), then
  * QnnInterface_getProviders, the runner's step points, the libraries the runtime dlopens
- * (HARNESS_DLOPEN_SHIM build, below) and libQnnSystem.so's first entries (the dlopen shim
- * patches them), so a rule may name any of them and the trace names every call (`call
+ * (HARNESS_DLOPEN_SHIM build, below), libQnnSystem.so's first entries (the dlopen shim
+ * patches them) and its entry point QnnSystemInterface_getProviders (which the runtime finds
+ * by dlsym on the handle the shim gave it, the shim's own), so a rule may name any of them and the trace names every call (`call
  * api=...`). One list with the rules' checker: api_names.h is generated from
  * harness/protocol/nemesis.py (`python -m harness.qnn.api_names`). */
 static const char *const api_names[API_COUNT] = {HARNESS_API_NAMES};
@@ -492,16 +496,18 @@ static int dlopen_api(const char *file) {
  * nothing, 2 when that probe's failure was injected. */
 static __thread int probe_failed[API_COUNT];
 
-/* Whether the call at `caller` is the runtime's: made from an ExecuTorch library (a file whose
- * name holds "executorch": libexecutorch_backend_qnn.so, libqnn_executorch_backend.so), not
- * the runner's own dlopen of the interposer for its step points, made only when a scenario has
- * rules (it would shift the occurrences against a run without), nor the interposer's of the
- * real library. */
+/* Whether the call at `caller` is the runtime's: made from an ExecuTorch shared library (a
+ * file whose name holds "executorch" and ".so": libexecutorch_backend_qnn.so,
+ * libqnn_executorch_backend.so), not the runner's own dlopen of the interposer for its step
+ * points, made only when a scenario has rules (it would shift the occurrences against a run
+ * without; on a device the runner is named executorch_hil_runner), nor the interposer's of
+ * the real library. */
 static int from_runtime(void *caller) {
   Dl_info info;
   if (!dladdr(caller, &info) || !info.dli_fname) return 0;
   const char *base = strrchr(info.dli_fname, '/');
-  return strstr(base ? base + 1 : info.dli_fname, "executorch") != NULL;
+  base = base ? base + 1 : info.dli_fname;
+  return strstr(base, "executorch") != NULL && strstr(base, ".so") != NULL;
 }
 
 /* libQnnSystem.so's calls: QnnSystemInterface_t is {u32 backendId; const char *providerName;
@@ -550,8 +556,65 @@ static void patch_system_library(void *handle) {
   }
 }
 
+/* libQnnSystem.so's entry point. The runtime finds QnnSystemInterface_getProviders with dlsym
+ * on the handle dlopen gave it, which no preload can see; so the runtime's handle of
+ * libQnnSystem.so is this library's own (opened again with RTLD_NOLOAD: a preload never
+ * unloads), whose dlsym finds the traced wrapper below, which forwards to the real library's.
+ * The real library stays open as long as the runtime holds that handle: its dlclose of it
+ * (below) closes the real library too, so the library unloads when the runtime lets it go. One
+ * real library per process: every open of it gives the same handle. */
+static void *(*real_dlopen)(const char *, int) = NULL;
+static int (*real_dlclose)(void *) = NULL;
+static pthread_mutex_t system_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *system_real_lib = NULL; /* the real libQnnSystem.so the runtime's handle stands for */
+static void *system_self = NULL;     /* this library's handle, given to the runtime */
+static int system_opens = 0;         /* the runtime's opens of it not yet closed */
+
+static void *system_front(void *real) {
+  Dl_info self;
+  if (!dladdr((void *)system_front, &self) || !self.dli_fname) return real;
+  void *me = real_dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  if (!me) return real;
+  pthread_mutex_lock(&system_lock);
+  system_real_lib = real;
+  system_self = me;
+  system_opens++;
+  pthread_mutex_unlock(&system_lock);
+  return me;
+}
+
+typedef qnn_err_t (*system_providers_fn)(const void ***, uint32_t *);
+
+__attribute__((visibility("default"))) qnn_err_t QnnSystemInterface_getProviders(
+    const void ***providers, uint32_t *count) {
+  qnn_err_t rc = 0;
+  if (!ENTER(API_SYSTEM_PROVIDERS, rc)) {
+    pthread_mutex_lock(&system_lock);
+    void *lib = system_real_lib;
+    pthread_mutex_unlock(&system_lock);
+    system_providers_fn get =
+        lib ? (system_providers_fn)dlsym(lib, "QnnSystemInterface_getProviders") : NULL;
+    rc = get ? get(providers, count) : 1; /* no library behind it: QNN_COMMON_ERROR-like */
+  }
+  trace("call api=QnnSystemInterface_getProviders rc=%" PRIu64, rc);
+  LEAVE(API_SYSTEM_PROVIDERS);
+  return rc;
+}
+
+__attribute__((visibility("default"))) int dlclose(void *handle) {
+  if (!real_dlclose) real_dlclose = (int (*)(void *))dlsym(RTLD_NEXT, "dlclose");
+  void *real = NULL;
+  pthread_mutex_lock(&system_lock);
+  if (system_self && handle == system_self && system_opens > 0) {
+    system_opens--;
+    real = system_real_lib;
+  }
+  pthread_mutex_unlock(&system_lock);
+  if (real) real_dlclose(real);
+  return real_dlclose(handle);
+}
+
 __attribute__((visibility("default"))) void *dlopen(const char *file, int mode) {
-  static void *(*real_dlopen)(const char *, int) = NULL;
   if (!real_dlopen) real_dlopen = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
   int api = dlopen_api(file);
   if (api < 0 || !from_runtime(__builtin_return_address(0))) return real_dlopen(file, mode);
@@ -569,7 +632,10 @@ __attribute__((visibility("default"))) void *dlopen(const char *file, int mode) 
     void *handle = real_dlopen(injected ? missing : file, mode);
     trace("dlopen lib=%s rc=%d after_probe=1%s", lib, handle ? 0 : 1,
           injected ? " injected=1" : "");
-    if (handle && api == API_DLOPEN_FIRST + 1) patch_system_library(handle);
+    if (handle && api == API_DLOPEN_FIRST + 1) {
+      patch_system_library(handle);
+      handle = system_front(handle);
+    }
     return handle;
   }
   uint64_t rc = 0;
@@ -583,7 +649,10 @@ __attribute__((visibility("default"))) void *dlopen(const char *file, int mode) 
   void *handle = real_dlopen(file, mode);
   probe_failed[api] = probe && !handle ? 1 : 0;
   trace("dlopen lib=%s rc=%d noload=%d", lib, handle ? 0 : 1, probe);
-  if (handle && api == API_DLOPEN_FIRST + 1) patch_system_library(handle);
+  if (handle && api == API_DLOPEN_FIRST + 1) {
+    patch_system_library(handle);
+    handle = system_front(handle);
+  }
   LEAVE(api);
   return handle;
 }

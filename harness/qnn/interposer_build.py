@@ -37,10 +37,19 @@ DLOPEN_SHIM_FLAGS = ("-DHARNESS_DLOPEN_SHIM", "-Wno-unused-variable", "-Wno-unus
 
 
 def build_dlopen_shim(force: bool = False) -> Path:
-    """The dlopen shim (the same source built with -DHARNESS_DLOPEN_SHIM): preloaded into a
-    runner on the simulator, it traces and, by nemesis rule, fails the runtime's dlopen of each
-    QNN library (see the C file). Built like the interposer, once per source hash."""
+    """The dlopen shim (the same source built with -DHARNESS_DLOPEN_SHIM): preloaded into every
+    runner of a QNN runtime (the simulator's, and the host build's on an x86_64 adb device or
+    board), it traces and, by nemesis rule, fails the runtime's dlopen of each QNN library (see
+    the C file). Built like the interposer, once per source hash."""
     return build_interposer(force, DLOPEN_SHIM_NAME, DLOPEN_SHIM_FLAGS)
+
+
+def dlopen_shim_command(output: Path, compiler: str = "gcc", android: bool = False) -> list[str]:
+    """The shim's compile line (`interposer_command` with the shim's flags), also for the
+    cross builds: an arm64 device's runner gets its shim from the same build as its
+    interposer."""
+    command = interposer_command(output, compiler, android)
+    return command[:1] + list(DLOPEN_SHIM_FLAGS) + command[1:]
 
 
 def build_interposer(force: bool = False, name: str = LIB_NAME,

@@ -20,6 +20,7 @@ from harness.errors import DeviceError, HarnessError
 from harness.runner.crash_report_build import build_crash_report
 from harness.runner.builds.cmake import (
     COMPONENTS_FILE,
+    DLOPEN_SHIM_NAME,
     INTERPOSER_NAME,
     RUNNER_NAME,
     build_backends,
@@ -127,7 +128,8 @@ ARM64_ABIS = ("arm64-v8a", "aarch64")  # Android's name, and Linux's (uname -m)
 @dataclasses.dataclass(frozen=True)
 class DeviceBuild:
     """What a device of one ABI runs: push `runner`, `interposer` (as libQnnHtp.so, ahead of
-    the real one on the library path) and every shared library in `lib_dirs`."""
+    the real one on the library path), `dlopen_shim` (preloaded into every run, as on the
+    simulator) and every shared library in `lib_dirs`."""
 
     abi: str
     runner: Path
@@ -135,6 +137,9 @@ class DeviceBuild:
     lib_dirs: tuple[Path, ...]  # directories whose .so files the runner needs on the device
     backends: tuple[str, ...]  # what this runtime registers (`harness-runner --list-backends`)
     kind: str  # "host", "arm64-linux" or "android"
+    # The interposer's dlopen shim built for this ABI (harness.qnn.interposer_build); None when
+    # there is none (an Android build made before the shim was part of it).
+    dlopen_shim: Path | None = None
 
     def libraries(self) -> tuple[Path, ...]:
         """The shared libraries to push next to the runner (every .so in `lib_dirs`)."""
@@ -187,10 +192,10 @@ def device_build(abi: str) -> DeviceBuild:
         choice = choose_runner("native")
         if choice.binary is None:
             raise DeviceError(f"no native host runner for an x86_64 device ({choice.notice})")
-        from harness.qnn.interposer_build import build_interposer
+        from harness.qnn.interposer_build import build_dlopen_shim, build_interposer
 
         return DeviceBuild(abi, choice.binary, build_interposer(), (),
-                           _backends(choice.binary.parent), "host")
+                           _backends(choice.binary.parent), "host", build_dlopen_shim())
     if abi not in ARM64_ABIS:
         raise DeviceError(f"no runner build for a device of ABI {abi!r}: the harness builds "
                           "for x86_64 (host) and arm64-v8a (Android or arm64-linux)")
@@ -229,7 +234,7 @@ def device_build(abi: str) -> DeviceBuild:
     except RunnerBuildError as exc:
         raise DeviceError(f"the arm64-linux build for a device of ABI {abi} failed: {exc}") from exc
     return DeviceBuild(abi, build_dir / RUNNER_NAME, build_dir / INTERPOSER_NAME, (lib_dir,),
-                       _backends(build_dir), "arm64-linux")
+                       _backends(build_dir), "arm64-linux", build_dir / DLOPEN_SHIM_NAME)
 
 
 def _android_build(abi: str, directory: Path) -> DeviceBuild:
@@ -238,11 +243,11 @@ def _android_build(abi: str, directory: Path) -> DeviceBuild:
         raise DeviceError(
             f"{ANDROID_BUILD_ENV}={directory} holds no {RUNNER_NAME}: set it to the "
             "directory `python -m harness build-runner --android ...` prints")
-    interposer = directory / INTERPOSER_NAME
+    interposer, shim = directory / INTERPOSER_NAME, directory / DLOPEN_SHIM_NAME
     lib_dir = directory / "lib"
     return DeviceBuild(abi, runner, interposer if interposer.is_file() else None,
                        (lib_dir,) if lib_dir.is_dir() else (),
-                       build_backends(directory), "android")
+                       build_backends(directory), "android", shim if shim.is_file() else None)
 
 
 def _backends(build_dir: Path) -> tuple[str, ...]:

@@ -41,6 +41,7 @@ FILE_KIND = {
     "test_trace.py": "unit",
     "test_nemesis_rules.py": "unit",
     "test_fault_sweep_plan.py": "unit",
+    "test_device_payload.py": "unit",
     "test_leftovers.py": "unit",
     "test_nemesis.py": "simulator",
     "test_dsp_heap.py": "unit",

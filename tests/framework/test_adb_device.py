@@ -353,3 +353,23 @@ def test_a_runtime_variant_rides_with_the_runner_to_the_device(variant, phone, c
         assert survivor.status != "ok" and "DelegateHandle has been deleted" in survivor.log
     else:
         assert all(s.ok for s in result.steps), [(s.status, s.message) for s in result.steps]
+
+
+@pytest.mark.parametrize("api", ["dlopen.libQnnHtp.so", "QnnSystemInterface_getProviders"])
+def test_a_dlopen_sweep_point_gives_the_simulators_verdict(adb_device, phone, compiled_model,
+                                                           scenario_driver, tmp_path, api):
+    """The runner on the device preloads the dlopen shim as the simulator's does: the sweep's
+    points of the runtime's dlopen of libQnnHtp.so and of libQnnSystem.so's entry point (which
+    the shim answers for) are traced on the loopback phone, failing one fails the load there
+    too, and the verdict (the calls, each step's status, what the judge finds) is the
+    simulator's."""
+    from harness.qnn.interposer_build import DLOPEN_SHIM_NAME
+
+    from sweep_parity import sweep_point
+
+    model = compiled_model("linear_relu")
+    on_phone = sweep_point(ScenarioDriver(adb_device, tmp_path / "phone", 300), model, api)
+    assert (phone.sandbox / str(adb_device.workspace).lstrip("/") / DLOPEN_SHIM_NAME).is_file()
+    assert on_phone.injected and on_phone.failures == (), on_phone
+    assert on_phone == sweep_point(scenario_driver, model, api)
+

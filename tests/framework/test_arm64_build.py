@@ -31,6 +31,7 @@ from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.aarch64_wheel import aarch64_executorch_dir
 from harness.runner.builds.android import (
     android_build_commands,
+    android_dlopen_shim_command,
     android_interposer_command,
     build_android_runner,
 )
@@ -38,6 +39,7 @@ from harness.runner.builds.arm64_linux import (
     CROSS_PACKAGES,
     arm64_linux_available,
     arm64_linux_build_commands,
+    arm64_linux_dlopen_shim_command,
     arm64_linux_interposer_command,
     arm64_linux_toolchain_text,
     build_arm64_linux,
@@ -116,6 +118,13 @@ def test_interposer_lines_for_arm64_linux_and_android(tmp_path):
                              "linux-x86_64" / "bin" / "aarch64-linux-android31-clang")
     assert "-Wl,-z,nodelete" not in android and "-ldl" in android  # it pins itself, or not
     assert "-lpthread" not in android  # bionic has no libpthread
+    # the dlopen shim: the same lines with the shim's flags after the compiler
+    from harness.qnn.interposer_build import DLOPEN_SHIM_FLAGS
+
+    arm_shim = arm64_linux_dlopen_shim_command(tmp_path / "a.so")
+    android_shim = android_dlopen_shim_command(tmp_path / "d.so", tmp_path / "ndk", 31)
+    assert arm_shim == [arm[0], *DLOPEN_SHIM_FLAGS, *arm[1:]]
+    assert android_shim == [android[0], *DLOPEN_SHIM_FLAGS, *android[1:]]
 
 
 def test_print_commands_for_arm64_linux_and_android(capsys):
@@ -126,10 +135,14 @@ def test_print_commands_for_arm64_linux_and_android(capsys):
     assert "set(CMAKE_SYSTEM_PROCESSOR aarch64)" in out
     assert "-DCMAKE_TOOLCHAIN_FILE=" in out and "aarch64-linux-gnu.toolchain.cmake" in out
     assert "aarch64-linux-gnu-gcc -O2" in out and "interposer.c" in out
+    assert "aarch64-linux-gnu-gcc -DHARNESS_DLOPEN_SHIM" in out
+    assert "libharness_qnn_dlopen.so" in out
     assert build_runner(["--android", "--print-commands"]) == 0
     out = capsys.readouterr().out
     assert "android.toolchain.cmake" in out
     assert "aarch64-linux-android30-clang" in out and "libQnnHtp.so" in out
+    assert "aarch64-linux-android30-clang' -DHARNESS_DLOPEN_SHIM" in out  # a quoted path
+    assert "libharness_qnn_dlopen.so" in out
 
 
 def test_android_build_needs_the_ndk_clang_for_the_interposer(tmp_path):
@@ -159,6 +172,7 @@ def _fake_android_build(root: Path) -> Path:
     root.mkdir(parents=True)
     (root / "harness-runner").write_bytes(b"\x7fELF")
     (root / "libQnnHtp.so").write_bytes(b"\x7fELF")
+    (root / "libharness_qnn_dlopen.so").write_bytes(b"\x7fELF")
     (root / "lib").mkdir()
     (root / "lib" / "libqnn_executorch_backend.so").write_bytes(b"\x7fELF")
     (root / COMPONENTS_FILE).write_text("backend_xnnpack\nbackend_qnn\n")
@@ -172,7 +186,8 @@ def test_android_build_from_the_environment_wins(tmp_path, monkeypatch):
                         lambda *a, **k: pytest.fail("must not build arm64-linux"))
     build = device_build("arm64-v8a")
     assert build == DeviceBuild("arm64-v8a", root / "harness-runner", root / "libQnnHtp.so",
-                                (root / "lib",), ("XnnpackBackend", "QnnBackend"), "android")
+                                (root / "lib",), ("XnnpackBackend", "QnnBackend"), "android",
+                                root / "libharness_qnn_dlopen.so")
     assert build.libraries() == (root / "lib" / "libqnn_executorch_backend.so",)
 
 
@@ -195,7 +210,8 @@ def test_arm64_linux_build_when_the_cross_toolchain_is_there(tmp_path, monkeypat
                         lambda *a, **k: tmp_path / "et")
     assert device_build("arm64-v8a") == DeviceBuild(
         "arm64-v8a", build_dir / "harness-runner", build_dir / "libQnnHtp.so",
-        (tmp_path / "et" / "lib",), ("XnnpackBackend",), "arm64-linux")
+        (tmp_path / "et" / "lib",), ("XnnpackBackend",), "arm64-linux",
+        build_dir / "libharness_qnn_dlopen.so")
 
 
 def test_no_arm64_build_says_how_to_get_one(monkeypatch):
@@ -232,6 +248,7 @@ def test_x86_64_gets_the_host_build():
     assert build.kind == "host" and build.lib_dirs == ()
     assert build.runner == select.choose_runner("native").binary
     assert build.interposer is not None and build.interposer.name == "libQnnHtp.so"
+    assert build.dlopen_shim is not None and build.dlopen_shim.name == "libharness_qnn_dlopen.so"
     assert "QnnBackend" in build.backends and "XnnpackBackend" in build.backends
 
 
@@ -258,6 +275,15 @@ def test_cross_build_gives_aarch64_runner_and_interposer(arm64_build):
     runner, interposer = build_dir / "harness-runner", build_dir / "libQnnHtp.so"
     assert emulation.elf_machine(runner) == emulation.EM_AARCH64
     assert emulation.elf_machine(interposer) == emulation.EM_AARCH64
+    # the dlopen shim an arm64 device's runner preloads, built with them, defining what it
+    # stands in for (the runtime's dlopen and dlclose, libQnnSystem.so's entry point)
+    shim = build_dir / "libharness_qnn_dlopen.so"
+    assert emulation.elf_machine(shim) == emulation.EM_AARCH64
+    nm = shutil.which("aarch64-linux-gnu-nm")
+    if nm:
+        symbols = subprocess.run([nm, "-D", "--defined-only", str(shim)], capture_output=True,
+                                 text=True).stdout.split()
+        assert {"dlopen", "dlclose", "QnnSystemInterface_getProviders"} <= set(symbols)
     if shutil.which("file"):
         assert "ARM aarch64" in subprocess.run(["file", "-L", str(runner)], capture_output=True,
                                                text=True).stdout

@@ -78,6 +78,7 @@ def test_every_traced_call_is_a_site_and_a_probe_with_its_open_is_one_attempt(tm
     extra = ["dlopen lib=libQnnHtp.so rc=1 noload=1", "dlopen lib=libQnnHtp.so rc=0 after_probe=1",
              "api core=2.40.0", "call api=QnnDevice_getInfrastructure rc=0",
              "call api=QnnBackend_getApiVersion rc=0", "dlopen lib=libQnnSystem.so rc=0 noload=0",
+             "call api=QnnSystemInterface_getProviders rc=0",
              "context_create rc=0 handle=0x1 binary=10"]
     text = "".join(f"{n + 1} {line}\n" for n, line in enumerate(extra))
     events = [{"event": "step", "index": i, "status": "ok", "error_code": 0, "message": "",
@@ -87,7 +88,8 @@ def test_every_traced_call_is_a_site_and_a_probe_with_its_open_is_one_attempt(tm
     result = ScenarioResult.build(sc, RunOutput(0, stdout, "", text), parse_trace(text))
     assert [s.api for s in fault_sweep.call_sites(result, len(sc.steps))] == [
         "dlopen.libQnnHtp.so", "QnnInterface_getProviders", "QnnDevice_getInfrastructure",
-        "QnnBackend_getApiVersion", "dlopen.libQnnSystem.so", "QnnContext_createFromBinary"]
+        "QnnBackend_getApiVersion", "dlopen.libQnnSystem.so", "QnnSystemInterface_getProviders",
+        "QnnContext_createFromBinary"]
 
 
 def test_an_injected_run_of_a_scenario_meeting_a_known_bug_allows_its_failing_steps(tmp_path):
@@ -117,3 +119,8 @@ def test_every_function_table_entry_and_dlopen_point_is_a_rule_target():
     assert api_names.HEADER in interposer_build.SOURCES
     for name in (*QNN_TABLE, *DLOPEN_POINTS, "QnnSystemContext_free", "step.execute"):
         assert f'  "{name}"' in api_names.header_text()
+    # libQnnSystem.so's entry point, which the shim answers for the runtime's handle: the last
+    # name, at the index interposer.c wraps it by
+    assert api_names.header_text().rstrip().split("\n")[-3] == '  "QnnSystemInterface_getProviders"'
+    assert "API_SYSTEM_PROVIDERS = API_SYSTEM_FIRST + HARNESS_SYSTEM_COUNT" in source
+    assert "QnnSystemInterface_getProviders" in QNN_APIS

@@ -276,6 +276,22 @@ def test_the_fix_model_rides_with_the_runner_to_the_board(board, tmp_path, compi
     assert all(s.ok for s in result.steps), [(s.status, s.message) for s in result.steps]
 
 
+def test_a_dlopen_sweep_point_gives_the_simulators_verdict(device, compiled_model,
+                                                           scenario_driver, tmp_path):
+    """The board's runner preloads the dlopen shim as the simulator's does: the sweep's point
+    `dlopen.libQnnHtp.so` is traced on the board, failing it is the runtime's own failed open
+    there too, and the verdict (the calls, each step's status, what the judge finds) is the
+    simulator's."""
+    from sweep_parity import sweep_point
+
+    model = compiled_model("linear_relu")
+    on_board = sweep_point(ScenarioDriver(device, tmp_path / "board", 120), model,
+                           "dlopen.libQnnHtp.so")
+    assert "libharness_qnn_dlopen.so" in device.run_env["LD_PRELOAD"]
+    assert on_board.injected and on_board.failures == (), on_board
+    assert on_board == sweep_point(scenario_driver, model, "dlopen.libQnnHtp.so")
+
+
 def test_a_launch_cause_runs_on_a_board_that_has_the_tool(device, compiled_model, tmp_path):
     """A scenario recorded under libfiu's fiu-run (harness.runner.launch) runs under the
     board's own fiu-run (this host's, the board being a local sshd): the XNNPACK cache's

@@ -101,11 +101,11 @@ SCENARIOS = {
 # Scenarios whose no-injection run meets a known runtime bug (its own test is the S1/S3 test of
 # test_isolation.py): their steps that fail there may fail in an injected run too.
 MEETS_KNOWN_BUG = ("s1", "s3")
-# Every QNN call S1-S4's shapes make on the simulator (each occurrence with --fault-sweep): the
-# runtime's dlopen of each QNN library and libQnnSystem.so's calls (the dlopen shim), the HTP
-# library's entry point, and the entries of its function table the runtime calls (the
-# interposer traces every entry).
-APIS = ("dlopen.libQnnHtp.so", "dlopen.libQnnSystem.so",
+# Every QNN call S1-S4's shapes make (each occurrence with --fault-sweep): the runtime's dlopen
+# of each QNN library, libQnnSystem.so's entry point and calls (the dlopen shim, preloaded on
+# every device kind), the HTP library's entry point, and the entries of its function table the
+# runtime calls (the interposer traces every entry).
+APIS = ("dlopen.libQnnHtp.so", "dlopen.libQnnSystem.so", "QnnSystemInterface_getProviders",
         "QnnInterface_getProviders", "QnnLog_create", "QnnBackend_create", "QnnDevice_create",
         "QnnDevice_getInfrastructure", "QnnBackend_getApiVersion",
         "QnnSystemContext_create", "QnnSystemContext_getMetadata",
@@ -228,7 +228,7 @@ def heap_per_cycle(result) -> float:
 
 
 @pytest.mark.parametrize("api", ["dlopen.libQnnHtp.so", "dlopen.libQnnSystem.so",
-                                 "QnnInterface_getProviders", "QnnBackend_create",
+                                 "QnnSystemInterface_getProviders", "QnnInterface_getProviders", "QnnBackend_create",
                                  "QnnDevice_create", "QnnContext_createFromBinary",
                                  "QnnGraph_retrieve", "QnnGraph_execute"])
 def test_repeated_injected_failures_neither_leak_nor_grow(compiled_model, scenario_driver, api):

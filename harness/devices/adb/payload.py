@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from harness.devices.adb.identify import LOOPBACK_PRODUCT, DeviceIdentity
-from harness.devices.payload import Payload, qnn_sdk_libraries, qnn_simulator_libraries
+from harness.devices.payload import (Payload, qnn_sdk_libraries, qnn_simulator_libraries,
+                                     with_dlopen_shim)
 from harness.errors import DeviceError
 from harness.qnn import dsp_heap
 from harness.runner.select import DeviceBuild
@@ -40,7 +41,9 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
     """The files and run variables for `build` on this device. On an arm64 phone the harness's
     interposer takes the name libQnnHtp.so in the workspace (first on LD_LIBRARY_PATH) and the
     SDK's real library goes to `qnn/`, so the QNN call trace works there as on the simulator,
-    and the interposer reads the DSP heap (`dsp_heap_setting`, harness.qnn.dsp_heap.wanted)."""
+    and the interposer reads the DSP heap (`dsp_heap_setting`, harness.qnn.dsp_heap.wanted).
+    On every device whose runtime has QNN the build's dlopen shim is preloaded into the runner
+    (`with_dlopen_shim`), so the runtime's dlopens are traced and can be failed there too."""
     if build.kind == "arm64-linux" and identity.product != LOOPBACK_PRODUCT:
         raise DeviceError(
             f"{identity.serial} is an arm64 Android device, and the only arm64 runner here is the "
@@ -65,6 +68,7 @@ def device_payload(identity: DeviceIdentity, build: DeviceBuild, htp_arch: int,
         qnn = {src: (real if dst.name == "libQnnHtp.so" else dst) for src, dst in qnn.items()}
         files[interposer] = workspace / "libQnnHtp.so"
         env.update({"HARNESS_QNN_REAL_HTP": str(real), **bridge_environment("auto")})
+    with_dlopen_shim(build.dlopen_shim, workspace, files, env)
     on = dsp_heap.wanted(dsp_heap_setting, android_htp=android_htp)
     env[dsp_heap.ENV] = "1" if on else "0"
     files.update(qnn)

@@ -1,5 +1,6 @@
 """What a Linux board gets for its runner build (the adb kind's `device_payload`, for glibc
-boards): the runner, the runtime's libraries, the QNN libraries and the interposer.
+boards): the runner, the runtime's libraries, the QNN libraries, the interposer and its dlopen
+shim (preloaded into every run, as on the simulator).
 
 - x86_64 board (CI's localhost sshd): the host build, run on the board as the board's user.
   Its RUNPATH names the host's executorch wheel, which a board (or another user of this host)
@@ -20,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from collections.abc import Callable
 
 from harness.qnn import dsp_heap
-from harness.devices.payload import Payload, qnn_sdk_libraries
+from harness.devices.payload import Payload, qnn_sdk_libraries, with_dlopen_shim
 from harness.errors import DeviceError
 from harness.qnn.sdk import QnnSdk
 from harness.runner.select import DeviceBuild
@@ -69,6 +70,7 @@ def board_payload(machine: str, build: DeviceBuild, htp_arch: int, workspace: Pu
 
     env = {**variant_env, "HARNESS_QNN_REAL_HTP": str(qnn / "libQnnHtp.so"),
            **bridge_environment("auto")}
+    with_dlopen_shim(build.dlopen_shim, workspace, files, env)  # as the simulator preloads it
     on = dsp_heap.wanted(dsp_heap_setting, android_htp=False)
     env[dsp_heap.ENV] = "1" if on else "0"
     return Payload(build.runner, files, env, build.backends,

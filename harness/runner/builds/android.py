@@ -23,6 +23,7 @@ from pathlib import Path
 from harness.cache import cache_root, cached_build, digest
 from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.cmake import (
+    DLOPEN_SHIM_NAME,
     INTERPOSER_NAME,
     RUNNER_NAME,
     cmake_commands,
@@ -124,6 +125,14 @@ def android_interposer_command(output: Path, ndk: Path, platform: int = DEFAULT_
     return interposer_command(output, str(ndk_clang(ndk, platform)), android=True)
 
 
+def android_dlopen_shim_command(output: Path, ndk: Path, platform: int = 30) -> list[str]:
+    """The dlopen shim's compile line with the NDK's clang (the interposer's source with
+    -DHARNESS_DLOPEN_SHIM): a phone's runner preloads it as the simulator's does."""
+    from harness.qnn.interposer_build import dlopen_shim_command
+
+    return dlopen_shim_command(output, str(ndk_clang(ndk, platform)), android=True)
+
+
 def build_android_runner(
     build_dir: Path, ndk: Path, executorch_prefix: Path, platform: int = DEFAULT_PLATFORM
 ) -> Path:
@@ -165,15 +174,16 @@ def build_android_runner(
         )
     build_dir = Path(build_dir)
     log = build_dir / "build.log"
-    interposer = build_dir / INTERPOSER_NAME
+    interposer, shim = build_dir / INTERPOSER_NAME, build_dir / DLOPEN_SHIM_NAME
     run_commands(
         [*android_build_commands(build_dir, ndk, prefix, platform),
-         android_interposer_command(interposer, ndk, platform)],
+         android_interposer_command(interposer, ndk, platform),
+         android_dlopen_shim_command(shim, ndk, platform)],
         log,
-        "Android build (runner and QNN interposer)",
+        "Android build (runner, QNN interposer and dlopen shim)",
     )
     binary = build_dir / RUNNER_NAME
-    for out in (binary, interposer):
+    for out in (binary, interposer, shim):
         if not out.is_file():
             raise missing_output_error("Android build", out, log)
     (build_dir / ANDROID_BUILD_RECORD).write_text(json.dumps(

@@ -1,9 +1,11 @@
-"""The arm64-linux build: the runner and the QNN interposer cross-compiled for arm64 Linux.
+"""The arm64-linux build: the runner, the QNN interposer and its dlopen shim cross-compiled for
+arm64 Linux.
 
 Debian's aarch64-linux-gnu compilers and a generated CMake toolchain file build against the
 executorch aarch64 wheel of the installed release (`aarch64_wheel`), into one cached build
-directory holding ``harness-runner`` and ``libQnnHtp.so``. That wheel has no QNN backend, so
-this runner registers XnnpackBackend and OpenvinoBackend, not QnnBackend. It runs under
+directory holding ``harness-runner``, ``libQnnHtp.so`` and ``libharness_qnn_dlopen.so``. That
+wheel has no QNN backend, so this runner registers XnnpackBackend and OpenvinoBackend, not
+QnnBackend (an arm64 --executorch-prefix with QNN gets the same build). It runs under
 ``qemu-aarch64 -L /usr/aarch64-linux-gnu`` (the loopback device's arm64 mode) and on arm64
 Linux boards (`harness.devices.ssh`).
 """
@@ -29,6 +31,7 @@ from harness.runner.builds.aarch64_wheel import (
     python_tag,
 )
 from harness.runner.builds.cmake import (
+    DLOPEN_SHIM_NAME,
     INTERPOSER_NAME,
     RUNNER_NAME,
     cmake_commands,
@@ -103,6 +106,15 @@ def arm64_linux_interposer_command(output: Path) -> list[str]:
     return interposer_command(output, tool_or_name(cross_tool("gcc"), f"{CROSS_TRIPLE}-gcc"))
 
 
+def arm64_linux_dlopen_shim_command(output: Path) -> list[str]:
+    """The dlopen shim's compile line with the aarch64-linux-gnu gcc (the interposer's source
+    with -DHARNESS_DLOPEN_SHIM), so an arm64 device's runner gets the shim the simulator's
+    preloads."""
+    from harness.qnn.interposer_build import dlopen_shim_command
+
+    return dlopen_shim_command(output, tool_or_name(cross_tool("gcc"), f"{CROSS_TRIPLE}-gcc"))
+
+
 def arm64_linux_available() -> tuple[bool, str]:
     """Whether an arm64-linux build is possible here (cross compilers, cmake, ninja, an
     installed executorch whose version names the aarch64 wheel), and if not, why."""
@@ -128,11 +140,12 @@ def arm64_linux_available() -> tuple[bool, str]:
 def _arm64_build_key(src: Path) -> str:
     """Hash of the runner sources, the interposer sources, the executorch version (which names
     the aarch64 wheel), the cross compilers and the toolchain file's shape."""
-    from harness.qnn.interposer_build import SOURCES as interposer_sources
+    from harness.qnn.interposer_build import DLOPEN_SHIM_FLAGS, SOURCES as interposer_sources
 
     h = hashlib.sha256(sources_digest(src).encode())
     for source in interposer_sources:
         h.update(source.read_bytes())
+    h.update(f"dlopen_shim={' '.join(DLOPEN_SHIM_FLAGS)}".encode())  # the build's third output
     h.update(f"executorch={executorch_version()}:{AARCH64_WHEEL_PLATFORM}:{python_tag()}".encode())
     from harness.runtime import current
 
@@ -159,8 +172,9 @@ def arm64_linux_build_dir(cache_dir: Path | None = None) -> Path:
 
 
 def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Path:
-    """Cross-builds the runner and the QNN interposer for arm64 Linux once and returns the
-    build directory holding ``harness-runner`` and ``libQnnHtp.so``.
+    """Cross-builds the runner, the QNN interposer and the dlopen shim for arm64 Linux once and
+    returns the build directory holding ``harness-runner``, ``libQnnHtp.so`` and
+    ``libharness_qnn_dlopen.so``.
 
     Cached under ``<cache_dir>/arm64-linux/<hash>/`` (default :func:`default_cache_root`)
     like the host build, and safe from several processes at once. The aarch64 wheel is
@@ -170,6 +184,8 @@ def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Pat
     build_dir = arm64_linux_build_dir(cache_dir)
     entry = build_dir.parent
     binary, interposer = build_dir / RUNNER_NAME, build_dir / INTERPOSER_NAME
+    shim = build_dir / DLOPEN_SHIM_NAME
+    outputs = [binary, interposer, shim]
 
     def preflight() -> None:
         ok, why = arm64_linux_available()
@@ -179,6 +195,7 @@ def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Pat
     def build() -> str:
         binary.unlink(missing_ok=True)  # a damaged one is newer than its inputs: ninja keeps it
         interposer.unlink(missing_ok=True)
+        shim.unlink(missing_ok=True)
         if force and build_dir.exists():
             shutil.rmtree(build_dir)
         started = time.monotonic()
@@ -190,23 +207,25 @@ def build_arm64_linux(cache_dir: Path | None = None, force: bool = False) -> Pat
         build_dir.mkdir(parents=True, exist_ok=True)
         run_commands(
             [*arm64_linux_build_commands(build_dir, toolchain, prefix, src),
-             arm64_linux_interposer_command(interposer)],
+             arm64_linux_interposer_command(interposer),
+             arm64_linux_dlopen_shim_command(shim)],
             log,
-            "arm64-linux build (runner and QNN interposer)",
+            "arm64-linux build (runner, QNN interposer and dlopen shim)",
         )
-        for out in (binary, interposer):
+        for out in outputs:
             if not out.is_file():
                 raise missing_output_error("arm64-linux build", out, log)
         return (f"executorch={executorch_version()}\nwheel={prefix}\n"
                 f"seconds={time.monotonic() - started:.1f}\n")
 
-    cached_build(entry, [binary, interposer], build, "arm64-linux build", force, preflight)
+    cached_build(entry, outputs, build, "arm64-linux build", force, preflight)
     return build_dir
 
 
 def arm64_linux_script(cache_dir: Path | None = None, build_dir: Path | None = None) -> list[str]:
     """The arm64-linux build as shell lines (what --print-commands shows): fetch and unpack
-    the aarch64 wheel, write the toolchain file, configure, build, compile the interposer."""
+    the aarch64 wheel, write the toolchain file, configure, build, compile the interposer and
+    the dlopen shim."""
     version = executorch_version()
     wheels, _ = aarch64_wheel_paths(version)
     prefix = aarch64_executorch_dir(version, download=False)
@@ -223,6 +242,7 @@ def arm64_linux_script(cache_dir: Path | None = None, build_dir: Path | None = N
     ]
     lines += [shlex.join(c) for c in arm64_linux_build_commands(build_dir, toolchain, prefix)]
     lines.append(shlex.join(arm64_linux_interposer_command(build_dir / INTERPOSER_NAME)))
+    lines.append(shlex.join(arm64_linux_dlopen_shim_command(build_dir / DLOPEN_SHIM_NAME)))
     return lines
 
 

@@ -24,13 +24,15 @@ from harness.runner.builds import RunnerBuildError
 from harness.runner.builds.android import (
     DEFAULT_PLATFORM,
     android_build_commands,
+    android_dlopen_shim_command,
     android_interposer_command,
     android_wrapper_commands,
     build_android_runner,
     default_android_build_dir,
 )
 from harness.runner.builds.arm64_linux import arm64_linux_script, build_arm64_linux
-from harness.runner.builds.cmake import INTERPOSER_NAME, RUNNER_NAME, run_commands
+from harness.runner.builds.cmake import (DLOPEN_SHIM_NAME, INTERPOSER_NAME, RUNNER_NAME,
+                                         run_commands)
 from harness.runner.builds.host import (
     build_host_runner,
     host_build_commands,
@@ -47,11 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     target = p.add_mutually_exclusive_group()
     target.add_argument("--host", action="store_true", help="build for this machine (default)")
     target.add_argument("--android", action="store_true",
-                        help="cross-compile the runner and the QNN interposer for arm64-v8a "
-                             "Android (prints the build directory)")
+                        help="cross-compile the runner, the QNN interposer and its dlopen shim "
+                             "for arm64-v8a Android (prints the build directory)")
     target.add_argument("--arm64-linux", action="store_true",
-                        help="cross-compile the runner and the QNN interposer for arm64 Linux "
-                             "against the executorch aarch64 wheel (prints the build directory)")
+                        help="cross-compile the runner, the QNN interposer and its dlopen shim "
+                             "for arm64 Linux against the executorch aarch64 wheel (prints the "
+                             "build directory)")
     p.add_argument("--ndk", type=Path, default=None, help="Android NDK root (default: $ANDROID_NDK)")
     p.add_argument(
         "--executorch-prefix",
@@ -105,6 +108,8 @@ def _main_android(args: argparse.Namespace) -> int:
         )
         cmds.append(android_interposer_command(
             Path(build_dir) / INTERPOSER_NAME, shown_ndk, args.platform))
+        cmds.append(android_dlopen_shim_command(
+            Path(build_dir) / DLOPEN_SHIM_NAME, shown_ndk, args.platform))
         # --runtime-variant's backend-registry wrapper (built on first use, into the cache)
         cmds += android_wrapper_commands(
             Path(build_dir) / "registry-wrapper", shown_ndk,
@@ -127,7 +132,8 @@ def _main_android(args: argparse.Namespace) -> int:
         )
         return 2
     binary = build_android_runner(build_dir, ndk, args.executorch_prefix, args.platform)
-    # The directory: runner, interposer and lib/ (EXECUTORCH_HIL_ANDROID_BUILD takes it).
+    # The directory: runner, interposer, dlopen shim and lib/ (EXECUTORCH_HIL_ANDROID_BUILD
+    # takes it).
     print(binary.parent)
     return 0
 

@@ -21,6 +21,10 @@ RUNNER_NAME = "harness-runner"
 INTERPOSER_NAME = "libQnnHtp.so"
 """File name of the QNN interposer inside a device build directory."""
 
+DLOPEN_SHIM_NAME = "libharness_qnn_dlopen.so"
+"""File name of the dlopen shim (the interposer's source built with -DHARNESS_DLOPEN_SHIM)
+inside a device build directory: harness.qnn.interposer_build's name for it."""
+
 COMPONENTS_FILE = "harness-runner-components.txt"
 """Written by the runner's CMake configure: the ExecuTorch components linked."""
 
