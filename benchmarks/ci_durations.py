@@ -27,10 +27,13 @@ import argparse
 import re
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 STEP_LINE = re.compile(r"^(?:\d{4}-\d\d-\d\dT\S+\s+)?-- (?P<step>.+): (?P<seconds>\d+) s\s*$")
+# A step of a lane (steps 2-10 run as two lanes side by side): its line prefixed by the lane.
+LANE_STEP_LINE = re.compile(
+    r"^(?:\d{4}-\d\d-\d\dT\S+\s+)?\[(?P<lane>\w+)\] -- (?P<step>.+): (?P<seconds>\d+) s\s*$")
 TABLE_LINE = re.compile(r"^(?:\d{4}-\d\d-\d\dT\S+\s+)?\s*(?P<seconds>\d+) s  (?P<step>.+?)\s*$")
 TOP = 10
 
@@ -43,17 +46,22 @@ class UsageError(Exception):
 class Steps:
     steps: list[tuple[str, int]]
     total: int  # the run's own total when it printed one, else the sum of the steps
+    lane_steps: list[tuple[str, str, int]] = field(default_factory=list)  # (lane, step, s)
 
 
 def parse_ci_log(text: str) -> Steps:
     """The steps of a `.ci/run` log, in the order they ended."""
     lines = text.splitlines()
     steps: list[tuple[str, int]] = []
+    lane_steps: list[tuple[str, str, int]] = []
     total = None
     for line in lines:
         m = STEP_LINE.match(line)
         if m:
             steps.append((m["step"], int(m["seconds"])))
+        m = LANE_STEP_LINE.match(line)
+        if m:
+            lane_steps.append((m["lane"], m["step"], int(m["seconds"])))
     # The table that ends the run: its total, and its rows when the step lines are missing
     # (a log that kept only the end).
     starts = [i for i, line in enumerate(lines) if line.rstrip().endswith("step times:")]
@@ -72,7 +80,14 @@ def parse_ci_log(text: str) -> Steps:
     if not steps:
         raise UsageError("no step in the CI log: no `-- <step>: N s` line and no `step times:` "
                          "table (is it the output of .ci/run?)")
-    return Steps(steps, total if total is not None else sum(s for _, s in steps))
+    lane_steps.sort(key=lambda row: _step_order(row[1]))
+    return Steps(steps, total if total is not None else sum(s for _, s in steps), lane_steps)
+
+
+def _step_order(name: str) -> tuple[int, str]:
+    """A step's place by its number ("6b. ..." after "6. ...", "10. ..." after "9. ...")."""
+    m = re.match(r"(\d+)(\w*)\.", name)
+    return (int(m[1]), m[2]) if m else (10**6, name)
 
 
 @dataclass
@@ -80,6 +95,7 @@ class Case:
     file: str
     name: str
     seconds: float
+    cpu: float | None = None  # the `cpu_s` property (tests/conftest.py), when the run wrote it
 
     @property
     def id(self) -> str:
@@ -104,12 +120,23 @@ def _file_of(case: ET.Element) -> str:
     return "/".join(parts) + ".py" if parts != [""] else "(no file)"
 
 
+def _cpu_of(case: ET.Element) -> float | None:
+    """The test's CPU seconds (its `cpu_s` property), or None for a report without them."""
+    for prop in case.iter("property"):
+        if prop.get("name") == "cpu_s":
+            try:
+                return float(prop.get("value") or "")
+            except ValueError:
+                return None
+    return None
+
+
 def parse_junit(path: Path) -> Tests:
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as exc:
         raise UsageError(f"{path}: not a JUnit XML report ({exc})") from exc
-    cases = [Case(_file_of(c), c.get("name", ""), float(c.get("time") or 0))
+    cases = [Case(_file_of(c), c.get("name", ""), float(c.get("time") or 0), _cpu_of(c))
              for c in root.iter("testcase")]
     if not cases:
         raise UsageError(f"{path}: no test case in the JUnit XML report")
@@ -130,27 +157,49 @@ def steps_markdown(steps: Steps) -> str:
     rows = ["| step | seconds | share |", "| --- | ---: | ---: |"]
     rows += [f"| {_cell(name)} | {s} | {_share(s, steps.total)} |" for name, s in steps.steps]
     rows.append(f"| total | {steps.total} | |")
+    if steps.lane_steps:
+        rows += ["", "The lanes' steps, each its own wall time (the two lanes overlap):", "",
+                 "| step | lane | seconds |", "| --- | --- | ---: |"]
+        rows += [f"| {_cell(name)} | {lane} | {s} |" for lane, name, s in steps.lane_steps]
     return "\n".join(rows)
 
 
 def junit_markdown(tests: Tests, top: int = TOP) -> str:
+    """Time per file, the slowest tests and their share; with a CPU column (and the CPU-costliest
+    tests) when the report has each test's `cpu_s`: on a CPU-bound machine that, not the wall
+    time a worker spent beside the other, is what a test costs."""
     total = sum(c.seconds for c in tests.cases)
+    with_cpu = any(c.cpu is not None for c in tests.cases)
+    cpu_total = sum(c.cpu or 0.0 for c in tests.cases)
     per_file: dict[str, list[Case]] = {}
     for case in tests.cases:
         per_file.setdefault(case.file, []).append(case)
     files = sorted(per_file.items(), key=lambda kv: (-sum(c.seconds for c in kv[1]), kv[0]))
     wall = f" (the session's wall time: {tests.wall:.1f} s)" if tests.wall is not None else ""
-    out = [f"{len(tests.cases)} tests, {total:.1f} s of test time{wall}.", "",
-           "| test file | tests | seconds | share |", "| --- | ---: | ---: | ---: |"]
+    cpu = f", {cpu_total:.1f} s of CPU" if with_cpu else ""
+    out = [f"{len(tests.cases)} tests, {total:.1f} s of test time{cpu}{wall}.", ""]
+    if with_cpu:
+        out += ["| test file | tests | seconds | share | CPU seconds |",
+                "| --- | ---: | ---: | ---: | ---: |"]
+    else:
+        out += ["| test file | tests | seconds | share |", "| --- | ---: | ---: | ---: |"]
     for name, cases in files:
         seconds = sum(c.seconds for c in cases)
-        out.append(f"| `{_cell(name)}` | {len(cases)} | {seconds:.1f} | {_share(seconds, total)} |")
+        row = f"| `{_cell(name)}` | {len(cases)} | {seconds:.1f} | {_share(seconds, total)} |"
+        if with_cpu:
+            row += f" {sum(c.cpu or 0.0 for c in cases):.1f} |"
+        out.append(row)
     slowest = sorted(tests.cases, key=lambda c: (-c.seconds, c.id))[:top]
     top_total = sum(c.seconds for c in slowest)
     out += ["", f"The {len(slowest)} slowest tests:", "", "| test | seconds |", "| --- | ---: |"]
     out += [f"| `{_cell(c.id)}` | {c.seconds:.1f} |" for c in slowest]
     out += ["", f"Those {len(slowest)} take {top_total:.1f} s of {total:.1f} s, "
                 f"{_share(top_total, total)} of the test time."]
+    if with_cpu:
+        costly = sorted(tests.cases, key=lambda c: (-(c.cpu or 0.0), c.id))[:top]
+        out += ["", f"The {len(costly)} tests that cost the most CPU:", "",
+                "| test | CPU seconds | seconds |", "| --- | ---: | ---: |"]
+        out += [f"| `{_cell(c.id)}` | {c.cpu or 0.0:.1f} | {c.seconds:.1f} |" for c in costly]
     return "\n".join(out)
 
 

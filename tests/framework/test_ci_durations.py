@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("ci_durations", ROOT / "benchmarks" / "ci_durations.py")
 ci_durations = importlib.util.module_from_spec(spec)
@@ -108,3 +110,49 @@ def test_update_replaces_only_the_marked_blocks(tmp_path):
     assert ci_durations.main(["--ci-log", str(log), "--junitxml", str(report),
                               "--update", str(page)]) == 2
     assert page.read_text() == text
+
+
+def test_a_report_with_each_tests_cpu_gives_a_cpu_column_and_the_costliest(tmp_path):
+    cases = "\n".join(
+        f'<testcase classname="tests.framework.test_{f}" name="t{i}" time="{t}"><properties>'
+        f'<property name="cpu_s" value="{c}"/></properties></testcase>'
+        for i, (f, t, c) in enumerate([("a", 10.0, 2.0), ("a", 1.0, 9.0), ("b", 4.0, 3.5)]))
+    report = tmp_path / "junit.xml"
+    report.write_text(JUNIT.format(small=cases).replace(
+        '<testcase classname="tests.hil', '<testcase classname="tests.hil', 2))
+    text = ci_durations.junit_markdown(ci_durations.parse_junit(report))
+    assert ", 14.5 s of CPU" in text.splitlines()[0]
+    assert "| `tests/framework/test_a.py` | 2 | 11.0 | 25.6 % | 11.0 |" in text
+    assert "| `tests/hil/test_isolation.py` | 2 | 8.0 | 18.6 % | 0.0 |" in text
+    costly = text[text.index("cost the most CPU"):].splitlines()
+    assert costly[4] == "| `tests/framework/test_a.py::t1` | 9.0 | 1.0 |"
+    assert costly[5] == "| `tests/framework/test_b.py::t2` | 3.5 | 4.0 |"
+
+
+def test_the_project_conftest_records_each_tests_cpu(pytester):
+    """tests/conftest.py's hooks write a `cpu_s` property a child process's time counts in."""
+    pytester.makeconftest((ROOT / "tests" / "conftest.py").read_text())
+    pytester.makepyfile(test_spin="""
+        import subprocess, sys
+        def test_spin():
+            subprocess.run([sys.executable, "-c", "x = 0\\nfor i in range(3 * 10**6): x += i"])
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0",
+                                           "--junitxml=junit.xml")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    tests = ci_durations.parse_junit(pytester.path / "junit.xml")
+    assert tests.cases[0].cpu is not None and tests.cases[0].cpu >= 0.1
+
+
+def test_the_lanes_steps_in_the_order_of_their_numbers():
+    log = ("-- 1. full: 600 s\n[A] -- 3. adb: 17 s\n[B] -- 2. python: 26 s\n"
+           "[A] -- 6b. venvs: 188 s\n[B] -- 10. variants: 108 s\n[B] -- 6. replay: 30 s\n"
+           "-- 2-10, two lanes side by side (A: 3 6b; B: 2 6 10): 250 s\n")
+    steps = ci_durations.parse_ci_log(log)
+    assert [name for name, _ in steps.steps] == [
+        "1. full", "2-10, two lanes side by side (A: 3 6b; B: 2 6 10)"]
+    assert steps.total == 850
+    assert [(lane, name[:3]) for lane, name, _ in steps.lane_steps] == [
+        ("B", "2. "), ("A", "3. "), ("B", "6. "), ("A", "6b."), ("B", "10.")]
+    table = ci_durations.steps_markdown(steps)
+    assert "| 6b. venvs | A | 188 |" in table and table.index("| 6. replay") < table.index("| 6b.")
