@@ -210,3 +210,24 @@ def test_a_session_passes_its_options_to_the_mutant_passes_but_not_its_tests_or_
             "--runtime-variant=stock", "--junitxml=j.xml", "tests/hil/test_soak.py::t"]
     assert pass_options(argv, ["tests/hil/test_isolation.py", "tests/hil/test_soak.py::t"]) == [
         "-k", "s1", "--device=emulator-5554", "-n", "2"]
+
+
+def test_only_a_latency_regression_is_killed_by_step_times_and_never_in_a_race_test():
+    """A slower step kills a mutant of the catalogue's latency class, outside the race tests
+    (which wait on purpose); any other mutant beside the same slower step survives: load that
+    moved a step is no verdict on a leak or a wrong output."""
+    latency = next(m for m in load_mutants() if m.kind == "latency regression")
+    leak = next(m for m in load_mutants() if m.name == "init-leaks-16k")
+
+    def doc(ms, nodeid="tests/hil/test_isolation.py::test_s4[x]"):
+        step = {"index": 2, "op": "execute", "module": "A", "method": "forward",
+                "elapsed_ms": ms}
+        return {"tests": [{"nodeid": nodeid, "outcome": "passed"}],
+                "runs": [{"nodeid": nodeid, "scenario": "s4", "occurrence": 0,
+                          "steps": [step]}]}
+
+    assert judge(latency, doc(10.0), doc(900.0)).verdict == "killed"
+    assert judge(latency, doc(10.0), doc(20.0)).verdict == "survived"
+    assert judge(leak, doc(10.0), doc(900.0)).verdict == "survived"
+    race = "tests/hil/test_concurrency.py::test_s5_warm_forced[x]"
+    assert judge(latency, doc(10.0, race), doc(900.0, race)).verdict == "survived"
