@@ -4,6 +4,7 @@
 # headers (nlohmann-json3-dev: the native runner's JSON, every runner build), the arm64 cross
 # toolchain and qemu-user (Debian packages: the arm64-linux runner build and the loopback
 # device's arm64 mode), libfiu (POSIX fault injection: the XNNPACK cache branches), OpenSSH's server (tests/framework/test_ssh_device.py: a localhost board),
+# ccache (the compiler cache of every runner build),
 # the Python package with its
 # pinned dependencies (torch==2.13.0 CPU, executorch==1.5.1, onnxruntime-qnn==2.7.0 for the
 # HTP simulator), and warms the caches (QNN SDK layout, interposer, native runner).
@@ -29,6 +30,9 @@ command -v gdb >/dev/null 2>&1 || packages+=(gdb)
 [ -f /usr/lib/fiu/fiu_posix_preload.so ] || packages+=(fiu-utils libfiu0 libfiu-dev)
 # valgrind: --valgrind runs scenarios' runners under memcheck, helgrind or DRD (docs/valgrind.md)
 command -v valgrind >/dev/null 2>&1 || packages+=(valgrind)
+# ccache: the compilers' launcher in every runner build (harness/ccache.py), so a build into a
+# new directory (a test's own runner cache, CI's arm64 steps) reuses what an earlier one compiled
+command -v ccache >/dev/null 2>&1 || packages+=(ccache)
 # sshd on 127.0.0.1 is the SSH board of the framework's tests (and of CI step 9)
 [ -x /usr/sbin/sshd ] || packages+=(openssh-server)
 if [ "${#packages[@]}" -gt 0 ]; then

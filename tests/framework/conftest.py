@@ -62,6 +62,8 @@ FILE_KIND = {
     "test_xnnpack_counters_notice.py": "simulator",
     "test_report_data.py": "unit",
     "test_native_build.py": "compiler",
+    "test_ccache.py": "unit",
+    "test_ccache_builds.py": "compiler",  # two host runner builds, ccache's counters
     "test_qnn_sdk.py": "compiler",
     "test_abi_bridge.py": "compiler",
     "test_runner_select.py": "compiler",

@@ -12,6 +12,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from harness import ccache
 from harness.runner.builds import RunnerBuildError, tools
 from harness.runner.builds.inputs import runner_source_dir
 
@@ -39,14 +40,16 @@ _LOG_TAIL_LINES = 40
 
 
 def cmake_commands(build_dir: Path, source_dir: Path | None, extra: list[str]) -> list[list[str]]:
-    """Configure (Ninja, Release, the nlohmann/json headers, plus `extra` definitions) and
-    build lines; one source for every target."""
+    """Configure (Ninja, Release, ccache as the compilers' launcher where it is installed, the
+    nlohmann/json headers, plus `extra` definitions) and build lines; one source for every
+    target."""
     src = Path(source_dir) if source_dir is not None else runner_source_dir()
     cmake, ninja = tools.build_tools()
     build = str(Path(build_dir))
     json_dir = tools.nlohmann_json_include_dir() or tools.NLOHMANN_JSON_DIRS[-1]
     configure = [cmake, "-S", str(src), "-B", build, "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release",
+                 *ccache.cmake_definitions(),
                  f"-DHARNESS_NLOHMANN_JSON_INCLUDE_DIR={json_dir}", *extra]
     return [configure, [cmake, "--build", build, "--config", "Release"]]
 
@@ -87,7 +90,8 @@ def missing_output_error(what: str, output: Path, log: Path) -> RunnerBuildError
 
 
 def run_commands(commands: list[list[str]], log: Path, what: str) -> None:
-    """Runs the command lines in order, appending their output to ``log``;
+    """Runs the command lines in order, appending their output to ``log``, with the compiler
+    cache's environment (harness.ccache: its directory under the harness cache);
     raises RunnerBuildError with the log's tail on the first failure. A full disk met by the
     build's own log (before any compiler could say it) is that RunnerBuildError too, naming the
     storage, not an OSError from inside the build."""
@@ -106,12 +110,14 @@ def run_commands(commands: list[list[str]], log: Path, what: str) -> None:
 
 def _run_logged(commands: list[list[str]], log: Path, what: str) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
+    env = ccache.environment()
     with log.open("w") as out:
         for cmd in commands:
             out.write("$ " + shlex.join(cmd) + "\n")
             out.flush()
             try:
-                proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+                proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False,
+                                      env=env)
             except OSError as exc:
                 raise RunnerBuildError(
                     f"{what}: cannot run {cmd[0]}: {exc}. Install cmake and ninja "
