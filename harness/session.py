@@ -16,8 +16,6 @@ from harness.programs.compile import CompiledModel, compile_model
 from harness.config import SocConfig
 from harness.config.options import Options
 from harness.devices.base import Device
-from harness.devices.farm_device import FarmDevice
-from harness.devices.farm_failover import FarmFailover
 from harness.devices.kinds import OpenContext, kind_for, uses_farm, worker_target
 from harness.log import NoticeCollector, interrupts_deferred, notice
 from harness.errors import ConfigError, HarnessError, ModelError
@@ -34,6 +32,7 @@ if TYPE_CHECKING:
     import pytest
 
     from harness.devices.farm import Lease
+    from harness.devices.farm_failover import FarmFailover
 
 
 class HilSession:
@@ -161,6 +160,8 @@ class HilSession:
     # Labgrid farm: the worker's places (harness.devices.farm_failover) ---------------------
     def _farm_worker(self) -> FarmFailover:
         if self._farm is None:
+            from harness.devices.farm_failover import FarmFailover  # labgrid sessions only
+
             coordinator = self.options.lg_coordinator
             if not coordinator:  # the options refuse place tags without one; said here again
                 raise ConfigError("--lg-place-tags needs a labgrid coordinator: --lg-coordinator "
@@ -172,6 +173,10 @@ class HilSession:
     def fail_over(self) -> None:
         """On a labgrid farm, before a test: a phone that dropped off for good is replaced by
         another place's (harness.devices.farm_failover); models compiled for another SoC go."""
+        if self._farm is None:
+            return  # not a labgrid farm session: its devices never come from places
+        from harness.devices.farm_device import FarmDevice
+
         if isinstance(self._device, FarmDevice) and self._farm_worker().fail_over(self._device):
             self._models.clear()
             self._programs.clear()
@@ -180,8 +185,12 @@ class HilSession:
     @property
     def farm_label(self) -> str | None:
         """The place and serial tests run on now, on a labgrid farm."""
+        if self._farm is None:
+            return None
+        from harness.devices.farm_device import FarmDevice
+
         device = self._device if isinstance(self._device, FarmDevice) else None
-        return self._farm.label(device) if self._farm is not None else None
+        return self._farm.label(device)
 
     def new_farm_events(self) -> list[str]:
         """What happened to places since the last call (for the controller's summary)."""

@@ -40,9 +40,7 @@ avoid it, at the cost of replacing labgrid's channel).
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -51,9 +49,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError, DeviceError
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio (with ssl, about 60 ms) is imported where the client loop starts: every session reads
+# the labgrid options through parse_tags and coordinator_address, few use a coordinator.
 
 _log = logging.getLogger(__name__)
 
@@ -167,6 +171,9 @@ class LabgridFarm:
         return session
 
     def _call(self, coro, timeout: float = CALL_S):
+        import asyncio
+        import concurrent.futures
+
         import grpc
 
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -425,6 +432,8 @@ _LOOP_LOCK = threading.Lock()
 def _client_loop() -> asyncio.AbstractEventLoop:
     """The event loop every labgrid client session of this process runs on, in a daemon
     thread (gRPC's asyncio support takes one loop per process)."""
+    import asyncio
+
     global _LOOP
     with _LOOP_LOCK:
         if _LOOP is None:

@@ -3,22 +3,26 @@ harness/report/plugin.py. Public: code outside the plugin reads these, not priva
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.drive.driver import ScenarioDriver
-from harness.results.known_issues import KnownIssue
-from harness.session import HilSession
+if TYPE_CHECKING:
+    # Type parameters only: the keys are made at import, and every plugin module imports this
+    # one, so importing the driver, the results and the session here would load them before
+    # pytest has parsed a single option (in a session that may never run a HIL test).
+    from harness.drive.driver import ScenarioDriver
+    from harness.results.known_issues import KnownIssue
+    from harness.session import HilSession
 
 # config: this process's HilSession (one per pytest process, per xdist worker); set by
 # pytest_configure (harness/plugin/session.py) once the options passed the start-up checks.
-SESSION = pytest.StashKey[HilSession]()
+SESSION: pytest.StashKey[HilSession] = pytest.StashKey()
 # config: node id -> the test's reports so far (setup, call, teardown), for scenario_driver's
 # decision to keep or remove the test's artifacts.
 REPORTS = pytest.StashKey[dict]()
 # item: the known issue a collected test is a strict xfail of.
-ISSUE = pytest.StashKey[KnownIssue]()
+ISSUE: pytest.StashKey[KnownIssue] = pytest.StashKey()
 # Every entry that names the test, ISSUE first: a failure of the run is excused by any of them
 # (a race with two endings, each its own bug).
 TEST_ISSUES = pytest.StashKey[list]()
@@ -40,7 +44,7 @@ SIGTERM = pytest.StashKey[Any]()  # signal.getsignal's: a handler, SIG_DFL/SIG_I
 
 # item: the test's ScenarioDriver (the scenario_driver fixture's), whose runs the known-issue
 # verdict, the replay line and the report read.
-DRIVER = pytest.StashKey[ScenarioDriver]()
+DRIVER: pytest.StashKey[ScenarioDriver] = pytest.StashKey()
 
 # The marker of a HIL test: a test that runs scenarios on the session's device. Collection gives
 # it to every test that uses the device (harness/plugin/suites.py); a test may also carry it.

@@ -206,10 +206,14 @@ def options_from_config(config: pytest.Config) -> Options:
     farm = config.getoption("farm")
     if farm is not None:
         devices = devices or [e["serial"] for e in load_farm(Path(farm))[1]]
-    from harness.devices.farm import coordinator_address, parse_tags
+    lg_tags: dict[str, str] = {}
+    lg_coordinator = None
+    if (config.getoption("lg_place_tags") or config.getoption("lg_coordinator", None)
+            or os.environ.get("LG_COORDINATOR")):
+        from harness.devices.farm import coordinator_address, parse_tags  # labgrid farms only
 
-    lg_tags = parse_tags(config.getoption("lg_place_tags"))
-    lg_coordinator = coordinator_address(config.getoption("lg_coordinator", None))
+        lg_tags = parse_tags(config.getoption("lg_place_tags"))
+        lg_coordinator = coordinator_address(config.getoption("lg_coordinator", None))
     if lg_tags and not lg_coordinator:
         raise HarnessError("--lg-place-tags needs a labgrid coordinator: --lg-coordinator "
                            "HOST:PORT or LG_COORDINATOR")

@@ -44,8 +44,6 @@ from harness.runtime import executorch_version
 from harness.runtime import qairt_version
 from harness.results import (SCHEMA, failure_entry, junit_properties, qnn_api, run_entry,
                              metrics_of, xnnpack_entry)
-from harness.results.xnnpack import collect_verdicts
-from harness.results.xnnpack_launches import collect_stories
 
 _STATE_KEY = pytest.StashKey["HilReport"]()
 _VERDICTS_KEY = pytest.StashKey[list]()
@@ -225,6 +223,11 @@ class HilReport:
     def pytest_runtest_call(self, item: pytest.Item):
         if not (self.active and is_hil(item)):
             return (yield)
+        # Only for a report: the XNNPACK cache's verdicts and launch stories (their log
+        # patterns are most of harness.results.xnnpack's import).
+        from harness.results.xnnpack import collect_verdicts
+        from harness.results.xnnpack_launches import collect_stories
+
         with collect_verdicts() as verdicts, collect_stories() as stories:
             try:
                 return (yield)

@@ -19,7 +19,6 @@ from pathlib import PurePosixPath
 from harness.config import load_farm
 from harness.devices.adb.address import adb_server_address
 from harness.devices.kinds import DeviceKind, OpenContext
-from harness.devices.lease import LEASE_DIR
 from harness.devices import workspace as ws_rules
 from harness.errors import ConfigError, DeviceError
 
@@ -71,7 +70,7 @@ class AdbKind(DeviceKind):
             soc_config(soc)  # an unknown SoC in the farm file: now, not when its phone opens
         if opts.device_workspace is not None:
             ws_rules.check_workspace(opts.device_workspace,
-                                     reserved=[PurePosixPath(LEASE_DIR).name])
+                                     reserved=[PurePosixPath(_lease_dir()).name])
         if opts.lease_wait < 0:
             raise ConfigError(f"--lease-wait must be 0 or more seconds, got {opts.lease_wait:g}")
         empty = [t for t in targets if not cls.serial(t)]
@@ -130,7 +129,7 @@ class AdbKind(DeviceKind):
             farm_from=f"place {place.place} tag soc" if place else "farm file", soc=opts.soc,
             device_config=opts.device_config, reported_from=identity.soc_source)
         workspace = (ws_rules.check_workspace(opts.device_workspace,
-                                              reserved=[PurePosixPath(LEASE_DIR).name])
+                                              reserved=[PurePosixPath(_lease_dir()).name])
                      if opts.device_workspace is not None else new_workspace(opts.worker))
         device = AdbDevice(adb, identity, config, workspace,
                            artifacts_dir=opts.artifacts_dir, keep_workspace=opts.keep_workspace,
@@ -149,3 +148,11 @@ class AdbKind(DeviceKind):
         device.setup(payload.runner, payload.files, payload.env, payload.backends,
                      payload.dsp_heap_note)
         return device
+
+
+def _lease_dir() -> str:
+    """The device lease's directory on the phone (harness.devices.lease), imported when an adb
+    device is really used: the kind is imported by every session for its options."""
+    from harness.devices.lease import LEASE_DIR
+
+    return LEASE_DIR
