@@ -12,6 +12,9 @@ import hashlib
 import os
 from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def cache_root() -> Path:
@@ -153,3 +156,54 @@ def cached_build(entry: Path, outputs: Sequence[Path], build: Callable[[], str],
         marker.unlink(missing_ok=True)
         header = build()
         marker.write_text(header + build_record(outputs))
+
+
+MEMO_DIR = "memo"
+"""Under cache_root(): values `memo` computed once for every later process."""
+
+
+def memo(namespace: str, key: Iterable[bytes | str], compute: Callable[[], T]) -> T:
+    """`compute()`, computed once per `key` for every process that asks later: pickled under
+    `<cache>/memo/<namespace>/<digest of key>.memo` (a sha256 of the pickle, then the pickle).
+
+    For work each pytest session (and each xdist worker) would otherwise redo at start-up with
+    the same inputs: the key must hold everything the value depends on (a file's bytes, the
+    source of the code that derives it), so a changed input is a new entry, never a stale
+    value. An exception from `compute` is not stored (an error is raised again next time). An
+    entry that cannot be read back is recomputed and replaced, with a rebuild_notice; one that
+    cannot be written (a full or read-only cache, or none) costs the next process the work
+    again, nothing else."""
+    import pickle
+
+    try:
+        directory = cache_root() / MEMO_DIR / namespace
+    except OSError:  # no cache to keep it in (a read-only home): the work, every time
+        return compute()
+    path = directory / f"{digest(key)}.memo"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        data = None
+    if data is not None:
+        # sha256 of the pickle, then the pickle: a damaged entry is told, never unpickled
+        check, payload = data[:32], data[32:]
+        try:
+            if hashlib.sha256(payload).digest() != check:
+                raise ValueError("checksum mismatch")
+            return pickle.loads(payload)
+        except Exception as exc:  # noqa: BLE001 - any damage: recomputed, and said
+            rebuild_notice(f"the cached {namespace} entry {path} is damaged ({exc}); "
+                           "computing it again")
+    value = compute()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / f".{path.name}.{os.getpid()}"
+        try:
+            payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            tmp.write_bytes(hashlib.sha256(payload).digest() + payload)
+            os.replace(tmp, path)  # whole or absent: a concurrent reader never sees half of it
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return value

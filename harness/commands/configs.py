@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from harness.config import SimulatorConfigFile, load_farm, load_soc, simulator_config
+from harness.config import load_farm, load_soc, simulator_config
+from harness.config.files import SimulatorConfigFile
 from harness.config.paths import CONFIG_DIR
 from harness.config.schema import load_validated, load_yaml_node
 from harness.devices.farm import load_exporter_config

@@ -1,91 +1,26 @@
 """Device configuration: YAML per SoC, the simulator, and farms, validated on load.
 
-Each file is validated by a strict pydantic schema (`harness.config.schema`) at every depth: an unknown
-or misspelt key anywhere, a wrong type or a missing key is an error that names the file, the line,
-the key path and what was expected, and lists every such error of the file, because a farm's
-nightly run should fail at start-up with a line someone can act on, not halfway through with a
-KeyError or, worse, run with a silently defaulted limit.
+Each file is validated by a strict pydantic schema (`harness.config.files`) at every depth: an
+unknown or misspelt key anywhere, a wrong type or a missing key is an error that names the file,
+the line, the key path and what was expected, and lists every such error of the file, because a
+farm's nightly run should fail at start-up with a line someone can act on, not halfway through
+with a KeyError or, worse, run with a silently defaulted limit. A file read and validated before,
+unchanged, gives its value from the harness cache (`harness.config.remembered`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field
 
 from harness.errors import ConfigError
 from harness.config.paths import CONFIG_DIR
-from harness.config.schema import StrictModel, load_validated, load_yaml_node
+from harness.config.remembered import remembered
+
+# The modules whose code decides what a config file's value is (its schema and reader).
+_READERS = ("config/__init__.py", "config/files.py", "config/schema.py")
 
 
-
-# -- file schemas ---------------------------------------------------------------------------------
-
-class SocMemory(StrictModel):
-    # Process Rss growth tolerated across a destroy-everything / reload cycle.
-    rss_leak_kb: int = Field(ge=0)
-    # dma-buf (HTP shared and spill-fill buffers) expected per live QNN context.
-    htp_context_kb: int = Field(0, ge=0)
-    # DSP heap (QNN's DSP memory profiling, phones only) allowed per live QNN context above
-    # the heap before the first context, and how far above that baseline it may stay once no
-    # context is live.
-    dsp_heap_context_kb: int = Field(32768, ge=0)
-    dsp_heap_leak_kb: int = Field(256, ge=0)
-    # Growth per load -> execute -> destroy cycle a soak tolerates (harness.results.soak: the
-    # Theil-Sen slope over the cycles after the warm-up): of Rss, and of malloc's bytes in use.
-    soak_rss_kb_per_cycle: float = Field(64, ge=0)
-    soak_heap_bytes_per_cycle: float = Field(1024, ge=0)
-
-
-class SocTimeouts(StrictModel):
-    runner_s: float = Field(120, gt=0)
-
-
-class SocConfigFile(StrictModel):
-    """`device_configs/socs/<SOC>.yaml`."""
-
-    soc: str = Field(min_length=1)
-    name: str = ""
-    htp_arch: int = Field(gt=0)
-    vtcm_mb: int = Field(gt=0)
-    # `ro.board.platform` code names of the SoC, for devices whose ro.soc.model is empty.
-    board_platforms: list[str] = []  # noqa: RUF012 (pydantic copies a field default)
-    memory: SocMemory
-    timeouts: SocTimeouts = SocTimeouts()
-
-
-class SimulatorMemory(StrictModel):
-    rss_leak_kb: int = Field(ge=0)
-
-
-class SimulatorTimeouts(StrictModel):
-    runner_s: float = Field(300, gt=0)
-
-
-class SimulatorConfigFile(StrictModel):
-    """`device_configs/simulator.yaml`."""
-
-    kind: Literal["simulator"]
-    default_soc: str = Field(min_length=1)
-    memory: SimulatorMemory
-    timeouts: SimulatorTimeouts = SimulatorTimeouts()
-
-
-class FarmDevice(StrictModel):
-    serial: str = Field(min_length=1)
-    soc: str | None = None  # overrides what the device reports
-
-
-class FarmFile(StrictModel):
-    """`device_configs/farms/*.yaml` (or any `--farm` file)."""
-
-    adb_server: str | None = None
-    devices: list[FarmDevice] = Field(min_length=1)
-
-
-# -- what the rest of the harness uses ------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class SocConfig:
@@ -112,26 +47,9 @@ class SimulatorConfig:
     path: Path
 
 
-def load_yaml(path: Path) -> dict:
-    """Parse a YAML mapping, with errors that name the file and the line."""
-    data, _ = load_yaml_node(path)
-    if not isinstance(data, dict):
-        got = "an empty file" if data is None else type(data).__name__
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {got}")
-    return data
-
-
 def load_soc(path: Path) -> SocConfig:
-    path = Path(path)
-    data = load_validated(path, SocConfigFile, what="SoC config")
-    if data.soc != path.stem:
-        raise ConfigError(f"{path}: key 'soc' is {data.soc!r} but the file is named for "
-                          f"{path.stem!r}")
-    return SocConfig(data.soc, data.htp_arch, data.vtcm_mb, data.memory.rss_leak_kb,
-                     data.memory.htp_context_kb, float(data.timeouts.runner_s), path, data.name,
-                     tuple(data.board_platforms), data.memory.dsp_heap_context_kb,
-                     data.memory.dsp_heap_leak_kb, data.memory.soak_rss_kb_per_cycle,
-                     data.memory.soak_heap_bytes_per_cycle)
+    """A SoC config file (its `soc:` must name the file's SoC)."""
+    return remembered(Path(path), "soc", _read_soc, _READERS)
 
 
 def known_socs(config_dir: Path = CONFIG_DIR) -> list[str]:
@@ -211,14 +129,45 @@ def soc_for_board_platform(platform: str, config_dir: Path = CONFIG_DIR) -> str 
 
 
 def simulator_config(config_dir: Path = CONFIG_DIR) -> SimulatorConfig:
-    path = config_dir / "simulator.yaml"
-    data = load_validated(path, SimulatorConfigFile, what="simulator config")
-    return SimulatorConfig(data.default_soc, data.memory.rss_leak_kb,
-                           float(data.timeouts.runner_s), path)
+    return remembered(config_dir / "simulator.yaml", "simulator", _read_simulator, _READERS)
 
 
 def load_farm(path: Path) -> tuple[str | None, list[dict]]:
     """A farm file: optional `adb_server` and a non-empty list of `{serial, soc?}` device
     entries (`soc` only in the entries that set it)."""
-    data = load_validated(Path(path), FarmFile, what="farm file")
+    return remembered(Path(path), "farm", _read_farm, _READERS)
+
+
+# The readers: pydantic and the schemas (harness.config.files) are imported only when a file is
+# really read.
+
+def _read_soc(path: Path, text: str | None) -> SocConfig:
+    from harness.config.files import SocConfigFile
+    from harness.config.schema import load_validated
+
+    data = load_validated(path, SocConfigFile, what="SoC config", text=text)
+    if data.soc != path.stem:
+        raise ConfigError(f"{path}: key 'soc' is {data.soc!r} but the file is named for "
+                          f"{path.stem!r}")
+    return SocConfig(data.soc, data.htp_arch, data.vtcm_mb, data.memory.rss_leak_kb,
+                     data.memory.htp_context_kb, float(data.timeouts.runner_s), path, data.name,
+                     tuple(data.board_platforms), data.memory.dsp_heap_context_kb,
+                     data.memory.dsp_heap_leak_kb, data.memory.soak_rss_kb_per_cycle,
+                     data.memory.soak_heap_bytes_per_cycle)
+
+
+def _read_simulator(path: Path, text: str | None) -> SimulatorConfig:
+    from harness.config.files import SimulatorConfigFile
+    from harness.config.schema import load_validated
+
+    data = load_validated(path, SimulatorConfigFile, what="simulator config", text=text)
+    return SimulatorConfig(data.default_soc, data.memory.rss_leak_kb,
+                           float(data.timeouts.runner_s), path)
+
+
+def _read_farm(path: Path, text: str | None) -> tuple[str | None, list[dict]]:
+    from harness.config.files import FarmFile
+    from harness.config.schema import load_validated
+
+    data = load_validated(path, FarmFile, what="farm file", text=text)
     return data.adb_server, [d.model_dump(exclude_none=True) for d in data.devices]

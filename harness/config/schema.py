@@ -83,14 +83,17 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
-def load_yaml_node(path: Path) -> tuple[Any, yaml.Node | None]:
+def load_yaml_node(path: Path, text: str | None = None) -> tuple[Any, yaml.Node | None]:
     """Parse `path` once: `(data, node)`, the Python data (as `yaml.safe_load` gives it) and the
     composed node tree it was built from (None for an empty file), whose marks give lines.
+    `text`: the file's content when the caller has read it already (the file is not read again).
 
     A missing file or malformed YAML is a `ConfigError` naming the file, line and column; so
     is a file whose collections nest deeper than `MAX_YAML_DEPTH` (see `_BoundedLoader`).
     """
     path = Path(path)
+    if text is not None:
+        return _parse(path, text)
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -108,6 +111,10 @@ def load_yaml_node(path: Path) -> tuple[Any, yaml.Node | None]:
         raise ConfigError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot be read ({exc})") from None
+    return _parse(path, text)
+
+
+def _parse(path: Path, text: str) -> tuple[Any, yaml.Node | None]:
     loader = _BoundedLoader(text)
     try:
         node = loader.get_single_node()
@@ -122,17 +129,19 @@ def load_yaml_node(path: Path) -> tuple[Any, yaml.Node | None]:
     return data, node
 
 
-def load_validated(path: Path, model: type[M], *, what: str, empty_ok: bool = False) -> M:
+def load_validated(path: Path, model: type[M], *, what: str, empty_ok: bool = False,
+                   text: str | None = None) -> M:
     """Load the YAML file `path` and validate it as `model`.
 
     `what` names the kind of file in messages ("SoC config", "farm file"). Every validation
     error of the file is reported in one `ConfigError` (first line `<path>: invalid <what>:`).
     A top level that is not what the model expects (a mapping, or a list for a
     `RootModel[list[...]]`) is a `ConfigError` too; so is an empty file unless `empty_ok`, in
-    which case it is validated as an empty mapping or list.
+    which case it is validated as an empty mapping or list. `text`: the file's content, when
+    the caller has read it already.
     """
     path = Path(path)
-    data, node = load_yaml_node(path)
+    data, node = load_yaml_node(path, text)
     kind = _top_level_kind(model)
     if data is None and empty_ok and kind is not None:
         data = [] if kind == "list" else {}

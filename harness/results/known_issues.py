@@ -39,175 +39,31 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import re
 from pathlib import Path
-from typing import Annotated, Literal
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-from pydantic import Field, RootModel, field_validator, model_validator
+from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
-from harness.results.failures import KINDS, Failure
 from harness.config.paths import CONFIG_DIR, DATA_ROOT
-from harness.config.schema import StrictModel, load_validated
+from harness.config.remembered import remembered
+from harness.results.issue_terms import BUG_CLASSES, WHERE_WORDS, checked_specifiers, version_in
+
+if TYPE_CHECKING:
+    from harness.results.failures import Failure
 
 DEFAULT_PATH = CONFIG_DIR / "known_issues.yaml"
 PROJECT_ROOT = DATA_ROOT  # the project's own test patterns are relative to it
 
-# Every failure kind but "protocol" and "nemesis": a runner that breaks the protocol, or a run
-# that did not make the interleaving or failure its scenario states, is never a known issue.
-Kind = Literal["error", "mismatch", "crash", "timeout", "incomplete", "refused", "check", "memory"]
-assert set(Kind.__args__) == set(KINDS) - {"protocol", "nemesis"}  # type: ignore[attr-defined]
-NonEmpty = Annotated[str, Field(min_length=1)]
-Where = Literal["executorch", "qnn", "export", "design", "environment"]
-WHERE_WORDS: dict[str, str] = {
-    "executorch": "ExecuTorch runtime defects",
-    "qnn": "QNN library defects",
-    "export": "lowering-flow (export) defects",
-    "design": "design limits and missing features (not counted as bugs)",
-    "environment": "artifacts of the environment or SDK pairing (not runtime defects)",
-}
-BUG_CLASSES = ("executorch", "qnn")
-"""The classes that count as bugs found in the runtime under test."""
+# The modules whose code decides what a known-issues file's entries are: the file's schema
+# (harness.results.known_issues_file) and what its validators consult.
+_READERS = ("results/known_issues.py", "results/known_issues_file.py", "results/issue_terms.py",
+            "results/failures.py", "programs/pte.py", "config/schema.py")
 
-
-def version_specifier(text: str) -> SpecifierSet:
-    """`text` as a PEP 440 specifier set that matches pre-releases; a bare version is `==`."""
-    text = text.strip()
-    try:
-        Version(text)
-        text = f"=={text}"
-    except InvalidVersion:
-        pass
-    try:
-        return SpecifierSet(text, prereleases=True)
-    except InvalidSpecifier:
-        raise ValueError(f"{text!r} is neither a version nor a PEP 440 specifier set "
-                         "(e.g. '1.5.1', '>=0.5,<=1.5.1', '>=1.4,<1.6')") from None
-
-
-def version_in(version: str | None, specifiers: tuple[str, ...]) -> bool:
-    """Whether `version` satisfies any of `specifiers`; an unknown or non-PEP 440 version
-    satisfies none."""
-    if not version:
-        return False
-    try:
-        parsed = Version(version)
-    except InvalidVersion:
-        return False
-    return any(parsed in version_specifier(spec) for spec in specifiers)
-
-
-def _specifiers(value: str | list[str]) -> list[str]:
-    items = [value] if isinstance(value, str) else value
-    for item in items:
-        version_specifier(item)
-    return items
-
-
-class IssueEntry(StrictModel):
-    """One entry of a known-issues YAML file."""
-
-    id: NonEmpty
-    # PEP 440 specifier sets or versions ("1.5.1", ">=0.5,<=1.5.1"); a list applies if any does
-    executorch: NonEmpty | list[NonEmpty] = Field(min_length=1)
-    qnn: NonEmpty | None = None  # QAIRT versions it applies to (">=2.47"); any when absent
-    # "tests/hil/test_x.py::test_y*" (fnmatch); [] only for a runtime or QNN defect that no test
-    # of the suites meets (its standalone reproduction is its evidence)
-    tests: list[NonEmpty]
-    # Program shapes (harness.programs.pte.PROGRAM_SHAPES) the defect belongs to: the entry also
-    # covers any test of a user's program (--pte) that inspect finds of one of them
-    programs: list[NonEmpty] | None = None
-    kind: list[Kind] = Field(min_length=1)  # which failures it covers
-    match: NonEmpty  # regex searched in the failing step's own words
-    reason: NonEmpty
-    intermittent: bool = False  # met in some runs only: a pass is not a fixed runtime
-    where: Where  # where the defect lives; only executorch and qnn count as bugs found
-    reproduce: NonEmpty | None = None  # the standalone reproduction (python -m harness bug-report)
-    # the distinct defect it rests on: entries that are faces of one defect (a race's forced
-    # endings, the orderings of the same cache) share it, and bugs are counted by it
-    root: NonEmpty | None = None
-    # [low, high]: the bug's own size, the number `match` captures as (?P<size>...) must lie
-    # within wherever it captures one (a leak's rate per cycle): a failure with the entry's
-    # words at another size is another defect, never excused by this one
-    size: list[float] | None = Field(default=None, min_length=2, max_length=2)
-    # the sizes of signatures that have one of their own (a failed context creation keeps more
-    # than a failed backend creation): group name (size_<what>) -> [low, high], judged as size
-    sizes: dict[str, list[float]] | None = None
-
-    @model_validator(mode="after")
-    def _size_is_captured(self) -> IssueEntry:
-        groups = re.compile(self.match).groupindex
-        ranges = {**({"size": self.size} if self.size is not None else {}), **(self.sizes or {})}
-        for name, bounds in ranges.items():
-            field = "size" if name == "size" else f"sizes.{name}"
-            shown = "[" + ", ".join(f"{b:g}" for b in bounds) + "]"
-            if len(bounds) != 2 or not 0 <= bounds[0] < bounds[1]:
-                raise ValueError(f"{field}: {shown} is not a range [low, high] with "
-                                 "0 <= low < high")
-            if name != "size" and not name.startswith("size_"):
-                raise ValueError(f"{field}: a further size's group is named size_<what>")
-            if name not in groups:
-                raise ValueError(f"{field}: needs `match` to capture the failure's size as a "
-                                 f"named group (?P<{name}>...)")
-        return self
-
-    @model_validator(mode="after")
-    def _tests_named(self) -> IssueEntry:
-        if not self.tests and self.where not in BUG_CLASSES:
-            raise ValueError("tests: at least one pattern (an entry that covers no test is a "
-                             "runtime or QNN defect with its standalone reproduction, `where: "
-                             "executorch` or `qnn`)")
-        return self
-
-    @model_validator(mode="after")
-    def _bugs_are_reproduced(self) -> IssueEntry:
-        if self.where in BUG_CLASSES and not self.reproduce:
-            raise ValueError(f"a {self.where} defect needs `reproduce:`, the id of its "
-                             "standalone reproduction (python -m harness bug-report --list)")
-        if self.where in BUG_CLASSES and not self.root:
-            raise ValueError(f"a {self.where} defect needs `root:`, the id of the distinct "
-                             "defect it rests on (shared by every entry of that defect)")
-        return self
-
-    @field_validator("executorch")
-    @classmethod
-    def _executorch_specifiers(cls, value: str | list[str]) -> str | list[str]:
-        _specifiers(value)
-        return value
-
-    @field_validator("qnn")
-    @classmethod
-    def _qnn_specifier(cls, value: str | None) -> str | None:
-        if value is not None:
-            version_specifier(value)
-        return value
-
-    @field_validator("programs")
-    @classmethod
-    def _shapes(cls, value: list[str] | None) -> list[str] | None:
-        from harness.programs.pte import PROGRAM_SHAPES
-
-        unknown = [v for v in value or () if v not in PROGRAM_SHAPES]
-        if unknown:
-            raise ValueError(f"programs: unknown shape(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(PROGRAM_SHAPES)}")
-        return value
-
-    @field_validator("match")
-    @classmethod
-    def _regex(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
-        return value
-
-
-class IssuesFile(RootModel[list[IssueEntry]]):
-    pass
-
+__all__ = ["BUG_CLASSES", "DEFAULT_PATH", "PROJECT_ROOT", "WHERE_WORDS", "KnownIssue", "defects",
+           "grouped_by_where", "issue_for", "issues_for", "load_all", "load_known_issues",
+           "uncovered", "version_in"]
 
 @dataclasses.dataclass(frozen=True)
 class KnownIssue:
@@ -252,15 +108,12 @@ class KnownIssue:
 
     def test_key(self, path: Path, name: str) -> str | None:
         """`relative/path.py::name` of a test file under this issue's base, else None."""
-        try:
-            rel = Path(path).resolve().relative_to(self.base.resolve())
-        except ValueError:
-            return None
-        return f"{rel.as_posix()}::{name}"
+        rel = _relative(Path(path), self.base)
+        return None if rel is None else f"{rel}::{name}"
 
     def matching_patterns(self, path: Path, name: str) -> list[str]:
         key = self.test_key(path, name)
-        return [] if key is None else [p for p in self.tests if fnmatch.fnmatchcase(key, p)]
+        return [] if key is None else [p for p in self.tests if _pattern_matches(key, p)]
 
     def matches_test(self, path: Path, name: str) -> bool:
         return bool(self.matching_patterns(path, name))
@@ -297,6 +150,28 @@ class KnownIssue:
         return f"{self.id} [{self.where}] ({'/'.join(self.kinds)} matching {self.match!r}{sized})"
 
 
+@functools.cache
+def _relative(path: Path, base: Path) -> str | None:
+    """`path` relative to `base` (both resolved), as POSIX text, or None when it is not under
+    it; once per process: collection asks for every test and every entry (12 tests by 30
+    entries cost about 40 ms of resolving the same two paths)."""
+    try:
+        return path.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def _pattern_matches(key: str, pattern: str) -> bool:
+    """fnmatch of a test key against an entry's pattern; a pattern whose file part is literal
+    (no * ? [) can only match a key of that file, which is told without compiling the pattern
+    into a regex (fnmatch's cost, per pattern and process)."""
+    file_part, sep, _ = pattern.partition("::")
+    literal = not any(c in file_part for c in "*?[")
+    if literal and not (key.startswith(file_part + sep) if sep else key == file_part):
+        return False
+    return fnmatch.fnmatchcase(key, pattern)
+
+
 def _within(said: str | None, low: float, high: float) -> bool:
     """Whether a size the words give (a number, maybe signed or with thousands commas) lies in
     [low, high]."""
@@ -315,16 +190,26 @@ def load_known_issues(path: Path = DEFAULT_PATH, base: Path | None = None) -> li
         raise ConfigError(f"{path}: known-issues file not found")
     if base is None:
         base = PROJECT_ROOT if path.resolve() == DEFAULT_PATH.resolve() else path.resolve().parent
-    entries = load_validated(path, IssuesFile, what="known-issues file", empty_ok=True).root
-    issues = [KnownIssue(e.id, tuple(_specifiers(e.executorch)), tuple(e.tests),
-                         " ".join(e.reason.split()), e.match, tuple(e.kind), path, base,
-                         e.intermittent, e.qnn, e.where, e.reproduce,
-                         (e.size[0], e.size[1]) if e.size else None, e.root,
-                         tuple(e.programs or ()),
-                         tuple((k, v[0], v[1]) for k, v in sorted((e.sizes or {}).items())))
-              for e in entries]
+    issues = remembered(path, f"known-issues based at {base}",
+                        lambda p, text: _read(p, text, base), _READERS)
     _check_unique(issues)
     return issues
+
+
+def _read(path: Path, text: str | None, base: Path) -> list[KnownIssue]:
+    """The file's entries, validated (`harness.results.known_issues_file`)."""
+    from harness.config.schema import load_validated
+    from harness.results.known_issues_file import IssuesFile
+
+    entries = load_validated(path, IssuesFile, what="known-issues file", empty_ok=True,
+                             text=text).root
+    return [KnownIssue(e.id, tuple(checked_specifiers(e.executorch)), tuple(e.tests),
+                       " ".join(e.reason.split()), e.match, tuple(e.kind), path, base,
+                       e.intermittent, e.qnn, e.where, e.reproduce,
+                       (e.size[0], e.size[1]) if e.size else None, e.root,
+                       tuple(e.programs or ()),
+                       tuple((k, v[0], v[1]) for k, v in sorted((e.sizes or {}).items())))
+            for e in entries]
 
 
 def load_all(extra: list[Path], include_project: bool = True) -> list[KnownIssue]:

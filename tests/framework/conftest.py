@@ -20,9 +20,20 @@ from pathlib import Path
 
 import pytest
 
+# pytester's in-process sessions (runpytest) drop every module they imported when they end. The
+# harness imports its pydantic schemas only when a file is really read (harness.config.remembered),
+# so a nested session can be the first to import a pydantic submodule (pydantic.root_model),
+# whose class the kept `pydantic` package then caches: the next nested session met a class of a
+# module gone from sys.modules (KeyError: 'pydantic.root_model'). Imported here, the schemas
+# and every pydantic module they use are in each snapshot, as they were when the plugin
+# imported them at start-up.
+import harness.config.files
+import harness.results.known_issues_file  # noqa: F401
+
 KINDS = ("unit", "compiler", "simulator", "adb", "ssh")
 FILE_KIND = {
     "test_config.py": "unit",
+    "test_remembered.py": "unit",
     "test_log.py": "unit",
     "test_known_issues.py": "unit",
     "test_known_issue_signatures.py": "unit",

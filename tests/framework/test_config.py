@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness.commands.configs import validate_all
-from harness.config import (CONFIG_DIR, FarmFile, known_socs, load_farm, load_soc, simulator_config,
+from harness.config import (CONFIG_DIR, known_socs, load_farm, load_soc, simulator_config,
                             soc_config, soc_for_board_platform)
+from harness.config.files import FarmFile
 from harness.errors import ConfigError
 
 

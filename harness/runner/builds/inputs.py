@@ -14,7 +14,7 @@ import importlib.util
 from functools import cache
 from pathlib import Path
 
-from harness.cache import cache_root
+from harness.cache import cache_root, memo
 
 SOURCE_SUFFIXES = (".cpp", ".h", ".txt")
 """The files of the runner's source directory a build's key covers."""
@@ -64,8 +64,14 @@ def executorch_package_dir() -> Path | None:
 @cache
 def _libraries_digest(lib_dir: Path, stamp: tuple) -> str:
     """sha256 over the names and bytes of a runtime's libraries (`stamp`, their names, sizes
-    and mtimes, keys the in-process cache): a rebuilt prefix at the same path and version is
-    another runtime, so it gets another runner build."""
+    and mtimes, keys the in-process cache and the harness cache): a rebuilt prefix at the same
+    path and version is another runtime, so it gets another runner build. Reading and hashing
+    the wheel's libraries (about 60 ms) was every session's, for the same answer."""
+    return memo("runtime-libraries", [str(lib_dir), repr(stamp)],
+                lambda: _hash_libraries(lib_dir, stamp))
+
+
+def _hash_libraries(lib_dir: Path, stamp: tuple) -> str:
     h = hashlib.sha256()
     for name, _size, _mtime in stamp:
         h.update(name.encode() + b"\0")
