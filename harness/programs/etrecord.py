@@ -87,35 +87,25 @@ def etrecord_references(record: Path, inputs: dict[str, tuple[tuple[TensorFile, 
     ETRecord's edge program: the expected outputs of executes 1..STATE_EXECUTES on those
     inputs (a `sequence` when the method mutates buffers, else one `expected`). Runs in a
     child process; a record that cannot be read, lacks a method or does not run on the inputs
-    is a ModelError naming it."""
-    from harness.process import run_process
+    is a ModelError naming it.
+
+    The child's answer and output files are kept in the harness cache (`harness.cache.memo`)
+    by what they depend on: the record's bytes, every input tensor's bytes, this module's code
+    and the runtime and torch that run it. Each session, and each xdist worker of one, asked
+    the same question again at the cost of a torch import and the edge program's runs (about
+    7 s of CPU); an error is never kept, so a failing record fails again in its own words."""
+    from harness.cache import memo
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    request = out_dir / "request.json"
-    request.write_text(json.dumps({name: [[t.to_json(out_dir) for t in tensors]
-                                          for tensors in sets]
-                                   for name, sets in inputs.items()}))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT), env.get("PYTHONPATH", "")]).rstrip(
-        os.pathsep)
-    from harness.runtime import current
-
-    own = current().python_path
-    if own:
-        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(own)])
-    out = run_process([sys.executable, "-m", "harness.programs.etrecord", str(record),
-                       str(request), str(out_dir)], env, CHILD_TIMEOUT_S)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    answer = json.loads(lines[-1]) if lines else None
-    if out.timed_out:
-        raise ModelError(f"{record}: running the ETRecord's edge program timed out after "
-                         f"{CHILD_TIMEOUT_S} s")
-    if out.returncode == CHILD_ERROR_EXIT and answer and "error" in answer:
-        raise ModelError(f"{record}: {answer['error']}")
-    if out.returncode != 0 or answer is None:
-        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
-        raise ModelError(f"{record}: running the ETRecord's edge program failed "
-                         f"(exit {out.returncode}):\n{tail}")
+    request = {name: [[t.to_json(out_dir) for t in tensors] for tensors in sets]
+               for name, sets in inputs.items()}
+    answer, files = memo("etrecord-references", _reference_key(record, inputs),
+                         lambda: _child_answer(record, request, out_dir))
+    for relative, data in files.items():
+        target = out_dir / relative
+        if not target.is_file() or target.read_bytes() != data:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
     refs = {}
     for name, method in answer["methods"].items():
         sequence = tuple(tuple(TensorFile.from_json(t, out_dir) for t in outputs)
@@ -128,6 +118,70 @@ def etrecord_references(record: Path, inputs: dict[str, tuple[tuple[TensorFile, 
                                      tuple(method["mutable_buffers"]), zero_start=zero,
                                      input_sequence=sets if stateful and len(sets) > 1 else ())
     return refs
+
+
+def _reference_key(record: Path, inputs: dict[str, tuple[tuple[TensorFile, ...], ...]]
+                   ) -> list[bytes | str]:
+    """Everything the child's answer depends on (see etrecord_references)."""
+    import importlib.metadata
+
+    from harness.cache import file_sha256
+    from harness.runtime import current
+
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "none"
+    key: list[bytes | str] = [Path(__file__).read_bytes(), file_sha256(record),
+                              repr(current()), torch_version, sys.executable]
+    for name in sorted(inputs):
+        key.append(name)
+        for tensors in inputs[name]:
+            key.append(str(len(tensors)))
+            for t in tensors:
+                key += [t.dtype, repr(tuple(t.shape)), Path(t.file).read_bytes()]
+    return key
+
+
+def _child_answer(record: Path, request: dict[str, list], out_dir: Path
+                  ) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The child's answer and the bytes of the output files it names (relative to
+    `out_dir`); a ModelError when it fails."""
+    from harness.process import run_process
+
+    request_file = out_dir / "request.json"
+    request_file.write_text(json.dumps(request))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_PARENT), env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep)
+    from harness.runtime import current
+
+    own = current().python_path
+    if own:
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(own)])
+    out = run_process([sys.executable, "-m", "harness.programs.etrecord", str(record),
+                       str(request_file), str(out_dir)], env, CHILD_TIMEOUT_S)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    answer = json.loads(lines[-1]) if lines else None
+    if out.timed_out:
+        raise ModelError(f"{record}: running the ETRecord's edge program timed out after "
+                         f"{CHILD_TIMEOUT_S} s")
+    if out.returncode == CHILD_ERROR_EXIT and answer and "error" in answer:
+        raise ModelError(f"{record}: {answer['error']}")
+    if out.returncode != 0 or answer is None:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
+        raise ModelError(f"{record}: running the ETRecord's edge program failed "
+                         f"(exit {out.returncode}):\n{tail}")
+    files = {}
+    for method in answer["methods"].values():
+        for outputs in [*method["sequence"], *(method.get("zero_start") or ())]:
+            for t in outputs:
+                path = Path(t["file"])
+                if path.is_absolute():  # the child writes under out_dir: never so, but say it
+                    raise ModelError(f"{record}: the ETRecord child named an output outside "
+                                     f"{out_dir}: {path}")
+                files[str(path)] = (out_dir / path).read_bytes()
+    return answer, files
 
 
 def _edge_programs(record: Path) -> dict[str, Any]:

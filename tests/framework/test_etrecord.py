@@ -96,6 +96,45 @@ def test_etrecord_option_names_the_record(pytester, exported, tmp_path):
     two.stderr.fnmatch_lines(["*say which one it belongs to: --etrecord PROGRAM.pte=FILE*"])
 
 
+def test_a_reference_is_computed_once_per_record_and_inputs(exported, tmp_path, monkeypatch):
+    """The edge program's outputs are kept by the record's and the inputs' bytes: the same
+    question again (another session, another xdist worker) starts no child and gives the same
+    files; other inputs or another record are a new child's work; an error is not kept."""
+    import numpy as np
+
+    from harness import process
+    from harness.errors import ModelError
+    from harness.programs import etrecord
+    from harness.protocol.tensors import write_array
+
+    monkeypatch.setenv("EXECUTORCH_HIL_CACHE", str(tmp_path / "cache"))
+    children = []
+    real = process.run_process
+    monkeypatch.setattr(process, "run_process",
+                        lambda cmd, *a, **k: children.append(cmd) or real(cmd, *a, **k))
+    record = exported["xnnpack"].with_suffix(".etrecord")
+    half = write_array(np.full(16, 0.5, np.float32), tmp_path / "in" / "half.bin")
+    twice = [etrecord.etrecord_references(record, {"forward": ((half,),)}, tmp_path / f"o{n}")
+             for n in range(2)]
+    assert len(children) == 1
+    first, second = (refs["forward"] for refs in twice)
+    assert len(first.sequence) == etrecord.STATE_EXECUTES and first.mutable_buffers
+    for a, b in zip(first.sequence, second.sequence):
+        assert [t.file.parent.parent.name for t in b] == ["o1"] * len(b)
+        assert [t.file.read_bytes() for t in a] == [t.file.read_bytes() for t in b]
+    # acc starts at ones: execute n gives 1 + 0.5 n
+    assert np.frombuffer(second.sequence[1][0].file.read_bytes(), "<f4")[0] == 2.0
+
+    quarter = write_array(np.full(16, 0.25, np.float32), tmp_path / "in" / "quarter.bin")
+    etrecord.etrecord_references(record, {"forward": ((quarter,),)}, tmp_path / "o2")
+    assert len(children) == 2
+    wrong = write_array(np.full(3, 0.25, np.float32), tmp_path / "in" / "wrong.bin")
+    for _ in range(2):
+        with pytest.raises(ModelError, match="does not run on the suites' inputs"):
+            etrecord.etrecord_references(record, {"forward": ((wrong,),)}, tmp_path / "o3")
+    assert len(children) == 4
+
+
 def test_without_an_etrecord_a_stateful_program_is_held_to_its_solo_run(pytester, exported):
     """No ETRecord: the solo run executes the stateful method several times, and each
     module's n-th execute is held to the solo run's n-th (so a module is not flagged for
