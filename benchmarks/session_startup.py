@@ -21,10 +21,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from side_by_side import alternating, load_average, print_table
 
 PTE_GLOB = "models/linear_relu-SM8650-fp16-*/model.pte"
 
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     pte = a_program()
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    print(f"load average before: {load_average()}", flush=True)
     failed = False
     rows = []
     for label, template in COMMANDS.items():
@@ -79,24 +80,19 @@ def main(argv: list[str]) -> int:
         command = [pte if part == "{pte}" else part for part in template]
         for tree in trees.values():  # one uncounted run each: bytecode written, caches warm
             cpu_seconds(tree, command)
-        cpu: dict[str, list[float]] = {"old": [], "new": []}
-        for round_ in range(args.repeats):
-            order = list(trees.items())
-            if round_ % 2:
-                order.reverse()
-            for side, tree in order:
-                seconds, status, err = cpu_seconds(tree, command)
-                if status not in (0,):
-                    failed = True
-                    print(f"  {label} {side}: exit {status}\n{err}", file=sys.stderr)
-                cpu[side].append(seconds)
-                print(f"{label} round {round_ + 1} {side}: {seconds:.3f} s CPU", flush=True)
-        ratio = statistics.median(n / o for o, n in zip(cpu["old"], cpu["new"]))
-        rows.append((label, statistics.median(cpu["old"]), statistics.median(cpu["new"]), ratio))
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'command':28s} {'old CPU s':>10s} {'new CPU s':>10s} {'new/old':>8s}")
-    for label, old_s, new_s, ratio in rows:
-        print(f"{label:28s} {old_s:10.3f} {new_s:10.3f} {ratio:8.2f}")
+
+        def measure(side: str, label: str = label, command: list[str] = command
+                    ) -> tuple[float, int]:
+            seconds, status, err = cpu_seconds(trees[side], command)
+            if status != 0:
+                print(f"  {label} {side}: exit {status}\n{err}", file=sys.stderr)
+            return seconds, status
+
+        old_s, new_s, ratio, bad = alternating(label, measure, args.repeats, unit="s CPU",
+                                               digits=3)
+        failed |= bad
+        rows.append((label, old_s, new_s, ratio))
+    print_table(rows, "command", "CPU s", width=28, column=10, digits=3)
     return 1 if failed else 0
 
 
