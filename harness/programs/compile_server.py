@@ -8,13 +8,18 @@ a process that has only imported libraries and read the host facts they cache (H
 no model built, nothing lowered), the state a new process has after the same imports, so a
 compile's output does not depend on the ones before it. The server runs with the environment
 of the compiles it serves (the QNN libraries must be on LD_LIBRARY_PATH when a process
-starts), so there is one server per environment.
+starts), so there is one server per environment, but for the variables in PER_REQUEST: pytest
+sets PYTEST_CURRENT_TEST anew for each test and no preloaded module reads it, so each child is
+given the request's value before it compiles. Keyed by the whole environment, every test that
+compiled started a server of its own (about 5 s of CPU each; a cold test run's process
+accounting showed about 36 for 47 compiles). A test with a harness cache of its own still gets
+a server of its own: the QNN libraries on LD_LIBRARY_PATH are laid out under that cache.
 
 Protocol (text lines): the server prints READY once imported; each request is a JSON line
-{"argv": [...compile_worker arguments], "log": path}; the child writes its stdout and stderr to
-`log`; the server answers `EXIT <code>` when the child ends. A server that cannot start or
-dies is not an error here: the caller compiles in a new process instead, which reports what
-is wrong.
+{"argv": [...compile_worker arguments], "log": path, "env": {PER_REQUEST name: value}}; the
+child writes its stdout and stderr to `log`; the server answers `EXIT <code>` when the child
+ends. A server that cannot start or dies is not an error here: the caller compiles in a new
+process instead, which reports what is wrong.
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ PRELOAD = ("torch", "executorch.exir", "executorch.backends.qualcomm.utils.utils
 # lowering, in the child, as in a new process. One a runtime lacks is skipped.
 HOST_FACTS = (("executorch.backends.qualcomm.utils.qnn_sdk_setup", "_host_is_amd"),)
 
+# Environment variables a server is shared across: each request carries their values, set in
+# the child before the compile (absent ones removed), as a new process would have them.
+PER_REQUEST = ("PYTEST_CURRENT_TEST",)
+
 
 def serve() -> int:
     """The server's loop: preload, say READY, fork a compile per request line."""
@@ -83,6 +92,9 @@ def serve() -> int:
                 os.dup2(fd, 2)
                 os.close(fd)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                for name in PER_REQUEST:
+                    os.environ.pop(name, None)
+                os.environ.update(request.get("env", {}))
                 code = main(request["argv"])
             except SystemExit as exc:
                 if isinstance(exc.code, int):
@@ -124,14 +136,17 @@ class CompileServer:
             if line.startswith(marker):
                 return line[len(marker):].strip()
 
-    def compile(self, argv: list[str], log: Path, timeout: float) -> int | None:
+    def compile(self, argv: list[str], log: Path, timeout: float,
+                env: dict[str, str] | None = None) -> int | None:
         """The compile's exit code; None if the server is gone (compile in a new process).
-        Raises TimeoutError, with the server and its child killed, after `timeout` s."""
+        `env`: the PER_REQUEST variables of the compile's environment. Raises TimeoutError,
+        with the server and its child killed, after `timeout` s."""
         if not self.ready or self.proc.poll() is not None:
             return None
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps({"argv": argv, "log": str(log)}) + "\n")
+            self.proc.stdin.write(json.dumps({"argv": argv, "log": str(log),
+                                              "env": env or {}}) + "\n")
             self.proc.stdin.flush()
         except OSError:
             return None
@@ -164,12 +179,13 @@ def compile_in_server(env: dict[str, str], argv: list[str], log: Path,
     EXECUTORCH_HIL_COMPILE_SERVER=0 turns the servers off."""
     if env.get("EXECUTORCH_HIL_COMPILE_SERVER", "1") == "0" or not hasattr(os, "fork"):
         return None
-    key = tuple(sorted(env.items()))
+    key = tuple(sorted((k, v) for k, v in env.items() if k not in PER_REQUEST))
+    per_request = {k: env[k] for k in PER_REQUEST if k in env}
     with _lock:
         server = _servers.get(key)
         if server is None:  # one that failed to start or timed out is not tried again
             server = _servers[key] = CompileServer(env)
-        return server.compile(argv, log, timeout)
+        return server.compile(argv, log, timeout, per_request)
 
 
 @atexit.register

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import filecmp
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,21 @@ TOLERANCE = {}
 
 def build():
     raise RuntimeError("this model cannot be built: weights file missing")
+'''
+
+# A model whose build says, in its error, which process forked it and what it was given.
+ECHO = '''import os
+
+NAME = "echo"
+BACKEND = "qnn"
+PRECISIONS = ("fp16",)
+TOLERANCE = {}
+
+
+def build():
+    raise RuntimeError("forked by %d, cache %s, test %s" % (
+        os.getppid(), os.environ.get("EXECUTORCH_HIL_CACHE"),
+        os.environ.get("PYTEST_CURRENT_TEST", "none")))
 '''
 
 
@@ -46,6 +63,29 @@ def test_a_model_that_fails_to_build_is_a_model_error_in_its_own_words(
             compile_model(spec, "SM8650", "fp16", discover())
         assert "compiling broken for SM8650 fp16 failed (exit 1)" in str(err.value)
         assert "weights file missing" in str(err.value)
+
+
+def test_one_server_serves_every_test_each_with_its_own_name(cache, tmp_path, monkeypatch):
+    """pytest's PYTEST_CURRENT_TEST, new for every test, does not start a server each (every
+    compiling test did, 5 s of CPU apiece); the child still sees its own request's value, and
+    without the variable, none."""
+    monkeypatch.setenv("EXECUTORCH_HIL_COMPILE_SERVER", "1")
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "echo.py").write_text(ECHO)
+    spec, said = get_model("echo", models), []
+    for test in ("t0", "t1", None):
+        if test is None:
+            monkeypatch.delenv("PYTEST_CURRENT_TEST")
+        else:
+            monkeypatch.setenv("PYTEST_CURRENT_TEST", test)
+        with pytest.raises(ModelError) as err:
+            compile_model(spec, "SM8650", "fp16", discover())
+        said.append(re.search(r"forked by (\d+), cache (\S+), test (\S+)", str(err.value)))
+    assert all(said), said
+    assert [(m[2], m[3]) for m in said] == [(str(cache), t) for t in ("t0", "t1", "none")]
+    servers = {m[1] for m in said}
+    assert len(servers) == 1 and int(servers.pop()) != os.getpid()
 
 
 def test_a_forked_compile_gives_what_a_new_process_gives(tmp_path, monkeypatch):
