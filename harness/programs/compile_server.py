@@ -11,9 +11,10 @@ of the compiles it serves (the QNN libraries must be on LD_LIBRARY_PATH when a p
 starts), so there is one server per environment, but for the variables in PER_REQUEST: pytest
 sets PYTEST_CURRENT_TEST anew for each test and no preloaded module reads it, so each child is
 given the request's value before it compiles. Keyed by the whole environment, every test that
-compiled started a server of its own (about 5 s of CPU each; a cold test run's process
-accounting showed about 36 for 47 compiles). A test with a harness cache of its own still gets
-a server of its own: the QNN libraries on LD_LIBRARY_PATH are laid out under that cache.
+compiled started a server of its own (about 6 s of CPU each, its imports and one cpuinfo
+run; a cold test run's process accounting counted 21 servers for 47 compiles, 14 after). A
+test with a harness cache of its own still gets a server of its own: the QNN libraries on
+LD_LIBRARY_PATH are laid out under that cache.
 
 Protocol (text lines): the server prints READY once imported; each request is a JSON line
 {"argv": [...compile_worker arguments], "log": path, "env": {PER_REQUEST name: value}}; the

@@ -67,7 +67,7 @@ def test_a_model_that_fails_to_build_is_a_model_error_in_its_own_words(
 
 def test_one_server_serves_every_test_each_with_its_own_name(cache, tmp_path, monkeypatch):
     """pytest's PYTEST_CURRENT_TEST, new for every test, does not start a server each (every
-    compiling test did, 5 s of CPU apiece); the child still sees its own request's value, and
+    compiling test did, about 6 s of CPU apiece); the child still sees its own request's value, and
     without the variable, none."""
     monkeypatch.setenv("EXECUTORCH_HIL_COMPILE_SERVER", "1")
     models = tmp_path / "models"
