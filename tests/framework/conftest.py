@@ -15,7 +15,6 @@ built once; the files that use the host's one adb server (`adb`, `ssh`, and ADB_
 group, so no two of them register or list devices at the same time.
 """
 
-import os
 from pathlib import Path
 
 import pytest
@@ -41,7 +40,7 @@ FILE_KIND = {
     "test_valgrind_findings.py": "unit",
     "test_valgrind.py": "simulator",
     "test_bug_report.py": "simulator",
-    "test_memory_claims.py": "simulator",
+    "test_memory_claims.py": "unit",
     "test_bad_input.py": "unit",  # python -m pytest / python -m harness processes
     "test_export_safety.py": "unit",  # python -m harness processes, run directories by hand
     "test_output_limit.py": "simulator",
@@ -103,11 +102,10 @@ FILE_KIND = {
     "test_program_inputs.py": "unit",
     "test_pte_reader.py": "unit",  # the child is stood in for: no executorch
     "test_wheel.py": "simulator",
-    "test_replay_export.py": "simulator",  # and cmake (the C++ export builds)
     "test_report.py": "simulator",
-    "test_executorch_prefix.py": "simulator",  # and the registry once (the 1.5.0 wheel)
     "test_matrix.py": "unit",
     "test_ci_durations.py": "unit",
+    "test_ci_steps.py": "unit",
     "test_mutants.py": "unit",
     "test_runtime_variants.py": "simulator",
     "test_docs_links.py": "unit",
@@ -130,8 +128,8 @@ ADB_FILES = {"test_arm64_build.py"}
 # first (harness/plugin/xdist_order.py), so none of these starts last and runs alone.
 FILE_COST = {
     "test_isolation_parity.py": 25, "test_program.py": 120, "test_user_program.py": 100,
-    "test_replay_export.py": 65, "test_wheel.py": 64, "test_protocol_conformance.py": 55,
-    "test_executorch_prefix.py": 50, "test_native_build.py": 50, "test_sessions.py": 40,
+    "test_wheel.py": 64, "test_protocol_conformance.py": 55, "test_native_build.py": 50,
+    "test_sessions.py": 40,
     "test_plugin.py": 35, "test_dtypes.py": 30, "test_report.py": 25, "test_etrecord.py": 60,
     "test_program_meaning.py": 90,
     "test_unplanned_io_runners.py": 60,
@@ -177,28 +175,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(path.stem))
 
 
-XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
-# pytest plugins that other packages of this environment register (hypothesis, hydra,
-# pytest-benchmark, kgb, anyio) and that neither the harness nor its suites use (the ordering
-# search calls hypothesis's `find`, not its pytest integration). Loading them costs about 3 s
-# of the 4 s a pytest session takes to start here (hypothesis's terminal summary alone imports
-# all of hypothesis), and these tests start about a hundred sessions.
-UNUSED_PLUGINS = ("hypothesispytest", "hydra_pytest", "benchmark", "kgb", "anyio")
-
-
 @pytest.fixture(autouse=True)
-def _sessions_started_here_are_not_xdist_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under `pytest -n N`, this process's worker variables would make every pytest session a
-    test starts (pytester, subprocess) worker gwK of an N-worker run, which with one device is a
-    usage error ("more workers than devices"); and the project's `-n auto` would give each such
-    session workers of its own (one per CPU, under a test that already has one). A test that
-    wants either sets it itself (`-n 2`). Those sessions also leave out the environment's
-    UNUSED_PLUGINS."""
-    for name in XDIST_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "0")
-    blocked = " ".join(f"-p no:{name}" for name in UNUSED_PLUGINS)
-    monkeypatch.setenv("PYTEST_ADDOPTS", f"{os.environ.get('PYTEST_ADDOPTS', '')} {blocked}".strip())
+def _nested_sessions(sessions_started_here_are_not_xdist_workers: None) -> None:
+    """Every session these tests start is a plain one (tests/conftest.py says why)."""
 
 
 @pytest.fixture
