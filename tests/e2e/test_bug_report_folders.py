@@ -3,8 +3,8 @@ without its compile spec and by an XNNPACK program without its external data (kn
 qnn-delegated-mutable-buffer-read-uninitialised, qnn-spill-fill-size-last-program-only,
 qnn-init-crashes-without-its-compile-spec, xnnpack-missing-external-data-crashes), made and run
 as a user runs them (`python -m harness bug-report ID --out DIR`): each reproduces on executorch
-1.5.1 with the defect's own signature, and its control runs. CI step 6b runs this file beside
-scripts/fresh_venv_check.py, which runs every folder's reproduce and control again in a fresh
+1.5.1 with the defect's own signature, and its control runs. CI step 6c runs this file; step
+6b (scripts/fresh_venv_check.py) runs every folder's reproduce and control again in a fresh
 venv; the entries themselves are tests/framework/test_memory_claims.py's."""
 
 import json

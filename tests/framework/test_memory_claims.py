@@ -4,8 +4,8 @@ qnn-delegated-mutable-buffer-read-uninitialised, qnn-context-free-reads-freed-bl
 qnn-delegate-maps-read-unlocked, qnn-spill-fill-size-last-program-only,
 qnn-init-crashes-without-its-compile-spec, xnnpack-missing-external-data-crashes): their entries
 apply where they can be met. Their standalone folders are run as a user runs them by
-tests/e2e/test_bug_report_folders.py (CI step 6b, beside scripts/fresh_venv_check.py, which
-runs every folder in a fresh venv)."""
+tests/e2e/test_bug_report_folders.py (CI step 6c; step 6b, scripts/fresh_venv_check.py, runs
+every folder in a fresh venv)."""
 
 import pytest
 
