@@ -1,6 +1,7 @@
 """The end-to-end files (tests/e2e) run nowhere but in their CI step, so `.ci/run` must run each
 one there: a file that no step runs would be a verdict gone from CI without a word. And every
-step `.ci/run` defines runs in one of its two lanes."""
+step `.ci/run` defines runs in one of its two lanes, and every build it starts beside step 1 is
+awaited by the step that needs it, whose lane can start it where the build could not start early."""
 
 import importlib.util
 import re
@@ -45,3 +46,26 @@ def test_every_step_runs_in_a_lane():
     listed = re.search(r"^for number in ([\w ]+); do  # from the lanes' own step lines", CI_RUN,
                        re.M)
     assert listed and sorted(listed.group(1).split()) == sorted(defined)
+
+
+def test_every_build_beside_step_1_is_awaited_in_a_lane_that_can_start_it():
+    """The builds started beside step 1 (start_build) are awaited by the step that needs them;
+    where no idle-priority group can be made, that step's lane starts the same command itself,
+    before or in the awaiting step."""
+    text = CI_RUN.replace("\\\n", " ")
+    starts: dict[str, set[str]] = {}
+    for name, command in re.findall(r"start_build ([\w-]+) ([^\n]+)", text):
+        if name != "NAME":
+            starts.setdefault(name, set()).add(" ".join(command.split()))
+    assert starts, "no start_build in .ci/run"
+    lanes = {letter: numbers.split()
+             for letter, numbers in re.findall(r"^lane ([AB]) ([\w ]+) &$", CI_RUN, re.M)}
+    for name, commands in starts.items():
+        assert len(commands) == 1, f"{name} is started with different commands: {commands}"
+        awaiting = [n for steps in lanes.values() for n in steps
+                    if re.search(rf"await_build {re.escape(name)}\s", step_body(n))]
+        assert len(awaiting) == 1, f"{name}: awaited by steps {awaiting}, not by one"
+        lane = next(steps for steps in lanes.values() if awaiting[0] in steps)
+        before = lane[:lane.index(awaiting[0]) + 1]
+        assert any(re.search(rf"start_build {re.escape(name)}\s", step_body(n)) for n in before), \
+            f"{name}: no step of its lane up to step {awaiting[0]} starts it"
