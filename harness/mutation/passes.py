@@ -21,6 +21,16 @@ from harness.runtime.mutants import Mutant
 
 PASS_TIMEOUT_S = 3600
 RUNNER_TIMEOUT_S = 120  # a hanging mutant is a killed one after this, not a stalled pass
+TIMEOUT_FACTOR = 10
+MIN_RUNNER_TIMEOUT_S = 30.0
+"""A mutant pass's runner timeout (`pass_runner_timeout`): TIMEOUT_FACTOR times the longest
+unmutated test of the pass, at least MIN_RUNNER_TIMEOUT_S and at most RUNNER_TIMEOUT_S. A hanging
+mutant is killed at that timeout, and a runner whose whole test took 0.3 s unmutated need not be
+waited on for two minutes to be called hung: the hanging mutant took 122 s of each mutation run,
+a fifth of it. Mutation tools bound a mutant's run the same way, from the unmutated run (Stryker's
+timeoutFactor and timeoutMS). The floor stays above the nemesis holds' default timeout (10 s),
+which must be under the runner's (`check_hold_timeouts`); the factor leaves a slower machine
+minutes later ten times the unmutated test's time before a correct run would be called hung."""
 SERIAL_BELOW_S = 20.0
 """A stage whose tests took less than this in the unmutated run runs in one process (`-n 0`):
 pytest-xdist's workers each import the harness and start fork servers of their own, which costs
@@ -31,14 +41,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def run_pass(out: Path, variant: str, args: list[str], env: dict[str, str],
              stop_at_first: bool, options: tuple[str, ...] = (),
-             serial: bool = False) -> tuple[dict, int, float]:
+             serial: bool = False,
+             runner_timeout: float = RUNNER_TIMEOUT_S) -> tuple[dict, int, float]:
     """One pytest run of `args` (test ids or paths) with a report in `out`: (results.json,
     exit status, seconds). `options` are the caller's own pytest options (a device, a runner),
     passed on unchanged and after `serial`'s `-n 0`, so a caller's own `-n` still wins."""
     out.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "pytest", *(("-n", "0") if serial else ()), *options, *args,
             "-q", "-p", "no:cacheprovider", "--tb=no", f"--runtime-variant={variant}", f"--hil-report={out}",
-            f"--artifacts-dir={out / 'artifacts'}", f"--runner-timeout={RUNNER_TIMEOUT_S}"]
+            f"--artifacts-dir={out / 'artifacts'}", f"--runner-timeout={runner_timeout:g}"]
     if stop_at_first:
         argv.append("-x")
     started = time.monotonic()
@@ -74,6 +85,14 @@ def plan(mutant: Mutant, baseline: dict) -> list[tuple[list[str], bool, bool]]:
             for stage, stop in passes]
 
 
+def pass_runner_timeout(tests: list[str], baseline: dict) -> float:
+    """The runner timeout of a mutant's pass over `tests`: TIMEOUT_FACTOR times the longest of
+    them in the unmutated run `baseline`, within [MIN_RUNNER_TIMEOUT_S, RUNNER_TIMEOUT_S]."""
+    took = {t["nodeid"]: t.get("duration_s") or 0.0 for t in baseline["tests"]}
+    longest = max((took.get(t, 0.0) for t in tests), default=0.0)
+    return min(RUNNER_TIMEOUT_S, max(MIN_RUNNER_TIMEOUT_S, TIMEOUT_FACTOR * longest))
+
+
 def run_mutant(mutant: Mutant, baseline: dict, variant: str, out: Path,
                options: tuple[str, ...] = ()) -> Outcome:
     """One mutant against the unmutated run `baseline`: its passes (`plan`), the next only
@@ -87,7 +106,8 @@ def run_mutant(mutant: Mutant, baseline: dict, variant: str, out: Path,
     outcome = Outcome(mutant)
     for k, (stage, stop_at_first, serial) in enumerate(passes):
         doc, status, seconds = run_pass(out / mutant.name / f"stage{k + 1}", variant, stage,
-                                        mutant.environment(), stop_at_first, options, serial)
+                                        mutant.environment(), stop_at_first, options, serial,
+                                        pass_runner_timeout(stage, baseline))
         outcome = judge(mutant, baseline, doc)
         spent, ran = spent + seconds, ran + outcome.tests_run
         if outcome.verdict != "survived":

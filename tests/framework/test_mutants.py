@@ -231,3 +231,22 @@ def test_only_a_latency_regression_is_killed_by_step_times_and_never_in_a_race_t
     assert judge(leak, doc(10.0), doc(900.0)).verdict == "survived"
     race = "tests/hil/test_concurrency.py::test_s5_warm_forced[x]"
     assert judge(latency, doc(10.0, race), doc(900.0, race)).verdict == "survived"
+
+
+def test_a_mutant_pass_waits_for_a_hung_runner_ten_times_its_longest_unmutated_test():
+    """A hanging mutant is killed at its pass's runner timeout: ten times the longest of the
+    pass's tests unmutated, never under the floor the nemesis holds need, never over the
+    passes' old fixed 120 s."""
+    from harness.mutation.passes import (MIN_RUNNER_TIMEOUT_S, RUNNER_TIMEOUT_S, TIMEOUT_FACTOR,
+                                         pass_runner_timeout)
+    from harness.protocol.nemesis import DEFAULT_TIMEOUT_MS
+
+    baseline = {"tests": [{"nodeid": "short", "duration_s": 0.3},
+                          {"nodeid": "long", "duration_s": 4.0},
+                          {"nodeid": "soak", "duration_s": 60.0},
+                          {"nodeid": "no_time", "duration_s": None}]}
+    assert MIN_RUNNER_TIMEOUT_S * 1000 > DEFAULT_TIMEOUT_MS
+    assert pass_runner_timeout(["short"], baseline) == MIN_RUNNER_TIMEOUT_S
+    assert pass_runner_timeout(["no_time", "unknown"], baseline) == MIN_RUNNER_TIMEOUT_S
+    assert pass_runner_timeout(["short", "long"], baseline) == TIMEOUT_FACTOR * 4.0
+    assert pass_runner_timeout(["long", "soak"], baseline) == RUNNER_TIMEOUT_S
