@@ -65,6 +65,11 @@ def run_pass(out: Path, variant: str, args: list[str], env: dict[str, str],
     return json.loads(results.read_text()), proc.returncode, seconds
 
 
+def unmutated_seconds(baseline: dict) -> dict[str, float]:
+    """Each test's duration in the unmutated run `baseline` (0 where it has none)."""
+    return {t["nodeid"]: t.get("duration_s") or 0.0 for t in baseline["tests"]}
+
+
 def plan(mutant: Mutant, baseline: dict) -> list[tuple[list[str], bool, bool]]:
     """A mutant's passes against the unmutated run `baseline`, in order: (tests, stop at the
     first kill, in one process). The tests that can reach it in the named stages
@@ -75,7 +80,7 @@ def plan(mutant: Mutant, baseline: dict) -> list[tuple[list[str], bool, bool]]:
     about 170 tests and 100 to 140 s under load, against 26 to 47 s for the fixed cells. A
     stage whose tests took less than SERIAL_BELOW_S unmutated runs without pytest-xdist."""
     tests, turned = reachable(baseline, mutant), fixed(baseline, mutant)
-    took = {t["nodeid"]: t.get("duration_s") or 0.0 for t in baseline["tests"]}
+    took = unmutated_seconds(baseline)
     named = {f + "::" for files in STAGES for f in files if f}
     staged = [(stage, not stage[0].startswith(tuple(named))) for stage in stages(tests)]
     passes = ([(stage, True) for stage, rest in staged if not rest]
@@ -88,7 +93,7 @@ def plan(mutant: Mutant, baseline: dict) -> list[tuple[list[str], bool, bool]]:
 def pass_runner_timeout(tests: list[str], baseline: dict) -> float:
     """The runner timeout of a mutant's pass over `tests`: TIMEOUT_FACTOR times the longest of
     them in the unmutated run `baseline`, within [MIN_RUNNER_TIMEOUT_S, RUNNER_TIMEOUT_S]."""
-    took = {t["nodeid"]: t.get("duration_s") or 0.0 for t in baseline["tests"]}
+    took = unmutated_seconds(baseline)
     longest = max((took.get(t, 0.0) for t in tests), default=0.0)
     return min(RUNNER_TIMEOUT_S, max(MIN_RUNNER_TIMEOUT_S, TIMEOUT_FACTOR * longest))
 
