@@ -50,7 +50,7 @@ def test_every_step_runs_in_a_lane():
 
 def test_every_build_beside_step_1_is_awaited_in_a_lane_that_can_start_it():
     """The builds started beside step 1 (start_build) are awaited by the step that needs them;
-    where no idle-priority group can be made, that step's lane starts the same command itself,
+    where no low-weight CPU group can be made, that step's lane starts the same command itself,
     before or in the awaiting step."""
     text = CI_RUN.replace("\\\n", " ")
     starts: dict[str, set[str]] = {}
